@@ -1,0 +1,109 @@
+// Raw kernels: views and computations on tensors, with no autograd. The differentiable
+// API in autograd/ops.h calls these in its forwards and its backwards; users normally
+// do not call them directly.
+//
+// Every kernel accepts non-contiguous inputs (views with any strides, broadcast views with
+// stride 0) and returns a fresh contiguous tensor unless it is a view. Floating kernels
+// take f32 or f64 and require all floating operands to share one dtype.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace attend::kernel {
+
+// ---- views (tensor/kernels/view.cpp): no copy, share storage ---------------------------
+Tensor view(const Tensor& x, Shape shape);     // throws if the strides cannot express it
+Tensor reshape(const Tensor& x, Shape shape);  // a view when possible, else a copy
+Shape infer_shape(const Shape& shape, int64_t numel, const char* op);  // resolves one -1
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor expand(const Tensor& x, const Shape& shape);  // broadcast: size-1 dims get stride 0
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x, int64_t dim);  // only a size-1 dim
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+
+// ---- copies (tensor/kernels/copy.cpp) -------------------------------------------------
+Tensor contiguous(const Tensor& x);  // x itself when already contiguous
+Tensor clone(const Tensor& x);       // always a fresh copy
+Tensor cast(const Tensor& x, DType dtype);
+void copy_(const Tensor& dst, const Tensor& src);  // src broadcast to dst's shape
+void add_(const Tensor& dst, const Tensor& src);   // dst += src (src broadcast)
+void fill_(const Tensor& dst, double value);
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
+// out = mask ? value : x, mask (bool) broadcast to x.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// out = cond ? a : b, all three broadcast together.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// Lower-triangular bool mask (rows, cols): true where col <= row + diagonal.
+Tensor tril_mask(int64_t rows, int64_t cols, int64_t diagonal = 0);
+
+// ---- elementwise (tensor/kernels/elementwise.cpp) -------------------------------------
+enum class Unary { Neg, Exp, Log, Sqrt, Tanh, Relu, Gelu, Pow, Affine, Rdiv, Abs };
+// Pow: x^p; Affine: x*p + q; Rdiv: p / x.
+Tensor unary(Unary op, const Tensor& x, double p = 0, double q = 0);
+
+enum class Binary {
+  Add, Sub, Mul, Div,
+  ReluGrad,  // (g, x) -> x > 0 ? g : 0
+  GeluGrad,  // (g, x) -> g * gelu'(x)
+  TanhGrad,  // (g, y) -> g * (1 - y^2), y = tanh(x)
+};
+Tensor binary(Binary op, const Tensor& a, const Tensor& b);  // broadcasting
+const char* binary_name(Binary op);
+
+// ---- reductions (tensor/kernels/reduce.cpp) -------------------------------------------
+// `dims` empty means every dim. Sums accumulate in double in a fixed order.
+std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t ndim,
+                                    const char* op);
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+// Values and, for each, the flat index of the (first) maximum within its reduced block,
+// reduced dims taken in order (i64). NaN wins, as in PyTorch.
+std::pair<Tensor, Tensor> max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+// Gradient of max: g placed at the arg-max of each reduced block, zeros elsewhere.
+Tensor max_backward(const Tensor& g, const Tensor& indices, const Shape& input_shape,
+                    const std::vector<int64_t>& dims, bool keepdim);
+// Sums a broadcast result back to `shape` (see Note [Broadcast gradients] in autograd).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- matmul (tensor/kernels/matmul.cpp, gemm.cpp) -------------------------------------
+// (..., M, K) @ (..., K, N) -> (..., M, N), batch dims broadcast. Transposed views are
+// read through their strides, without a copy.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// The plain triple loop with a double accumulator: the oracle for tests.
+Tensor matmul_naive(const Tensor& a, const Tensor& b);
+
+// ---- neural-network kernels (tensor/kernels/nn.cpp) -----------------------------------
+Tensor softmax(const Tensor& x);                            // over the last dim
+Tensor softmax_backward(const Tensor& y, const Tensor& g);  // y = softmax(x)
+Tensor log_softmax(const Tensor& x);
+Tensor log_softmax_backward(const Tensor& y, const Tensor& g);  // y = log_softmax(x)
+
+struct LayerNormOut {
+  Tensor y, mean, rstd;  // mean, rstd: (rows,) over the last dim
+};
+LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;
+};
+LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd);
+
+struct CrossEntropyOut {
+  Tensor loss;    // 0-dim
+  Tensor lse;     // (N,) log-sum-exp of each row
+  int64_t count;  // rows not ignored
+};
+// logits (N, V), targets (N,) integer; mean over rows whose target != ignore_index.
+CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t count, int64_t ignore_index);
+
+// weight (V, C), ids any shape of integers in [0, V) -> ids.shape + (C,)
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t num_rows);
+
+}  // namespace attend::kernel

@@ -1,0 +1,251 @@
+// Blocked GEMM in the style of BLIS/GotoBLAS:
+//   for jc (NC columns of B and C)
+//     for pc (KC of the shared dim): pack B[pc:, jc:] into NR-wide panels (k-major)
+//       pack A[:, pc:] into MR-tall panels (k-major)
+//       for each (MR x NR) tile of C, in parallel over tiles:
+//         micro-kernel: acc = sum_k a_panel[k] (outer) b_panel[k], kc rank-1 updates
+//         C_tile = acc (first pc block) or C_tile += acc
+// Panels are zero-padded to MR/NR, so edge tiles run the same micro-kernel and only the
+// write-back is clipped.
+#include "tensor/kernels/gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include "tensor/parallel.h"
+
+namespace attend::kernel {
+
+namespace {
+
+constexpr int64_t MR = 6;       // rows of a micro-tile
+constexpr int64_t KC = 256;     // shared-dim block: an A and a B panel stay in L1/L2
+constexpr int64_t NC = 3072;    // columns per packed B block
+
+template <typename T>
+constexpr int64_t nr() {
+  return 64 / sizeof(T);  // two AVX2 registers per row: 16 floats or 8 doubles
+}
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+template <typename T>
+std::unique_ptr<T, FreeDeleter> aligned_buffer(int64_t n) {
+  size_t bytes = (static_cast<size_t>(n) * sizeof(T) + 63) / 64 * 64;
+  return std::unique_ptr<T, FreeDeleter>(static_cast<T*>(std::aligned_alloc(64, bytes ? bytes : 64)));
+}
+
+// ---- micro-kernels: acc (MR x NR, row-major) = sum_k a[k*MR + i] * b[k*NR + j] ----------
+
+template <typename T>
+void micro_portable(int64_t kc, const T* a, const T* b, T* acc) {
+  constexpr int64_t NR = nr<T>();
+  T c[MR][NR] = {};
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += NR)
+    for (int64_t i = 0; i < MR; ++i)
+      for (int64_t j = 0; j < NR; ++j) c[i][j] += a[i] * b[j];
+  for (int64_t i = 0; i < MR; ++i)
+    for (int64_t j = 0; j < NR; ++j) acc[i * NR + j] = c[i][j];
+}
+
+__attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, const float* b,
+                                                     float* acc) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += 16) {
+    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 ai = _mm256_broadcast_ss(a + 0);
+    c00 = _mm256_fmadd_ps(ai, b0, c00), c01 = _mm256_fmadd_ps(ai, b1, c01);
+    ai = _mm256_broadcast_ss(a + 1);
+    c10 = _mm256_fmadd_ps(ai, b0, c10), c11 = _mm256_fmadd_ps(ai, b1, c11);
+    ai = _mm256_broadcast_ss(a + 2);
+    c20 = _mm256_fmadd_ps(ai, b0, c20), c21 = _mm256_fmadd_ps(ai, b1, c21);
+    ai = _mm256_broadcast_ss(a + 3);
+    c30 = _mm256_fmadd_ps(ai, b0, c30), c31 = _mm256_fmadd_ps(ai, b1, c31);
+    ai = _mm256_broadcast_ss(a + 4);
+    c40 = _mm256_fmadd_ps(ai, b0, c40), c41 = _mm256_fmadd_ps(ai, b1, c41);
+    ai = _mm256_broadcast_ss(a + 5);
+    c50 = _mm256_fmadd_ps(ai, b0, c50), c51 = _mm256_fmadd_ps(ai, b1, c51);
+  }
+  _mm256_storeu_ps(acc + 0, c00), _mm256_storeu_ps(acc + 8, c01);
+  _mm256_storeu_ps(acc + 16, c10), _mm256_storeu_ps(acc + 24, c11);
+  _mm256_storeu_ps(acc + 32, c20), _mm256_storeu_ps(acc + 40, c21);
+  _mm256_storeu_ps(acc + 48, c30), _mm256_storeu_ps(acc + 56, c31);
+  _mm256_storeu_ps(acc + 64, c40), _mm256_storeu_ps(acc + 72, c41);
+  _mm256_storeu_ps(acc + 80, c50), _mm256_storeu_ps(acc + 88, c51);
+}
+
+__attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const double* a, const double* b,
+                                                     double* acc) {
+  __m256d c00 = _mm256_setzero_pd(), c01 = _mm256_setzero_pd();
+  __m256d c10 = _mm256_setzero_pd(), c11 = _mm256_setzero_pd();
+  __m256d c20 = _mm256_setzero_pd(), c21 = _mm256_setzero_pd();
+  __m256d c30 = _mm256_setzero_pd(), c31 = _mm256_setzero_pd();
+  __m256d c40 = _mm256_setzero_pd(), c41 = _mm256_setzero_pd();
+  __m256d c50 = _mm256_setzero_pd(), c51 = _mm256_setzero_pd();
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += 8) {
+    __m256d b0 = _mm256_loadu_pd(b), b1 = _mm256_loadu_pd(b + 4);
+    __m256d ai = _mm256_broadcast_sd(a + 0);
+    c00 = _mm256_fmadd_pd(ai, b0, c00), c01 = _mm256_fmadd_pd(ai, b1, c01);
+    ai = _mm256_broadcast_sd(a + 1);
+    c10 = _mm256_fmadd_pd(ai, b0, c10), c11 = _mm256_fmadd_pd(ai, b1, c11);
+    ai = _mm256_broadcast_sd(a + 2);
+    c20 = _mm256_fmadd_pd(ai, b0, c20), c21 = _mm256_fmadd_pd(ai, b1, c21);
+    ai = _mm256_broadcast_sd(a + 3);
+    c30 = _mm256_fmadd_pd(ai, b0, c30), c31 = _mm256_fmadd_pd(ai, b1, c31);
+    ai = _mm256_broadcast_sd(a + 4);
+    c40 = _mm256_fmadd_pd(ai, b0, c40), c41 = _mm256_fmadd_pd(ai, b1, c41);
+    ai = _mm256_broadcast_sd(a + 5);
+    c50 = _mm256_fmadd_pd(ai, b0, c50), c51 = _mm256_fmadd_pd(ai, b1, c51);
+  }
+  _mm256_storeu_pd(acc + 0, c00), _mm256_storeu_pd(acc + 4, c01);
+  _mm256_storeu_pd(acc + 8, c10), _mm256_storeu_pd(acc + 12, c11);
+  _mm256_storeu_pd(acc + 16, c20), _mm256_storeu_pd(acc + 20, c21);
+  _mm256_storeu_pd(acc + 24, c30), _mm256_storeu_pd(acc + 28, c31);
+  _mm256_storeu_pd(acc + 32, c40), _mm256_storeu_pd(acc + 36, c41);
+  _mm256_storeu_pd(acc + 40, c50), _mm256_storeu_pd(acc + 44, c51);
+}
+
+const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
+template <typename T>
+void micro(int64_t kc, const T* a, const T* b, T* acc) {
+  if (kHasAvx2) {
+    micro_avx2(kc, a, b, acc);
+  } else {
+    micro_portable(kc, a, b, acc);
+  }
+}
+
+// ---- packing ---------------------------------------------------------------------------
+
+// A[0:M, pc:pc+kc] -> ceil(M/MR) panels, each kc x MR (k-major), zero-padded rows.
+template <typename T>
+void pack_a(int64_t M, int64_t kc, int64_t pc, MatrixRef<T> A, T* out, bool parallel) {
+  const int64_t panels = (M + MR - 1) / MR;
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      T* dst = out + p * kc * MR;
+      for (int64_t i = 0; i < MR; ++i) {
+        int64_t row = p * MR + i;
+        if (row < M) {
+          const T* src = A.data + row * A.row_stride + pc * A.col_stride;
+          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = src[k * A.col_stride];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = T(0);
+        }
+      }
+    }
+  };
+  if (parallel) parallel_for(panels, 4, body); else body(0, panels);
+}
+
+// B[pc:pc+kc, jc:jc+nc] -> ceil(nc/NR) panels, each kc x NR (k-major), zero-padded columns.
+template <typename T>
+void pack_b(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<T> B, T* out,
+            bool parallel) {
+  constexpr int64_t NR = nr<T>();
+  const int64_t panels = (nc + NR - 1) / NR;
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      T* dst = out + p * kc * NR;
+      const int64_t cols = std::min(NR, nc - p * NR);
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* src = B.data + (pc + k) * B.row_stride + (jc + p * NR) * B.col_stride;
+        T* d = dst + k * NR;
+        if (B.col_stride == 1) {
+          for (int64_t j = 0; j < cols; ++j) d[j] = src[j];
+        } else {
+          for (int64_t j = 0; j < cols; ++j) d[j] = src[j * B.col_stride];
+        }
+        for (int64_t j = cols; j < NR; ++j) d[j] = T(0);
+      }
+    }
+  };
+  if (parallel) parallel_for(panels, 4, body); else body(0, panels);
+}
+
+}  // namespace
+
+bool gemm_uses_avx2() { return kHasAvx2; }
+
+template <typename T>
+void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
+          bool parallel) {
+  constexpr int64_t NR = nr<T>();
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
+    return;
+  }
+  // Small products are not worth threads.
+  if (parallel && (M * N * K < (1 << 18) || max_threads() == 1)) parallel = false;
+
+  const int64_t m_panels = (M + MR - 1) / MR;
+  auto a_pack = aligned_buffer<T>(m_panels * MR * KC);
+  auto b_pack = aligned_buffer<T>(std::min(NC, (N + NR - 1) / NR * NR) * KC);
+
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    const int64_t n_panels = (nc + NR - 1) / NR;
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      pack_b(nc, kc, pc, jc, B, b_pack.get(), parallel);
+      pack_a(M, kc, pc, A, a_pack.get(), parallel);
+      const bool first = pc == 0;
+      // Tiles ordered so that a thread's contiguous range reuses one B panel.
+      auto tiles = [&](int64_t b, int64_t e) {
+        alignas(64) T acc[MR * NR];
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t jp = t / m_panels, ip = t % m_panels;
+          micro(kc, a_pack.get() + ip * kc * MR, b_pack.get() + jp * kc * NR, acc);
+          const int64_t i0 = ip * MR, j0 = jc + jp * NR;
+          const int64_t rows = std::min(MR, M - i0), cols = std::min(NR, N - j0);
+          for (int64_t i = 0; i < rows; ++i) {
+            T* c = C + (i0 + i) * ldc + j0;
+            const T* s = acc + i * NR;
+            if (first) {
+              for (int64_t j = 0; j < cols; ++j) c[j] = s[j];
+            } else {
+              for (int64_t j = 0; j < cols; ++j) c[j] += s[j];
+            }
+          }
+        }
+      };
+      if (parallel) parallel_for(n_panels * m_panels, 2, tiles); else tiles(0, n_panels * m_panels);
+    }
+  }
+}
+
+template <typename T>
+void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
+                int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k)
+        s += static_cast<double>(A.data[i * A.row_stride + k * A.col_stride]) *
+             static_cast<double>(B.data[k * B.row_stride + j * B.col_stride]);
+      C[i * ldc + j] = static_cast<T>(s);
+    }
+}
+
+template void gemm<float>(int64_t, int64_t, int64_t, MatrixRef<float>, MatrixRef<float>, float*,
+                          int64_t, bool);
+template void gemm<double>(int64_t, int64_t, int64_t, MatrixRef<double>, MatrixRef<double>,
+                           double*, int64_t, bool);
+template void gemm_naive<float>(int64_t, int64_t, int64_t, MatrixRef<float>, MatrixRef<float>,
+                                float*, int64_t);
+template void gemm_naive<double>(int64_t, int64_t, int64_t, MatrixRef<double>, MatrixRef<double>,
+                                 double*, int64_t);
+
+}  // namespace attend::kernel

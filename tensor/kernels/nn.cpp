@@ -1,0 +1,306 @@
+// Kernels of the fused neural-network ops, each over rows of the last dim (rows in
+// parallel, each row in a fixed order, statistics accumulated in double).
+//
+// softmax:      y_i = exp(x_i - m) / sum_j exp(x_j - m),  m = max_j x_j
+//   backward:   dx_i = y_i (g_i - sum_j g_j y_j)
+// log_softmax:  y_i = x_i - m - log sum_j exp(x_j - m)
+//   backward:   dx_i = g_i - exp(y_i) sum_j g_j
+// layer_norm:   xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) (biased var),
+//               y = xhat * w + b
+//   backward:   dxhat = g * w
+//               dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+//               dw = sum_rows g * xhat,  db = sum_rows g
+// cross_entropy (mean over the n rows whose target is not ignored):
+//               loss = (1/n) sum_rows (lse_r - x_{r, t_r}),  lse_r = log sum_j exp(x_rj)
+//   backward:   dx_rj = g (exp(x_rj - lse_r) - [j == t_r]) / n, zero on ignored rows
+// embedding:    out[..., :] = W[id, :];  backward: dW[id, :] += g[..., :] (in order)
+#include <cmath>
+#include <limits>
+
+#include "tensor/kernels.h"
+#include "tensor/parallel.h"
+
+namespace attend::kernel {
+
+namespace {
+
+int64_t last_dim(const Tensor& x, const char* op) {
+  ATTEND_CHECK(x.dim() >= 1, op, ": expected at least 1 dim, got a 0-dim tensor");
+  return x.size(-1);
+}
+
+// Runs f(row) over the rows of the last dim, in parallel for large inputs.
+template <typename F>
+void for_rows(int64_t rows, int64_t len, F f) {
+  parallel_for(rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, len)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t r = b; r < e; ++r) f(r);
+               });
+}
+
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+int64_t target_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::I64 ? t.data<int64_t>()[i] : t.data<int32_t>()[i];
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x) {
+  const int64_t n = last_dim(x, "softmax");
+  Tensor xc = contiguous(x);
+  Tensor y = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), "softmax", [&]<typename T>() {
+    const T* in = xc.data<T>();
+    T* out = y.data<T>();
+    for_rows(x.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
+      const T* xr = in + r * n;
+      T* yr = out + r * n;
+      const T m = row_max(xr, n);
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        yr[i] = std::exp(xr[i] - m);
+        s += yr[i];
+      }
+      const T inv = static_cast<T>(1.0 / s);
+      for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
+    });
+  });
+  return y;
+}
+
+Tensor softmax_backward(const Tensor& y, const Tensor& g) {
+  const int64_t n = last_dim(y, "softmax_backward");
+  Tensor yc = contiguous(y), gc = contiguous(g);
+  Tensor dx = empty(y.shape(), y.dtype());
+  dispatch_float(y.dtype(), "softmax_backward", [&]<typename T>() {
+    const T *yp = yc.data<T>(), *gp = gc.data<T>();
+    T* dp = dx.data<T>();
+    for_rows(y.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
+      const T *yr = yp + r * n, *gr = gp + r * n;
+      double dot = 0;
+      for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(gr[i]) * yr[i];
+      for (int64_t i = 0; i < n; ++i) dp[r * n + i] = yr[i] * (gr[i] - static_cast<T>(dot));
+    });
+  });
+  return dx;
+}
+
+Tensor log_softmax(const Tensor& x) {
+  const int64_t n = last_dim(x, "log_softmax");
+  Tensor xc = contiguous(x);
+  Tensor y = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), "log_softmax", [&]<typename T>() {
+    const T* in = xc.data<T>();
+    T* out = y.data<T>();
+    for_rows(x.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
+      const T* xr = in + r * n;
+      const T m = row_max(xr, n);
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(xr[i] - m));
+      const T shift = m + static_cast<T>(std::log(s));
+      for (int64_t i = 0; i < n; ++i) out[r * n + i] = xr[i] - shift;
+    });
+  });
+  return y;
+}
+
+Tensor log_softmax_backward(const Tensor& y, const Tensor& g) {
+  const int64_t n = last_dim(y, "log_softmax_backward");
+  Tensor yc = contiguous(y), gc = contiguous(g);
+  Tensor dx = empty(y.shape(), y.dtype());
+  dispatch_float(y.dtype(), "log_softmax_backward", [&]<typename T>() {
+    const T *yp = yc.data<T>(), *gp = gc.data<T>();
+    T* dp = dx.data<T>();
+    for_rows(y.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
+      const T *yr = yp + r * n, *gr = gp + r * n;
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += gr[i];
+      for (int64_t i = 0; i < n; ++i) dp[r * n + i] = gr[i] - std::exp(yr[i]) * static_cast<T>(s);
+    });
+  });
+  return dx;
+}
+
+LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const int64_t C = last_dim(x, "layer_norm");
+  ATTEND_CHECK(weight.shape() == Shape{C}, "layer_norm: expected weight of shape (", C,
+               ",) for input ", shape_str(x.shape()), ", got ", shape_str(weight.shape()));
+  ATTEND_CHECK(!bias.defined() || bias.shape() == Shape{C}, "layer_norm: expected bias of shape (",
+               C, ",) for input ", shape_str(x.shape()), ", got ", shape_str(bias.shape()));
+  ATTEND_CHECK(weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+               "layer_norm: expected input, weight and bias of one dtype");
+  const int64_t rows = C ? x.numel() / C : 0;
+  Tensor xc = contiguous(x), wc = contiguous(weight);
+  Tensor bc = bias.defined() ? contiguous(bias) : Tensor();
+  LayerNormOut o{empty(x.shape(), x.dtype()), empty({rows}, x.dtype()), empty({rows}, x.dtype())};
+  dispatch_float(x.dtype(), "layer_norm", [&]<typename T>() {
+    const T *xp = xc.data<T>(), *w = wc.data<T>();
+    const T* b = bc.defined() ? bc.data<T>() : nullptr;
+    T *yp = o.y.data<T>(), *mp = o.mean.data<T>(), *rp = o.rstd.data<T>();
+    for_rows(rows, C, [&](int64_t r) {
+      const T* xr = xp + r * C;
+      double s = 0, ss = 0;
+      for (int64_t i = 0; i < C; ++i) s += xr[i];
+      const double mean = s / C;
+      for (int64_t i = 0; i < C; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+      const double rstd = 1.0 / std::sqrt(ss / C + eps);
+      mp[r] = static_cast<T>(mean);
+      rp[r] = static_cast<T>(rstd);
+      const T tm = static_cast<T>(mean), tr = static_cast<T>(rstd);
+      for (int64_t i = 0; i < C; ++i) {
+        T v = (xr[i] - tm) * tr * w[i];
+        yp[r * C + i] = b ? v + b[i] : v;
+      }
+    });
+  });
+  return o;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd) {
+  const int64_t C = x.size(-1);
+  const int64_t rows = C ? x.numel() / C : 0;
+  Tensor gc = contiguous(g), xc = contiguous(x), wc = contiguous(weight);
+  LayerNormGrads out{empty(x.shape(), x.dtype()), Tensor(), Tensor()};
+  Tensor g_xhat = empty({rows, C}, x.dtype());  // g * xhat, summed over rows for dw
+  dispatch_float(x.dtype(), "layer_norm_backward", [&]<typename T>() {
+    const T *gp = gc.data<T>(), *xp = xc.data<T>(), *w = wc.data<T>();
+    const T *mp = mean.data<T>(), *rp = rstd.data<T>();
+    T *dx = out.dx.data<T>(), *gx = g_xhat.data<T>();
+    for_rows(rows, C, [&](int64_t r) {
+      const T *gr = gp + r * C, *xr = xp + r * C;
+      const T m = mp[r], rs = rp[r];
+      double sum_d = 0, sum_dx = 0;
+      for (int64_t i = 0; i < C; ++i) {
+        const T xhat = (xr[i] - m) * rs;
+        const T d = gr[i] * w[i];
+        sum_d += d;
+        sum_dx += static_cast<double>(d) * xhat;
+        gx[r * C + i] = gr[i] * xhat;
+      }
+      const T mean_d = static_cast<T>(sum_d / C), mean_dx = static_cast<T>(sum_dx / C);
+      for (int64_t i = 0; i < C; ++i) {
+        const T xhat = (xr[i] - m) * rs;
+        dx[r * C + i] = rs * (gr[i] * w[i] - mean_d - xhat * mean_dx);
+      }
+    });
+  });
+  out.dweight = sum(g_xhat, {0}, false);
+  out.dbias = sum(reshape(gc, {rows, C}), {0}, false);
+  return out;
+}
+
+CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  ATTEND_CHECK(logits.dim() == 2, "cross_entropy: expected logits of shape (N, V), got ",
+               shape_str(logits.shape()));
+  ATTEND_CHECK(is_integer(targets.dtype()), "cross_entropy: expected integer targets, got ",
+               dtype_name(targets.dtype()));
+  ATTEND_CHECK(targets.shape() == Shape{logits.size(0)}, "cross_entropy: expected targets of shape (",
+               logits.size(0), ",) for logits ", shape_str(logits.shape()), ", got ",
+               shape_str(targets.shape()));
+  const int64_t N = logits.size(0), V = logits.size(1);
+  Tensor lc = contiguous(logits), tc = contiguous(targets);
+  int64_t count = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t t = target_at(tc, r);
+    if (t == ignore_index) continue;
+    ATTEND_CHECK(t >= 0 && t < V, "cross_entropy: target ", t, " at position ", r,
+                 " is out of range for ", V, " classes");
+    ++count;
+  }
+  CrossEntropyOut o{empty({}, logits.dtype()), empty({N}, logits.dtype()), count};
+  dispatch_float(logits.dtype(), "cross_entropy", [&]<typename T>() {
+    const T* lp = lc.data<T>();
+    T* lse = o.lse.data<T>();
+    for_rows(N, V, [&](int64_t r) {
+      const T* xr = lp + r * V;
+      const T m = row_max(xr, V);
+      double s = 0;
+      for (int64_t i = 0; i < V; ++i) s += std::exp(static_cast<double>(xr[i] - m));
+      lse[r] = m + static_cast<T>(std::log(s));
+    });
+    double total = 0;
+    for (int64_t r = 0; r < N; ++r) {
+      const int64_t t = target_at(tc, r);
+      if (t != ignore_index) total += static_cast<double>(lse[r]) - lp[r * V + t];
+    }
+    // All rows ignored: 0/0 = NaN, as PyTorch.
+    o.loss.data<T>()[0] = static_cast<T>(total / static_cast<double>(count));
+  });
+  return o;
+}
+
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t count, int64_t ignore_index) {
+  const int64_t N = logits.size(0), V = logits.size(1);
+  Tensor lc = contiguous(logits), tc = contiguous(targets);
+  Tensor dx = empty(logits.shape(), logits.dtype());
+  dispatch_float(logits.dtype(), "cross_entropy_backward", [&]<typename T>() {
+    const T scale = static_cast<T>(g.item() / static_cast<double>(count));
+    const T *lp = lc.data<T>(), *ls = lse.data<T>();
+    T* dp = dx.data<T>();
+    for_rows(N, V, [&](int64_t r) {
+      const int64_t t = target_at(tc, r);
+      T* dr = dp + r * V;
+      if (t == ignore_index) {
+        std::fill(dr, dr + V, T(0));
+        return;
+      }
+      const T* xr = lp + r * V;
+      for (int64_t i = 0; i < V; ++i) dr[i] = std::exp(xr[i] - ls[r]) * scale;
+      dr[t] -= scale;
+    });
+  });
+  return dx;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  ATTEND_CHECK(weight.dim() == 2, "embedding: expected a weight of shape (V, C), got ",
+               shape_str(weight.shape()));
+  ATTEND_CHECK(is_integer(ids.dtype()), "embedding: expected integer ids, got ",
+               dtype_name(ids.dtype()));
+  const int64_t V = weight.size(0), C = weight.size(1), n = ids.numel();
+  Tensor idc = contiguous(ids), wc = contiguous(weight);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = target_at(idc, i);
+    ATTEND_CHECK(id >= 0 && id < V, "embedding: id ", id, " at position ", i,
+                 " is out of range for a table of ", V, " rows");
+  }
+  Shape shape = ids.shape();
+  shape.push_back(C);
+  Tensor out = empty(shape, weight.dtype());
+  dispatch_float(weight.dtype(), "embedding", [&]<typename T>() {
+    const T* w = wc.data<T>();
+    T* o = out.data<T>();
+    for_rows(n, C, [&](int64_t i) {
+      const T* src = w + target_at(idc, i) * C;
+      std::copy(src, src + C, o + i * C);
+    });
+  });
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t num_rows) {
+  const int64_t C = g.size(-1), n = ids.numel();
+  Tensor gc = contiguous(g), idc = contiguous(ids);
+  Tensor dw = zeros({num_rows, C}, g.dtype());
+  dispatch_float(g.dtype(), "embedding_backward", [&]<typename T>() {
+    const T* gp = gc.data<T>();
+    T* d = dw.data<T>();
+    // Rows in order, so repeated ids accumulate in a fixed order.
+    for (int64_t i = 0; i < n; ++i) {
+      T* dst = d + target_at(idc, i) * C;
+      const T* src = gp + i * C;
+      for (int64_t c = 0; c < C; ++c) dst[c] += src[c];
+    }
+  });
+  return dw;
+}
+
+}  // namespace attend::kernel

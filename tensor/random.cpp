@@ -1,0 +1,104 @@
+#include "tensor/random.h"
+
+#include <cmath>
+
+#include "tensor/parallel.h"
+
+namespace attend {
+
+PhiloxCounter philox4x32(PhiloxCounter c, PhiloxKey k) {
+  constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;  // round multipliers
+  constexpr uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;  // Weyl key increments
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = static_cast<uint64_t>(M0) * c[0];
+    uint64_t p1 = static_cast<uint64_t>(M1) * c[2];
+    uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c = {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
+    k[0] += W0;
+    k[1] += W1;
+  }
+  return c;
+}
+
+PhiloxCounter Generator::block(uint64_t i) const {
+  return philox4x32({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0, 0},
+                    {static_cast<uint32_t>(state_.seed), static_cast<uint32_t>(state_.seed >> 32)});
+}
+
+namespace {
+
+// Fills a contiguous tensor; value(block) maps one Philox block to one element.
+template <typename F>
+void fill_blocks(const Tensor& t, Generator& gen, const char* op, F value) {
+  ATTEND_CHECK(t.is_contiguous(), op, ": expected a contiguous tensor");
+  const int64_t n = t.numel();
+  const uint64_t base = gen.advance(static_cast<uint64_t>(n));
+  dispatch_all(t.dtype(), [&]<typename T>() {
+    T* p = t.data<T>();
+    parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = static_cast<T>(value(gen.block(base + i)));
+    });
+  });
+}
+
+// Box-Muller on two 53-bit uniforms; u1 in (0, 1] keeps log finite.
+double standard_normal(const PhiloxCounter& r) {
+  double u1 = 1.0 - u64_to_unit_double(r[0], r[1]);
+  double u2 = u64_to_unit_double(r[2], r[3]);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+}  // namespace
+
+void uniform_(const Tensor& t, double low, double high, Generator& gen) {
+  ATTEND_CHECK(is_floating(t.dtype()), "uniform_: expected a floating tensor, got ",
+               dtype_name(t.dtype()));
+  ATTEND_CHECK(low <= high, "uniform_: expected low <= high, got ", low, " > ", high);
+  fill_blocks(t, gen, "uniform_", [=](const PhiloxCounter& r) {
+    return low + (high - low) * u64_to_unit_double(r[0], r[1]);
+  });
+}
+
+void normal_(const Tensor& t, double mean, double std, Generator& gen) {
+  ATTEND_CHECK(is_floating(t.dtype()), "normal_: expected a floating tensor, got ",
+               dtype_name(t.dtype()));
+  ATTEND_CHECK(std >= 0, "normal_: expected std >= 0, got ", std);
+  fill_blocks(t, gen, "normal_",
+              [=](const PhiloxCounter& r) { return mean + std * standard_normal(r); });
+}
+
+Tensor uniform(const Shape& shape, double low, double high, Generator& gen, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  uniform_(t, low, high, gen);
+  return t;
+}
+
+Tensor normal(const Shape& shape, double mean, double std, Generator& gen, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  normal_(t, mean, std, gen);
+  return t;
+}
+
+Tensor rand(const Shape& shape, Generator& gen, DType dtype) {
+  return uniform(shape, 0.0, 1.0, gen, dtype);
+}
+
+Tensor randn(const Shape& shape, Generator& gen, DType dtype) {
+  return normal(shape, 0.0, 1.0, gen, dtype);
+}
+
+Tensor randint(const Shape& shape, int64_t low, int64_t high, Generator& gen, DType dtype) {
+  ATTEND_CHECK(is_integer(dtype), "randint: expected an integer dtype, got ", dtype_name(dtype));
+  ATTEND_CHECK(low < high, "randint: expected low < high, got [", low, ", ", high, ")");
+  Tensor t = empty(shape, dtype);
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  // 64 random bits mod range: bias below 2^-32 for ranges under 2^32.
+  fill_blocks(t, gen, "randint", [=](const PhiloxCounter& r) {
+    uint64_t x = (static_cast<uint64_t>(r[0]) << 32) | r[1];
+    return static_cast<double>(low + static_cast<int64_t>(x % range));
+  });
+  return t;
+}
+
+}  // namespace attend

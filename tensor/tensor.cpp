@@ -1,0 +1,228 @@
+#include "tensor/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+namespace attend {
+
+Storage::Storage(size_t n) : nbytes(n) {
+  size_t rounded = (n + 63) / 64 * 64;
+  data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!data) throw std::bad_alloc();
+}
+
+Storage::~Storage() { std::free(data); }
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape().size(); i-- > 0;) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+namespace {
+
+int64_t element_offset(const Tensor& t, const std::vector<int64_t>& index) {
+  ATTEND_CHECK(static_cast<int64_t>(index.size()) == t.dim(), "at: expected ", t.dim(),
+               " indices for a tensor of shape ", shape_str(t.shape()), ", got ", index.size());
+  int64_t off = 0;
+  for (size_t i = 0; i < index.size(); ++i) {
+    int64_t k = index[i] < 0 ? index[i] + t.shape()[i] : index[i];
+    ATTEND_CHECK(k >= 0 && k < t.shape()[i], "at: index ", index[i], " is out of range for dim ",
+                 i, " of size ", t.shape()[i]);
+    off += k * t.strides()[i];
+  }
+  return off;
+}
+
+double read_as_double(const Tensor& t, int64_t off) {
+  return dispatch_all(t.dtype(), [&]<typename T>() {
+    return static_cast<double>(static_cast<const T*>(t.raw_data())[off]);
+  });
+}
+
+}  // namespace
+
+double Tensor::item() const {
+  ATTEND_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ",
+               shape_str(shape()));
+  return read_as_double(*this, 0);
+}
+
+double Tensor::at(const std::vector<int64_t>& index) const {
+  return read_as_double(*this, element_offset(*this, index));
+}
+
+void Tensor::set(const std::vector<int64_t>& index, double value) const {
+  int64_t off = element_offset(*this, index);
+  dispatch_all(dtype(), [&]<typename T>() { static_cast<T*>(raw_data())[off] = static_cast<T>(value); });
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  std::vector<T> out;
+  out.reserve(numel());
+  if (numel() == 0) return out;
+  std::vector<int64_t> idx(dim(), 0);
+  dispatch_all(dtype(), [&]<typename S>() {
+    const S* p = static_cast<const S*>(raw_data());
+    for (int64_t n = 0; n < numel(); ++n) {
+      int64_t off = 0;
+      for (int64_t d = 0; d < dim(); ++d) off += idx[d] * strides()[d];
+      out.push_back(static_cast<T>(p[off]));
+      for (int64_t d = dim() - 1; d >= 0; --d) {
+        if (++idx[d] < shape()[d]) break;
+        idx[d] = 0;
+      }
+    }
+  });
+  return out;
+}
+
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+
+Tensor& Tensor::requires_grad_(bool on) {
+  ATTEND_CHECK(!on || is_floating(dtype()),
+               "requires_grad_: only floating tensors can require grad, got ", dtype_name(dtype()));
+  ATTEND_CHECK(on || is_leaf(),
+               "requires_grad_: cannot turn off requires_grad on a non-leaf tensor; use detach()");
+  impl_->requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->shape = impl_->shape;
+  impl->strides = impl_->strides;
+  impl->offset = impl_->offset;
+  impl->dtype = impl_->dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.impl()->storage;
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+Tensor empty(const Shape& shape, DType dtype) {
+  for (int64_t s : shape) ATTEND_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(numel(shape) * dtype_size(dtype));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.raw_data(), 0, t.numel() * dtype_size(dtype));
+  return t;
+}
+
+Tensor full(const Shape& shape, double value, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  dispatch_all(dtype, [&]<typename T>() {
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(value);
+  });
+  return t;
+}
+
+Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+
+Tensor arange(double start, double end, double step, DType dtype) {
+  ATTEND_CHECK(step != 0, "arange: step must be non-zero");
+  int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
+  if (n < 0) n = 0;
+  Tensor t = empty({n}, dtype);
+  dispatch_all(dtype, [&]<typename T>() {
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + i * step);
+  });
+  return t;
+}
+
+Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  ATTEND_CHECK(static_cast<int64_t>(values.size()) == numel(shape), "tensor: shape ",
+               shape_str(shape), " holds ", numel(shape), " elements, got ", values.size(),
+               " values");
+  Tensor t = empty(shape, dtype);
+  dispatch_all(dtype, [&]<typename T>() {
+    T* p = t.data<T>();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
+  });
+  return t;
+}
+
+Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
+
+// Printing: PyTorch-like nested brackets; a dim longer than 6 shows its first and last 3.
+namespace {
+
+void print_rec(std::ostream& os, const Tensor& t, std::vector<int64_t>& idx, int64_t d,
+               int indent) {
+  const int64_t n = t.shape()[d];
+  const bool abbreviate = n > 6;
+  os << "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (abbreviate && i == 3) {
+      os << (d + 1 == t.dim() ? "..., " : "...,\n" + std::string(indent + 1, ' '));
+      i = n - 3;
+    }
+    idx[d] = i;
+    if (d + 1 == t.dim()) {
+      double v = t.at(idx);
+      if (is_floating(t.dtype())) {
+        os << std::setw(10) << std::setprecision(4) << v;
+      } else {
+        os << static_cast<int64_t>(v);
+      }
+    } else {
+      print_rec(os, t, idx, d + 1, indent + 1);
+    }
+    if (i + 1 < n) os << (d + 1 == t.dim() ? ", " : ",\n" + std::string(indent + 1, ' '));
+  }
+  os << "]";
+}
+
+}  // namespace
+
+std::string Tensor::to_string() const {
+  if (!defined()) return "tensor(undefined)";
+  std::ostringstream os;
+  os << "tensor(shape=" << shape_str(shape()) << ", dtype=" << dtype_name(dtype());
+  if (requires_grad()) os << ", requires_grad";
+  os << ")\n";
+  if (numel() == 0) {
+    os << "[]";
+  } else if (dim() == 0) {
+    os << item();
+  } else {
+    std::vector<int64_t> idx(dim(), 0);
+    print_rec(os, *this, idx, 0, 0);
+  }
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
+
+}  // namespace attend

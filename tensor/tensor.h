@@ -1,0 +1,125 @@
+// Tensor: a handle to an N-dimensional, strided view of shared storage.
+//
+// Storage is one 64-byte aligned buffer; views (reshape, transpose, narrow, expand, ...)
+// share it and differ only in shape, strides and offset. Copying a Tensor copies the
+// handle, not the data. This header holds data and metadata only: the differentiable
+// operations live in autograd/ops.h, the raw kernels in tensor/kernels.h.
+//
+// The autograd fields (requires_grad, grad, grad_fn) live here so that every tensor can
+// carry them, but the graph and the engine belong to autograd/: Tensor::backward is
+// defined in autograd/engine.cpp.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+#include "tensor/shape.h"
+
+namespace attend {
+
+namespace autograd {
+struct Node;
+}
+
+// An aligned buffer, freed with its last owner.
+struct Storage {
+  explicit Storage(size_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data = nullptr;
+  size_t nbytes = 0;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::F32;
+
+  // Autograd metadata (see autograd/README.md).
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<autograd::Node> grad_fn;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl_->shape; }
+  const Strides& strides() const { return impl_->strides; }
+  int64_t offset() const { return impl_->offset; }
+  DType dtype() const { return impl_->dtype; }
+  int64_t dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const { return attend::numel(impl_->shape); }
+  bool is_contiguous() const;
+
+  // Pointer to the first element of this view; T must match the dtype.
+  template <typename T>
+  T* data() const {
+    ATTEND_CHECK(dtype_of<T>() == dtype(), "data: tensor has dtype ", dtype_name(dtype()),
+                 ", asked for ", dtype_name(dtype_of<T>()));
+    return static_cast<T*>(impl_->storage->data) + impl_->offset;
+  }
+  void* raw_data() const {
+    return static_cast<char*>(impl_->storage->data) + impl_->offset * dtype_size(dtype());
+  }
+
+  // Element access, converting through double (for tests and printing, not kernels).
+  double item() const;  // the only element of a one-element tensor
+  double at(const std::vector<int64_t>& index) const;
+  void set(const std::vector<int64_t>& index, double value) const;
+  // All elements in logical row-major order.
+  template <typename T>
+  std::vector<T> to_vector() const;
+
+  // Autograd metadata.
+  bool requires_grad() const { return impl_->requires_grad; }
+  Tensor& requires_grad_(bool on = true);
+  Tensor grad() const { return Tensor(impl_->grad); }
+  void set_grad(const Tensor& g) const { impl_->grad = g.impl_; }
+  void zero_grad() const { impl_->grad.reset(); }  // PyTorch's set_to_none
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl_->grad_fn; }
+  bool is_leaf() const { return impl_->grad_fn == nullptr; }
+  // Same storage and view, outside the graph.
+  Tensor detach() const;
+  // Runs reverse-mode autodiff from this tensor (autograd/engine.cpp). A non-scalar needs
+  // an explicit `grad` of its shape.
+  void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  std::string to_string() const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// A tensor over existing storage (views use this).
+Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);
+
+// Creation. Fresh contiguous storage; none of these record a graph.
+Tensor empty(const Shape& shape, DType dtype = DType::F32);
+Tensor zeros(const Shape& shape, DType dtype = DType::F32);
+Tensor ones(const Shape& shape, DType dtype = DType::F32);
+Tensor full(const Shape& shape, double value, DType dtype = DType::F32);
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::F32);
+// Values in row-major order; their count must equal the shape's element count.
+Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype = DType::F32);
+Tensor scalar_tensor(double value, DType dtype = DType::F32);  // 0-dim
+
+}  // namespace attend
