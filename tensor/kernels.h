@@ -38,8 +38,10 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 // out = cond ? a : b, all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-// Lower-triangular bool mask (rows, cols): true where col <= row + diagonal.
+// Triangular bool masks (rows, cols): tril is true where col <= row + diagonal, triu where
+// col >= row + diagonal. The causal attention mask (the future) is triu_mask(T, T, 1).
 Tensor tril_mask(int64_t rows, int64_t cols, int64_t diagonal = 0);
+Tensor triu_mask(int64_t rows, int64_t cols, int64_t diagonal = 0);
 
 // ---- elementwise (tensor/kernels/elementwise.cpp) -------------------------------------
 enum class Unary { Neg, Exp, Log, Sqrt, Tanh, Relu, Gelu, Pow, Affine, Rdiv, Abs };

@@ -136,4 +136,12 @@ Tensor tril_mask(int64_t rows, int64_t cols, int64_t diagonal) {
   return m;
 }
 
+Tensor triu_mask(int64_t rows, int64_t cols, int64_t diagonal) {
+  Tensor m = empty({rows, cols}, DType::Bool);
+  bool* p = m.data<bool>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) p[i * cols + j] = j >= i + diagonal;
+  return m;
+}
+
 }  // namespace attend::kernel

@@ -75,6 +75,12 @@ void run_batches(const MatmulPlan& p, const Tensor& a, const Tensor& b, const Te
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (a.dim() > 2 && b.dim() == 2 && a.size(-1) == b.size(0)) {
+    // (..., M, K) @ (K, N): one (prod(...) * M, K) @ (K, N) product (Linear layers).
+    Shape out_shape = a.shape();
+    out_shape.back() = b.size(1);
+    return reshape(matmul(reshape(a, {-1, a.size(-1)}), b), out_shape);
+  }
   MatmulPlan p = plan(a, b);
   Tensor out = empty(p.out_shape, a.dtype());
   dispatch_float(a.dtype(), "matmul", [&]<typename T>() {

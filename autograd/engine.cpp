@@ -1,0 +1,145 @@
+// The backward engine: reverse topological order over the nodes reachable from the root,
+// gradients summed per node before it runs, and accumulated (+=) into leaves' grad().
+#include <unordered_map>
+
+#include "autograd/node.h"
+#include "tensor/kernels.h"
+
+namespace attend::autograd {
+
+namespace {
+thread_local bool grad_enabled = true;
+}
+
+bool is_grad_enabled() { return grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(grad_enabled) { grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { grad_enabled = prev_; }
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(const char* name, const std::vector<Tensor>& inputs, Tensor& out, BackwardFn fn) {
+  if (!needs_grad(inputs)) return;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && out.is_same(t)) {
+      out = make_view(out, out.shape(), out.strides(), out.offset());
+      break;
+    }
+  }
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  for (const Tensor& t : inputs) {
+    Edge e;
+    const bool need = t.defined() && t.requires_grad();
+    if (need) {
+      if (t.is_leaf()) {
+        e.leaf = t.impl_ptr();
+      } else {
+        e.node = t.grad_fn();
+      }
+    }
+    node->next.push_back(std::move(e));
+    node->needs.push_back(need);
+    node->input_shapes.push_back(t.defined() ? t.shape() : Shape{});
+    node->input_dtypes.push_back(t.defined() ? t.dtype() : DType::F32);
+  }
+  node->backward = std::move(fn);
+  out.impl()->requires_grad = true;
+  out.impl()->grad_fn = std::move(node);
+}
+
+namespace {
+
+void accumulate_leaf(TensorImpl* leaf, const Tensor& g) {
+  if (!leaf->grad) {
+    leaf->grad = kernel::clone(g).impl_ptr();
+  } else {
+    kernel::add_(Tensor(leaf->grad), g);
+  }
+}
+
+}  // namespace
+
+}  // namespace attend::autograd
+
+namespace attend {
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  using namespace autograd;
+  ATTEND_CHECK(requires_grad(),
+               "backward: the tensor does not require grad (was it computed under no-grad, or "
+               "from inputs none of which require grad?)");
+  Tensor g = grad;
+  if (!g.defined()) {
+    ATTEND_CHECK(numel() == 1,
+                 "backward: a gradient can be created implicitly only for a one-element "
+                 "output, got shape ", shape_str(shape()), "; pass grad explicitly");
+    g = ones(shape(), dtype());
+  }
+  ATTEND_CHECK(g.shape() == shape() && g.dtype() == dtype(), "backward: expected grad of shape ",
+               shape_str(shape()), " and dtype ", dtype_name(dtype()), ", got ",
+               shape_str(g.shape()), " ", dtype_name(g.dtype()));
+  NoGradGuard no_grad;
+  if (is_leaf()) {
+    accumulate_leaf(impl(), g);
+    return;
+  }
+
+  // Count, for each reachable node, the edges that lead into it.
+  Node* root = grad_fn().get();
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{root};
+  deps[root] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.node) continue;
+      auto [it, fresh] = deps.try_emplace(e.node.get(), 0);
+      ++it->second;
+      if (fresh) stack.push_back(e.node.get());
+    }
+  }
+
+  std::unordered_map<Node*, Tensor> pending{{root, g}};
+  std::vector<Node*> ready{root};
+  while (!ready.empty()) {
+    Node* n = ready.back();
+    ready.pop_back();
+    Tensor gn = std::move(pending[n]);
+    pending.erase(n);
+    ATTEND_CHECK(!n->released, "backward: the graph through '", n->name,
+                 "' was already freed by an earlier backward; pass retain_graph=true to the "
+                 "first backward to run backward twice");
+    std::vector<Tensor> grads = gn.defined() ? n->backward(gn, n->needs) : std::vector<Tensor>{};
+    grads.resize(n->next.size());
+    for (size_t i = 0; i < n->next.size(); ++i) {
+      const Edge& e = n->next[i];
+      const Tensor& gi = grads[i];
+      if (n->needs[i] && gi.defined()) {
+        ATTEND_CHECK(gi.shape() == n->input_shapes[i] && gi.dtype() == n->input_dtypes[i],
+                     "backward of '", n->name, "': gradient ", i, " has shape ",
+                     shape_str(gi.shape()), " ", dtype_name(gi.dtype()), ", expected ",
+                     shape_str(n->input_shapes[i]), " ", dtype_name(n->input_dtypes[i]),
+                     " (a bug in the op's backward)");
+        if (e.leaf) {
+          accumulate_leaf(e.leaf.get(), gi);
+        } else if (e.node) {
+          Tensor& slot = pending[e.node.get()];
+          slot = slot.defined() ? kernel::binary(kernel::Binary::Add, slot, gi) : gi;
+        }
+      }
+      if (e.node && --deps[e.node.get()] == 0) ready.push_back(e.node.get());
+    }
+    if (!retain_graph) {
+      n->backward = nullptr;
+      n->released = true;
+    }
+  }
+}
+
+}  // namespace attend

@@ -1,0 +1,116 @@
+#include "autograd/gradcheck.h"
+
+#include <cmath>
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "autograd/node.h"
+#include "tensor/kernels.h"
+#include "tensor/random.h"
+
+namespace attend {
+
+std::string GradcheckResult::message() const {
+  std::ostringstream os;
+  os << (passed ? "passed" : "FAILED") << ": " << checked << " elements, max abs err "
+     << max_abs_err << ", max rel err " << max_rel_err;
+  if (input >= 0) {
+    os << "; worst: input " << input << " index " << shape_str(index) << " numeric " << numeric
+       << " analytic " << analytic;
+  }
+  return os.str();
+}
+
+namespace {
+
+double projected(const GradcheckFn& f, const std::vector<Tensor>& xs, const Tensor& v) {
+  NoGradGuard no_grad;
+  Tensor out = f(xs);
+  return kernel::sum(kernel::binary(kernel::Binary::Mul, out, v), {}, false).item();
+}
+
+std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return idx;
+}
+
+// Up to k distinct flat indices of [0, n), all of them when n <= k (partial Fisher-Yates).
+std::vector<int64_t> sample_indices(int64_t n, int64_t k, Generator& gen) {
+  std::vector<int64_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  if (n <= k) return all;
+  for (int64_t i = 0; i < k; ++i) {
+    PhiloxCounter r = gen.block(gen.advance(1));
+    int64_t j = i + static_cast<int64_t>(((static_cast<uint64_t>(r[0]) << 32) | r[1]) % (n - i));
+    std::swap(all[i], all[j]);
+  }
+  all.resize(k);
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+}  // namespace
+
+GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                          const GradcheckOptions& opt) {
+  std::vector<Tensor> xs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    if (in.requires_grad()) {
+      ATTEND_CHECK(in.dtype() == DType::F64, "gradcheck: input ", i, " has dtype ",
+                   dtype_name(in.dtype()), "; gradcheck needs f64 inputs");
+    }
+    Tensor c = kernel::clone(in);
+    if (in.requires_grad()) c.requires_grad_(true);
+    xs.push_back(c);
+  }
+
+  Generator gen(opt.seed);
+  Tensor out = f(xs);
+  ATTEND_CHECK(out.dtype() == DType::F64, "gradcheck: the function returned ",
+               dtype_name(out.dtype()), "; gradcheck needs an f64 output");
+  ATTEND_CHECK(out.requires_grad(), "gradcheck: the output does not depend on any input that "
+               "requires grad");
+  Tensor v = randn(out.shape(), gen, DType::F64);
+  out.backward(v);
+
+  GradcheckResult res;
+  double worst_excess = -1;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (!xs[i].requires_grad()) continue;
+    Tensor analytic = xs[i].grad().defined() ? xs[i].grad() : zeros(xs[i].shape(), DType::F64);
+    double* p = xs[i].data<double>();
+    for (int64_t e : sample_indices(xs[i].numel(), opt.max_elements, gen)) {
+      const double orig = p[e];
+      p[e] = orig + opt.eps;
+      const double plus = projected(f, xs, v);
+      p[e] = orig - opt.eps;
+      const double minus = projected(f, xs, v);
+      p[e] = orig;
+      const double num = (plus - minus) / (2 * opt.eps);
+      const double ana = analytic.data<double>()[e];
+      const double abs_err = std::abs(num - ana);
+      const double rel_err = abs_err / std::max(std::abs(num), 1e-12);
+      const double excess = abs_err - (opt.atol + opt.rtol * std::abs(num));
+      ++res.checked;
+      res.max_abs_err = std::max(res.max_abs_err, abs_err);
+      if (std::abs(num) > opt.atol) res.max_rel_err = std::max(res.max_rel_err, rel_err);
+      if (!(excess <= 0)) res.passed = false;  // NaN fails too
+      if (excess > worst_excess || std::isnan(excess)) {
+        worst_excess = std::isnan(excess) ? INFINITY : excess;
+        res.input = static_cast<int>(i);
+        res.index = unravel(e, xs[i].shape());
+        res.numeric = num;
+        res.analytic = ana;
+      }
+    }
+  }
+  return res;
+}
+
+}  // namespace attend

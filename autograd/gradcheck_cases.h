@@ -1,0 +1,24 @@
+// The table of differentiable ops checked by gradcheck: one row per op and form
+// (broadcast operands, non-contiguous inputs, a tensor used twice). Tests run every row;
+// `attend gradcheck` prints them. Adding an op adds a row here.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "tensor/random.h"
+
+namespace attend {
+
+struct GradcheckCase {
+  std::string name;
+  std::string shapes;  // what the inputs look like, for the report
+  std::function<std::vector<Tensor>(Generator&)> inputs;  // f64, requiring grad where checked
+  GradcheckFn fn;
+};
+
+const std::vector<GradcheckCase>& op_gradcheck_cases();
+
+}  // namespace attend

@@ -1,0 +1,67 @@
+// The autograd graph. See autograd/README.md for the contract every op follows.
+//
+// Define-by-run: a differentiable op computes its result with raw kernels and, when grad
+// mode is on and any input requires grad, records a Node on the result. The node keeps
+// one edge per input (the input's own node, or the leaf tensor itself) and a closure, the
+// op's backward, that maps the gradient of the result to the gradients of the inputs.
+// Tensor::backward walks the nodes in reverse topological order (engine.cpp).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace attend::autograd {
+
+struct Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;         // a non-leaf input: its grad flows into this node
+  std::shared_ptr<TensorImpl> leaf;   // a leaf input: its grad accumulates here
+  bool defined() const { return node || leaf; }
+};
+
+using Needs = std::vector<bool>;  // needs[i]: input i requires a gradient
+// (grad of the output, needs) -> one gradient per input; an undefined Tensor means zero.
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor&, const Needs&)>;
+
+struct Node {
+  const char* name = "";
+  std::vector<Edge> next;          // one per input
+  std::vector<Shape> input_shapes;  // to check each gradient's shape
+  std::vector<DType> input_dtypes;
+  Needs needs;
+  BackwardFn backward;  // released (emptied) after use unless retain_graph
+  bool released = false;
+};
+
+// Grad mode is per thread; NoGradGuard turns recording off in a scope (evaluation,
+// sampling, optimizer updates).
+bool is_grad_enabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// True when an op on these inputs would record a node.
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Records `fn` as the backward of `out` = name(inputs), if needs_grad(inputs). `out` must
+// be a fresh handle (record makes it one if a kernel returned an input unchanged).
+// Whatever fn captures stays alive until the node is released: capture what backward
+// needs and no more, and capture the output only as out.detach() (else it owns itself).
+void record(const char* name, const std::vector<Tensor>& inputs, Tensor& out, BackwardFn fn);
+
+}  // namespace attend::autograd
+
+namespace attend {
+using autograd::NoGradGuard;
+}

@@ -1,0 +1,94 @@
+// The differentiable operations: attend's tensor API. Each records its backward (see
+// autograd/README.md) when grad mode is on and an input requires grad. Dims may be
+// negative (counted from the end). Shapes follow PyTorch's semantics.
+#pragma once
+
+#include <vector>
+
+#include "autograd/node.h"
+#include "tensor/tensor.h"
+
+namespace attend {
+
+// ---- views and copies (ops/views.cpp) ----------------------------------------------------
+Tensor view(const Tensor& x, const Shape& shape);     // no copy; one dim may be -1
+Tensor reshape(const Tensor& x, const Shape& shape);  // view when possible, else a copy
+Tensor flatten(const Tensor& x);                      // (numel,)
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end);  // [start, end)
+Tensor select(const Tensor& x, int64_t dim, int64_t index);  // drops the dim
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor contiguous(const Tensor& x);
+Tensor clone(const Tensor& x);
+Tensor to(const Tensor& x, DType dtype);
+
+// ---- joining and selecting (ops/join.cpp) ------------------------------------------------
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
+// Pieces of `size` along dim (the last may be shorter); each a view of x.
+std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);  // mask: bool
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);     // cond: bool
+
+// ---- elementwise (ops/elementwise.cpp) ---------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double s);
+Tensor sub(const Tensor& a, double s);
+Tensor sub(double s, const Tensor& a);
+Tensor mul(const Tensor& a, double s);
+Tensor div(const Tensor& a, double s);
+Tensor div(double s, const Tensor& a);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, double p);
+Tensor tanh(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // GPT-2's tanh approximation
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+inline Tensor operator+(double s, const Tensor& a) { return add(a, s); }
+inline Tensor operator-(const Tensor& a, double s) { return sub(a, s); }
+inline Tensor operator-(double s, const Tensor& a) { return sub(s, a); }
+inline Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+inline Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
+inline Tensor operator/(const Tensor& a, double s) { return div(a, s); }
+inline Tensor operator/(double s, const Tensor& a) { return div(s, a); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+
+// ---- reductions (ops/reduce.cpp) ---------------------------------------------------------
+Tensor sum(const Tensor& x);  // every element, 0-dim result
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+// Max over dims; the gradient goes to the first maximal element of each reduced block.
+Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+
+// ---- matmul (ops/matmul.cpp) -------------------------------------------------------------
+// (..., M, K) @ (..., K, N) -> (..., M, N), batch dims broadcast; transposed views free.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- fused neural-network ops (ops/nn_ops.cpp), each a single node -----------------------
+Tensor softmax(const Tensor& x);      // over the last dim
+Tensor log_softmax(const Tensor& x);  // over the last dim
+// Over the last dim; bias may be an undefined Tensor (no bias).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// logits (..., V), targets (...) integer: mean over targets != ignore_index (PyTorch's
+// default ignore_index is -100).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// weight (V, C), ids (...) integer -> (..., C)
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+}  // namespace attend

@@ -1,0 +1,29 @@
+// `attend gradcheck`: every differentiable op through gradcheck (f64), one row each.
+#include <cstdio>
+#include <string>
+
+#include "autograd/gradcheck_cases.h"
+#include "train/cli.h"
+
+namespace attend::cli {
+
+int run_gradcheck(const GradcheckArgs& args) {
+  int failed = 0, ran = 0;
+  std::printf("%-22s %-40s %12s %12s  %s\n", "name", "inputs", "max abs err", "max rel err",
+              "result");
+  for (const GradcheckCase& c : op_gradcheck_cases()) {
+    if (!args.only.empty() && c.name.find(args.only) == std::string::npos) continue;
+    Generator gen(args.seed);
+    GradcheckResult r = gradcheck(c.fn, c.inputs(gen));
+    ++ran;
+    if (!r.passed) ++failed;
+    std::printf("%-22s %-40s %12.3g %12.3g  %s\n", c.name.c_str(), c.shapes.c_str(),
+                r.max_abs_err, r.max_rel_err, r.passed ? "pass" : "FAIL");
+    if (!r.passed) std::printf("    %s\n", r.message().c_str());
+  }
+  ATTEND_CHECK(ran > 0, "gradcheck: no case matches --only '", args.only, "'");
+  std::printf("%d passed, %d failed\n", ran - failed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace attend::cli

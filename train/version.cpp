@@ -1,0 +1,5 @@
+#include "train/version.h"
+
+namespace attend {
+const char* version() { return ATTEND_VERSION; }
+}  // namespace attend

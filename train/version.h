@@ -1,0 +1,6 @@
+// attend's version, from CMake's project(VERSION).
+#pragma once
+
+namespace attend {
+const char* version();
+}
