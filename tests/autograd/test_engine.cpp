@@ -1,0 +1,119 @@
+// The backward engine: accumulation, views, broadcasting, no-grad, retain_graph and the
+// errors around them.
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+#include "test_util.h"
+
+using namespace attend;
+using attend::test::check_error;
+
+namespace {
+Tensor leaf(std::vector<double> v, Shape s) {
+  Tensor t = tensor(v, s, DType::F64);
+  t.requires_grad_();
+  return t;
+}
+}  // namespace
+
+TEST_CASE("gradients accumulate with += across backward calls") {
+  Tensor x = leaf({1, 2, 3}, {3});
+  sum(mul(x, x)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 4, 6});
+  sum(mul(x, 3.0)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{5, 7, 9});
+  x.zero_grad();
+  CHECK(!x.grad().defined());
+}
+
+TEST_CASE("a tensor used twice gets the sum of both paths") {
+  Tensor x = leaf({2}, {1});
+  // y = x * x + exp(x): dy/dx = 2x + exp(x)
+  sum(add(mul(x, x), exp(x))).backward();
+  CHECK(x.grad().item() == doctest::Approx(4 + std::exp(2.0)).epsilon(1e-15));
+}
+
+TEST_CASE("broadcast operands get gradients summed back to their shape") {
+  Tensor a = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = leaf({10, 20, 30}, {3});
+  Tensor c = leaf({7}, {});
+  sum(mul(add(a, b), c)).backward();
+  CHECK(b.grad().shape() == Shape{3});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{14, 14, 14});
+  CHECK(c.grad().item() == 21 + 120);
+  CHECK(a.grad().to_vector<double>() == std::vector<double>(6, 7));
+}
+
+TEST_CASE("gradients through views reach their base") {
+  Tensor base = leaf({0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor v = narrow(transpose(base, 0, 1), 0, 1, 2);  // rows 1..2 of base^T: (2, 2)
+  sum(mul(v, tensor({1, 2, 3, 4}, {2, 2}, DType::F64))).backward();
+  // v[i][j] = base[j][i + 1]
+  CHECK(base.grad().to_vector<double>() == std::vector<double>{0, 1, 3, 0, 2, 4});
+  CHECK(!v.is_leaf());
+}
+
+TEST_CASE("backward of a non-scalar takes an explicit gradient") {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul(x, 3.0);
+  check_error([&] { y.backward(); },
+              "backward: a gradient can be created implicitly only for a one-element output, "
+              "got shape (2,)");
+  check_error([&] { y.backward(ones({3}, DType::F64)); }, "backward: expected grad of shape (2,)");
+  y.backward(tensor({1, 10}, {2}, DType::F64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 30});
+}
+
+TEST_CASE("a second backward through a freed graph is an error; retain_graph keeps it") {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor loss = sum(exp(x));
+  loss.backward();
+  check_error([&] { loss.backward(); }, "was already freed by an earlier backward");
+
+  Tensor x2 = leaf({1, 2}, {2});
+  Tensor loss2 = sum(exp(x2));
+  loss2.backward(Tensor(), /*retain_graph=*/true);
+  loss2.backward();
+  CHECK(x2.grad().at({0}) == doctest::Approx(2 * std::exp(1.0)).epsilon(1e-15));
+}
+
+TEST_CASE("no-grad scope records nothing; detach leaves the graph") {
+  Tensor x = leaf({1, 2}, {2});
+  {
+    NoGradGuard guard;
+    CHECK(!autograd::is_grad_enabled());
+    Tensor y = mul(x, 2.0);
+    CHECK(!y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+  }
+  CHECK(autograd::is_grad_enabled());
+  Tensor d = mul(x, 2.0).detach();
+  CHECK(!d.requires_grad());
+  check_error([&] { d.backward(); }, "backward: the tensor does not require grad");
+  // Inputs that do not require grad produce outputs that do not either.
+  CHECK(!exp(ones({2})).requires_grad());
+}
+
+TEST_CASE("only inputs that require grad get one") {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor k = tensor({3, 4}, {2}, DType::F64);
+  sum(mul(x, k)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 4});
+  CHECK(!k.grad().defined());
+}
+
+TEST_CASE("an op returning its input unchanged still records a fresh node") {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor c = contiguous(x);  // the kernel returns x itself
+  CHECK(!c.is_same(x));
+  CHECK(x.is_leaf());
+  sum(mul(c, c)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 4});
+}
+
+TEST_CASE("a deep chain does not overflow the stack") {
+  Tensor x = leaf({1}, {1});
+  Tensor y = x;
+  for (int i = 0; i < 20000; ++i) y = add(y, 0.0);
+  sum(y).backward();
+  CHECK(x.grad().item() == 1);
+}

@@ -1,0 +1,102 @@
+// The fused single-node ops against their compositions from primitives: same values,
+// same gradients.
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+#include "tensor/random.h"
+#include "test_util.h"
+
+using namespace attend;
+
+namespace {
+
+using Fn = Tensor (*)(const std::vector<Tensor>&);
+
+// Runs f on fresh leaf copies of xs with upstream gradient v; returns output and grads.
+std::vector<Tensor> run(Fn f, const std::vector<Tensor>& xs, const Tensor& v) {
+  std::vector<Tensor> in;
+  for (const Tensor& x : xs) in.push_back(kernel::clone(x).requires_grad_());
+  Tensor out = f(in);
+  out.backward(v);
+  std::vector<Tensor> res{out.detach()};
+  for (const Tensor& x : in) res.push_back(x.grad());
+  return res;
+}
+
+void check_same(Fn fused, Fn composed, const std::vector<Tensor>& xs, uint64_t seed) {
+  Generator g(seed);
+  Tensor probe = fused(xs);
+  Tensor v = randn(probe.shape(), g, DType::F64);
+  auto a = run(fused, xs, v), b = run(composed, xs, v);
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("output/grad ", i);
+    test::check_close(a[i], b[i], 1e-12, 1e-10);
+  }
+}
+
+Tensor softmax_composed(const Tensor& x) {
+  Tensor e = exp(sub(x, max(x, {-1}, true)));
+  return div(e, sum(e, {-1}, true));
+}
+
+}  // namespace
+
+TEST_CASE("softmax equals exp(x - max) / sum") {
+  Generator g(1);
+  check_same([](const std::vector<Tensor>& x) { return softmax(x[0]); },
+             [](const std::vector<Tensor>& x) { return softmax_composed(x[0]); },
+             {randn({4, 7}, g, DType::F64)}, 2);
+}
+
+TEST_CASE("log_softmax equals x - max - log(sum(exp(x - max)))") {
+  Generator g(3);
+  check_same([](const std::vector<Tensor>& x) { return log_softmax(x[0]); },
+             [](const std::vector<Tensor>& x) {
+               Tensor s = sub(x[0], max(x[0], {-1}, true));
+               return sub(s, log(sum(exp(s), {-1}, true)));
+             },
+             {randn({2, 3, 6}, g, DType::F64)}, 4);
+}
+
+TEST_CASE("layer_norm equals its formula from primitives") {
+  Generator g(5);
+  check_same([](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2], 1e-5); },
+             [](const std::vector<Tensor>& x) {
+               Tensor mu = mean(x[0], {-1}, true);
+               Tensor c = sub(x[0], mu);
+               Tensor var = mean(mul(c, c), {-1}, true);
+               return add(mul(div(c, sqrt(add(var, 1e-5))), x[1]), x[2]);
+             },
+             {randn({3, 5, 8}, g, DType::F64), randn({8}, g, DType::F64), randn({8}, g, DType::F64)},
+             6);
+}
+
+TEST_CASE("cross_entropy equals the mean of -log_softmax at the targets") {
+  Generator g(7);
+  static Tensor targets = tensor({2, 0, -100, 4, 4, 1}, {2, 3}, DType::I64);
+  check_same([](const std::vector<Tensor>& x) { return cross_entropy(x[0], targets); },
+             [](const std::vector<Tensor>& x) {
+               // one-hot selection with the ignored row dropped, from primitives
+               Tensor lp = log_softmax(x[0]);  // (2,3,5)
+               std::vector<double> onehot(30, 0.0);
+               std::vector<int64_t> t = targets.to_vector<int64_t>();
+               int count = 0;
+               for (int i = 0; i < 6; ++i)
+                 if (t[i] >= 0) {
+                   onehot[i * 5 + t[i]] = 1.0;
+                   ++count;
+                 }
+               Tensor oh = tensor(onehot, {2, 3, 5}, DType::F64);
+               return div(neg(sum(mul(lp, oh))), static_cast<double>(count));
+             },
+             {randn({2, 3, 5}, g, DType::F64)}, 8);
+}
+
+TEST_CASE("gelu equals 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))") {
+  Generator g(9);
+  check_same([](const std::vector<Tensor>& x) { return gelu(x[0]); },
+             [](const std::vector<Tensor>& x) {
+               Tensor inner = mul(add(x[0], mul(pow(x[0], 3.0), 0.044715)), std::sqrt(2.0 / M_PI));
+               return mul(mul(x[0], 0.5), add(tanh(inner), 1.0));
+             },
+             {randn({5, 6}, g, DType::F64)}, 10);
+}

@@ -1,0 +1,146 @@
+// Kernel values against hand-computed cases, f32 against f64, and thread-count
+// independence of the reductions.
+#include <omp.h>
+
+#include "tensor/kernels.h"
+#include "tensor/random.h"
+#include "test_util.h"
+
+using namespace attend;
+namespace k = attend::kernel;
+
+TEST_CASE("elementwise ops on hand-computed values, broadcasting and strided inputs") {
+  Tensor a = tensor({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor row = tensor({10, 20, 30}, {3});
+  Tensor col = tensor({100, 200}, {2, 1});
+  CHECK(k::binary(k::Binary::Add, a, row).to_vector<float>() ==
+        std::vector<float>{11, 22, 33, 14, 25, 36});
+  CHECK(k::binary(k::Binary::Mul, a, col).to_vector<float>() ==
+        std::vector<float>{100, 200, 300, 800, 1000, 1200});
+  CHECK(k::binary(k::Binary::Sub, row, a).shape() == Shape{2, 3});
+  CHECK(k::binary(k::Binary::Div, a, row).at({1, 2}) == doctest::Approx(0.2));
+  // (2,1) op (3,) broadcasts both ways to (2,3).
+  CHECK(k::binary(k::Binary::Add, col, row).to_vector<float>() ==
+        std::vector<float>{110, 120, 130, 210, 220, 230});
+  // A transposed (strided) operand.
+  Tensor at = k::transpose(a, 0, 1);  // (3, 2)
+  CHECK(k::binary(k::Binary::Add, at, at).to_vector<float>() ==
+        std::vector<float>{2, 8, 4, 10, 6, 12});
+
+  Tensor x = tensor({-2, -0.5, 0, 0.5, 2}, {5}, DType::F64);
+  CHECK(k::unary(k::Unary::Relu, x).to_vector<double>() == std::vector<double>{0, 0, 0, 0.5, 2});
+  CHECK(k::unary(k::Unary::Neg, x).at({0}) == 2);
+  CHECK(k::unary(k::Unary::Pow, x, 3).at({4}) == 8);
+  CHECK(k::unary(k::Unary::Affine, x, 2, 1).at({1}) == 0);
+  CHECK(k::unary(k::Unary::Exp, x).at({2}) == 1);
+  CHECK(k::unary(k::Unary::Tanh, x).at({4}) == doctest::Approx(std::tanh(2.0)));
+  // GPT-2's GELU, tanh form: gelu(1) = 0.5 (1 + tanh(sqrt(2/pi) * 1.044715)).
+  Tensor one = tensor({1.0}, {1}, DType::F64);
+  CHECK(k::unary(k::Unary::Gelu, one).item() ==
+        doctest::Approx(0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * 1.044715))).epsilon(1e-15));
+  CHECK(k::unary(k::Unary::Gelu, tensor({-3.0, 0.0}, {2}, DType::F64)).at({1}) == 0);
+}
+
+TEST_CASE("sum, mean-like and max reductions over chosen dims") {
+  Tensor a = k::view(arange(0, 24, 1, DType::F64), {2, 3, 4});
+  CHECK(k::sum(a, {}, false).item() == 276);
+  CHECK(k::sum(a, {0}, false).to_vector<double>() ==
+        std::vector<double>{12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34});
+  CHECK(k::sum(a, {2}, true).shape() == Shape{2, 3, 1});
+  CHECK(k::sum(a, {-1}, false).to_vector<double>() == std::vector<double>{6, 22, 38, 54, 70, 86});
+  CHECK(k::sum(a, {0, 2}, false).to_vector<double>() == std::vector<double>{60, 92, 124});
+  // Reducing a strided view gives what reducing its contiguous copy gives.
+  CHECK(k::sum(k::transpose(a, 0, 2), {0}, false).to_vector<double>() ==
+        k::sum(k::contiguous(k::transpose(a, 0, 2)), {0}, false).to_vector<double>());
+  auto [v, idx] = k::max(tensor({3, 9, 1, 9, -1, 4}, {2, 3}), {1}, false);
+  CHECK(v.to_vector<float>() == std::vector<float>{9, 9});
+  CHECK(idx.to_vector<int64_t>() == std::vector<int64_t>{1, 0});  // first maximum wins
+  auto [v2, idx2] = k::max(tensor({1, NAN, 5}, {3}), {0}, false);
+  CHECK(std::isnan(v2.item()));
+  CHECK(k::sum_to(k::expand(tensor({1, 2}, {2, 1}), {3, 2, 4}), {2, 1}).to_vector<float>() ==
+        std::vector<float>{12, 24});
+}
+
+TEST_CASE("a long f32 sum accumulates in double") {
+  // 1e7 copies of 0.1f: a float accumulator drifts by percents, ours stays exact to ~1e-7.
+  Tensor x = full({10000000}, 0.1);
+  CHECK(k::sum(x, {}, false).item() == doctest::Approx(1e7 * static_cast<double>(0.1f)).epsilon(1e-7));
+}
+
+TEST_CASE("softmax, log_softmax, layer_norm, cross_entropy and embedding values") {
+  Tensor x = tensor({1, 2, 3, 0, 0, 0}, {2, 3}, DType::F64);
+  Tensor s = k::softmax(x);
+  const double z = std::exp(1) + std::exp(2) + std::exp(3);
+  CHECK(s.at({0, 2}) == doctest::Approx(std::exp(3) / z).epsilon(1e-15));
+  CHECK(s.at({1, 1}) == doctest::Approx(1.0 / 3).epsilon(1e-15));
+  CHECK(k::log_softmax(x).at({0, 0}) == doctest::Approx(1 - std::log(z)).epsilon(1e-15));
+  // Future entries at -inf are exactly 0 after softmax.
+  Tensor masked = k::masked_fill(tensor({1, 2, 3, 4}, {2, 2}), k::triu_mask(2, 2, 1), -INFINITY);
+  Tensor p = k::softmax(masked);
+  CHECK(p.at({0, 1}) == 0.0);
+  CHECK(p.at({0, 0}) == 1.0);
+
+  Tensor ln = k::layer_norm(tensor({1, 2, 3, 4}, {1, 4}, DType::F64), ones({4}, DType::F64),
+                            zeros({4}, DType::F64), 0.0).y;
+  // mean 2.5, biased var 1.25
+  CHECK(ln.at({0, 0}) == doctest::Approx(-1.5 / std::sqrt(1.25)).epsilon(1e-14));
+  CHECK(ln.at({0, 3}) == doctest::Approx(1.5 / std::sqrt(1.25)).epsilon(1e-14));
+
+  // Uniform logits: the loss is ln V whatever the targets.
+  auto ce = k::cross_entropy(zeros({4, 7}, DType::F64), tensor({0, 6, 3, -100}, {4}, DType::I64), -100);
+  CHECK(ce.count == 3);
+  CHECK(ce.loss.item() == doctest::Approx(std::log(7.0)).epsilon(1e-15));
+  // Hand case: logits (1, 2), target 1: loss = log(e^1 + e^2) - 2.
+  auto ce2 = k::cross_entropy(tensor({1, 2}, {1, 2}, DType::F64), tensor({1}, {1}, DType::I64), -100);
+  CHECK(ce2.loss.item() == doctest::Approx(std::log(std::exp(1) + std::exp(2)) - 2).epsilon(1e-15));
+
+  Tensor w = k::view(arange(0, 12), {4, 3});
+  Tensor e = k::embedding(w, tensor({3, 0, 3}, {3}, DType::I64));
+  CHECK(e.to_vector<float>() == std::vector<float>{9, 10, 11, 0, 1, 2, 9, 10, 11});
+  Tensor de = k::embedding_backward(ones({3, 3}), tensor({3, 0, 3}, {3}, DType::I32), 4);
+  CHECK(de.to_vector<float>() == std::vector<float>{1, 1, 1, 0, 0, 0, 0, 0, 0, 2, 2, 2});
+}
+
+TEST_CASE("cat, where and masked_fill") {
+  Tensor a = tensor({1, 2}, {1, 2}), b = tensor({3, 4, 5, 6}, {2, 2});
+  CHECK(k::cat({a, b}, 0).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK(k::cat({b, b}, 1).shape() == Shape{2, 4});
+  Tensor cond = tensor({1, 0}, {2}, DType::Bool);
+  CHECK(k::where(cond, b, scalar_tensor(0)).to_vector<float>() == std::vector<float>{3, 0, 5, 0});
+  CHECK(k::masked_fill(b, cond, -1).to_vector<float>() == std::vector<float>{-1, 4, -1, 6});
+}
+
+TEST_CASE("f32 kernels agree with f64 within f32 precision") {
+  Generator g(5);
+  Tensor x64 = randn({37, 129}, g, DType::F64);
+  Tensor x32 = k::cast(x64, DType::F32);
+  test::check_close(k::softmax(x32), k::softmax(x64), 1e-6, 1e-5);
+  test::check_close(k::log_softmax(x32), k::log_softmax(x64), 1e-5, 1e-5);
+  test::check_close(k::unary(k::Unary::Gelu, x32), k::unary(k::Unary::Gelu, x64), 1e-6, 1e-5);
+  test::check_close(k::sum(x32, {1}, false), k::sum(x64, {1}, false), 1e-4, 1e-5);
+  Tensor w64 = randn({129}, g, DType::F64), b64 = randn({129}, g, DType::F64);
+  test::check_close(k::layer_norm(x32, k::cast(w64, DType::F32), k::cast(b64, DType::F32), 1e-5).y,
+                    k::layer_norm(x64, w64, b64, 1e-5).y, 1e-5, 1e-4);
+}
+
+TEST_CASE("sum and softmax are bit-identical with 1 and 2 threads") {
+  const int saved = omp_get_max_threads();
+  Generator g(9);
+  Tensor big = randn({3, 1000003}, g);     // long rows: chunked partial sums
+  Tensor many = randn({4096, 65}, g);      // many short rows
+  Tensor lead = randn({5000, 77}, g);      // leading-dim (column) path
+  auto run = [&] {
+    return std::vector<Tensor>{k::sum(big, {}, false), k::sum(big, {1}, false),
+                               k::sum(many, {1}, false), k::sum(lead, {0}, false),
+                               k::softmax(many), k::softmax(big)};
+  };
+  omp_set_num_threads(1);
+  auto one = run();
+  omp_set_num_threads(2);
+  auto two = run();
+  omp_set_num_threads(saved);
+  for (size_t i = 0; i < one.size(); ++i) {
+    INFO("result ", i);
+    CHECK(test::bit_identical(one[i], two[i]));
+  }
+}

@@ -1,0 +1,57 @@
+// Helpers shared by the test suites.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tensor/error.h"
+#include "tensor/tensor.h"
+
+namespace attend::test {
+
+// Every element within atol + rtol * |expected| (same shape required).
+inline void check_close(const Tensor& got, const Tensor& want, double atol, double rtol = 0) {
+  REQUIRE(got.shape() == want.shape());
+  std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    double excess = std::abs(g[i] - w[i]) - (atol + rtol * std::abs(w[i]));
+    if (!(excess <= worst)) {
+      worst = std::isnan(excess) ? INFINITY : excess;
+      at = i;
+    }
+  }
+  INFO("first worst element ", at, ": got ", (g.empty() ? 0.0 : g[at]), ", want ",
+       (w.empty() ? 0.0 : w[at]));
+  CHECK(worst <= 0);
+}
+
+// Bit-identical (same shape, same bytes of every element).
+inline bool bit_identical(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::memcmp(&x[i], &y[i], sizeof(double)) != 0) return false;
+  return true;
+}
+
+// fn() throws attend::Error whose message contains `needle`.
+template <typename F>
+void check_error(F&& fn, const std::string& needle) {
+  std::string what;
+  try {
+    fn();
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  INFO("expected an attend::Error containing: ", needle);
+  INFO("got: ", (what.empty() ? std::string("no error") : what));
+  CHECK(what.find(needle) != std::string::npos);
+}
+
+}  // namespace attend::test
