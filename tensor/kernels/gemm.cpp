@@ -13,7 +13,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <memory>
+#include <new>
 
 #include "tensor/parallel.h"
 
@@ -30,15 +30,25 @@ constexpr int64_t nr() {
   return 64 / sizeof(T);  // two AVX2 registers per row: 16 floats or 8 doubles
 }
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+// A per-thread packing buffer that only grows: a training step runs the same shapes
+// again and again, and a fresh allocation per call costs page faults.
+struct PackBuffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+  ~PackBuffer() { std::free(data); }
+  template <typename T>
+  T* get(int64_t n) {
+    size_t want = (static_cast<size_t>(n) * sizeof(T) + 63) / 64 * 64;
+    if (want > bytes) {
+      std::free(data);
+      data = std::aligned_alloc(64, want);
+      if (!data) throw std::bad_alloc();
+      bytes = want;
+    }
+    return static_cast<T*>(data);
+  }
 };
-
-template <typename T>
-std::unique_ptr<T, FreeDeleter> aligned_buffer(int64_t n) {
-  size_t bytes = (static_cast<size_t>(n) * sizeof(T) + 63) / 64 * 64;
-  return std::unique_ptr<T, FreeDeleter>(static_cast<T*>(std::aligned_alloc(64, bytes ? bytes : 64)));
-}
+thread_local PackBuffer a_buffer, b_buffer;
 
 // ---- micro-kernels: acc (MR x NR, row-major) = sum_k a[k*MR + i] * b[k*NR + j] ----------
 
@@ -191,23 +201,25 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
   if (parallel && (M * N * K < (1 << 18) || max_threads() == 1)) parallel = false;
 
   const int64_t m_panels = (M + MR - 1) / MR;
-  auto a_pack = aligned_buffer<T>(m_panels * MR * KC);
-  auto b_pack = aligned_buffer<T>(std::min(NC, (N + NR - 1) / NR * NR) * KC);
+  T* a_pack = a_buffer.get<T>(m_panels * MR * std::min(KC, K));
+  T* b_pack = b_buffer.get<T>(std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
 
   for (int64_t jc = 0; jc < N; jc += NC) {
     const int64_t nc = std::min(NC, N - jc);
     const int64_t n_panels = (nc + NR - 1) / NR;
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
-      pack_b(nc, kc, pc, jc, B, b_pack.get(), parallel);
-      pack_a(M, kc, pc, A, a_pack.get(), parallel);
+      pack_b(nc, kc, pc, jc, B, b_pack, parallel);
+      pack_a(M, kc, pc, A, a_pack, parallel);
       const bool first = pc == 0;
-      // Tiles ordered so that a thread's contiguous range reuses one B panel.
+      // Tiles in row-panel-major order: a thread's contiguous range covers whole row
+      // panels (its A panel stays in L1 across the B panels) and threads write disjoint
+      // rows of C.
       auto tiles = [&](int64_t b, int64_t e) {
         alignas(64) T acc[MR * NR];
         for (int64_t t = b; t < e; ++t) {
-          const int64_t jp = t / m_panels, ip = t % m_panels;
-          micro(kc, a_pack.get() + ip * kc * MR, b_pack.get() + jp * kc * NR, acc);
+          const int64_t ip = t / n_panels, jp = t % n_panels;
+          micro(kc, a_pack + ip * kc * MR, b_pack + jp * kc * NR, acc);
           const int64_t i0 = ip * MR, j0 = jc + jp * NR;
           const int64_t rows = std::min(MR, M - i0), cols = std::min(NR, N - j0);
           for (int64_t i = 0; i < rows; ++i) {
