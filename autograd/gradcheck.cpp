@@ -59,15 +59,23 @@ std::vector<int64_t> sample_indices(int64_t n, int64_t k, Generator& gen) {
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& opt) {
   std::vector<Tensor> xs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& in = inputs[i];
-    if (in.requires_grad()) {
-      ATTEND_CHECK(in.dtype() == DType::F64, "gradcheck: input ", i, " has dtype ",
-                   dtype_name(in.dtype()), "; gradcheck needs f64 inputs");
-    }
+  for (const Tensor& in : inputs) {
     Tensor c = kernel::clone(in);
     if (in.requires_grad()) c.requires_grad_(true);
     xs.push_back(c);
+  }
+  return gradcheck_leaves(f, xs, opt);
+}
+
+GradcheckResult gradcheck_leaves(const GradcheckFn& f, const std::vector<Tensor>& xs,
+                                 const GradcheckOptions& opt) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (!xs[i].requires_grad()) continue;
+    ATTEND_CHECK(xs[i].dtype() == DType::F64, "gradcheck: input ", i, " has dtype ",
+                 dtype_name(xs[i].dtype()), "; gradcheck needs f64 inputs");
+    ATTEND_CHECK(xs[i].is_leaf() && xs[i].is_contiguous(), "gradcheck: input ", i,
+                 " must be a contiguous leaf tensor");
+    xs[i].zero_grad();
   }
 
   Generator gen(opt.seed);

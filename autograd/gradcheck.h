@@ -45,4 +45,10 @@ using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 
+// The same on the given leaves themselves, perturbed in place and restored: for a
+// module's parameters, which f reads from the module rather than from its argument.
+// The leaves' grads are reset.
+GradcheckResult gradcheck_leaves(const GradcheckFn& f, const std::vector<Tensor>& leaves,
+                                 const GradcheckOptions& options = {});
+
 }  // namespace attend

@@ -32,8 +32,12 @@ Tensor away_from_zero(Generator& g, const Shape& s) {
 }
 
 using In = std::vector<Tensor>;
-#define ROW(name, shapes, make, body) \
-  GradcheckCase{name, shapes, [](Generator& g) -> In { return make; }, [](const In& x) -> Tensor { return body; }}
+#define ROW(name, shapes, make, body)                                    \
+  GradcheckCase{name, shapes, [](uint64_t seed) {                         \
+                  Generator g(seed);                                      \
+                  In inputs = make;                                       \
+                  return gradcheck([](const In& x) -> Tensor { return body; }, inputs); \
+                }}
 
 std::vector<GradcheckCase> make_cases() {
   return {

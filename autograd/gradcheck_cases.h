@@ -15,10 +15,11 @@ namespace attend {
 struct GradcheckCase {
   std::string name;
   std::string shapes;  // what the inputs look like, for the report
-  std::function<std::vector<Tensor>(Generator&)> inputs;  // f64, requiring grad where checked
-  GradcheckFn fn;
+  // Builds the inputs (f64) from Generator(seed) and runs gradcheck on them.
+  std::function<GradcheckResult(uint64_t seed)> run;
 };
 
+// Every differentiable op (autograd/); nn/ has the modules' table.
 const std::vector<GradcheckCase>& op_gradcheck_cases();
 
 }  // namespace attend

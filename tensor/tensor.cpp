@@ -170,6 +170,16 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
+void Tensor::set_data(const Tensor& src) const {
+  ATTEND_CHECK(!src.requires_grad() || src.is_leaf(), "set_data: source must be a leaf");
+  impl_->storage = src.impl()->storage;
+  impl_->shape = src.shape();
+  impl_->strides = src.strides();
+  impl_->offset = src.offset();
+  impl_->dtype = src.dtype();
+  if (impl_->grad && impl_->grad->dtype != src.dtype()) impl_->grad.reset();
+}
+
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.impl()->storage;

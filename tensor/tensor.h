@@ -93,6 +93,10 @@ class Tensor {
   bool is_leaf() const { return impl_->grad_fn == nullptr; }
   // Same storage and view, outside the graph.
   Tensor detach() const;
+  // Makes this handle's TensorImpl (shared by every copy of the handle) point at src's
+  // data, shape and dtype; autograd metadata stays. For converting a module's
+  // parameters in place (dtype changes, loading).
+  void set_data(const Tensor& src) const;
   // Runs reverse-mode autodiff from this tensor (autograd/engine.cpp). A non-scalar needs
   // an explicit `grad` of its shape.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;

@@ -1,23 +1,26 @@
 // `attend gradcheck`: every differentiable op through gradcheck (f64), one row each.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "autograd/gradcheck_cases.h"
+#include "nn/gradcheck_cases.h"
 #include "train/cli.h"
 
 namespace attend::cli {
 
 int run_gradcheck(const GradcheckArgs& args) {
   int failed = 0, ran = 0;
-  std::printf("%-22s %-40s %12s %12s  %s\n", "name", "inputs", "max abs err", "max rel err",
+  std::printf("%-34s %-38s %12s %12s  %s\n", "name", "inputs", "max abs err", "max rel err",
               "result");
-  for (const GradcheckCase& c : op_gradcheck_cases()) {
+  std::vector<GradcheckCase> cases = op_gradcheck_cases();
+  for (const GradcheckCase& c : nn::module_gradcheck_cases()) cases.push_back(c);
+  for (const GradcheckCase& c : cases) {
     if (!args.only.empty() && c.name.find(args.only) == std::string::npos) continue;
-    Generator gen(args.seed);
-    GradcheckResult r = gradcheck(c.fn, c.inputs(gen));
+    GradcheckResult r = c.run(args.seed);
     ++ran;
     if (!r.passed) ++failed;
-    std::printf("%-22s %-40s %12.3g %12.3g  %s\n", c.name.c_str(), c.shapes.c_str(),
+    std::printf("%-34s %-38s %12.3g %12.3g  %s\n", c.name.c_str(), c.shapes.c_str(),
                 r.max_abs_err, r.max_rel_err, r.passed ? "pass" : "FAIL");
     if (!r.passed) std::printf("    %s\n", r.message().c_str());
   }

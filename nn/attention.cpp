@@ -1,0 +1,88 @@
+#include "nn/attention.h"
+
+#include <cmath>
+
+#include "tensor/kernels.h"
+
+namespace attend::nn {
+
+Attention::Attention(const AttentionConfig& c) : config(c) {
+  ATTEND_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0, "Attention: n_embd ", c.n_embd,
+               " must be divisible by n_head ", c.n_head);
+  ATTEND_CHECK(c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0, "Attention: n_head ", c.n_head,
+               " must be divisible by n_kv_head ", c.n_kv_head);
+  const int64_t kv_dim = c.n_kv_head * head_size();
+  c_attn = register_module("c_attn", std::make_shared<Linear>(c.n_embd, c.n_embd + 2 * kv_dim, c.bias));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, c.bias));
+  attn_dropout = register_module("attn_dropout", std::make_shared<Dropout>(c.dropout));
+  resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
+}
+
+namespace {
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Tensor y = matmul(x, transpose(w, 0, 1));
+  return b.defined() ? add(y, b) : y;
+}
+
+}  // namespace
+
+AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, bool return_weights,
+                                   KVCache* cache) const {
+  const int64_t C = config.n_embd, NH = config.n_head, KVH = config.n_kv_head;
+  const int64_t HS = head_size(), kv_dim = KVH * HS, G = NH / KVH;
+  ATTEND_CHECK(x.dim() == 3 && x.size(2) == C, "Attention: expected x of shape (B, T, ", C,
+               "), got ", shape_str(x.shape()));
+  const int64_t B = x.size(0), Tq = x.size(1);
+
+  Tensor q, k, v;
+  if (!context.defined()) {
+    Tensor qkv = c_attn->forward(x);  // (B, Tq, C + 2 kv_dim)
+    q = narrow(qkv, 2, 0, C);
+    k = narrow(qkv, 2, C, kv_dim);
+    v = narrow(qkv, 2, C + kv_dim, kv_dim);
+  } else {
+    ATTEND_CHECK(context.dim() == 3 && context.size(0) == B && context.size(2) == C,
+                 "Attention: expected context of shape (", B, ", Tk, ", C, "), got ",
+                 shape_str(context.shape()));
+    ATTEND_CHECK(cache == nullptr, "Attention: a key/value cache is for self-attention only");
+    const Tensor& W = c_attn->weight;
+    const Tensor& b = c_attn->bias;
+    q = linear(x, narrow(W, 0, 0, C), b.defined() ? narrow(b, 0, 0, C) : Tensor());
+    Tensor kv = linear(context, narrow(W, 0, C, 2 * kv_dim),
+                       b.defined() ? narrow(b, 0, C, 2 * kv_dim) : Tensor());
+    k = narrow(kv, 2, 0, kv_dim);
+    v = narrow(kv, 2, kv_dim, kv_dim);
+  }
+  q = transpose(reshape(q, {B, Tq, NH, HS}), 1, 2);            // (B, NH, Tq, HS)
+  k = transpose(reshape(k, {B, k.size(1), KVH, HS}), 1, 2);    // (B, KVH, Tk, HS)
+  v = transpose(reshape(v, {B, v.size(1), KVH, HS}), 1, 2);    // (B, KVH, Tk, HS)
+  if (cache) {
+    if (cache->length() > 0) {
+      k = cat({cache->k, k}, 2);
+      v = cat({cache->v, v}, 2);
+    }
+    cache->k = k;
+    cache->v = v;
+  }
+  const int64_t Tk = k.size(2);
+
+  // Query heads grouped by the key/value head they read: (B, KVH, G, Tq, HS) against
+  // (B, KVH, 1, Tk, HS), the 1 broadcast over the group.
+  Tensor qg = reshape(q, {B, KVH, G, Tq, HS});
+  Tensor scores = matmul(qg, transpose(unsqueeze(k, 2), -1, -2));  // (B, KVH, G, Tq, Tk)
+  scores = mul(reshape(scores, {B, NH, Tq, Tk}), 1.0 / std::sqrt(static_cast<double>(HS)));
+  if (config.causal) {
+    ATTEND_CHECK(Tk >= Tq, "Attention: causal attention needs at least as many keys as queries, got ",
+                 Tk, " keys for ", Tq, " queries");
+    scores = masked_fill(scores, kernel::triu_mask(Tq, Tk, 1 + Tk - Tq), -INFINITY);
+  }
+  Tensor weights = softmax(scores);  // (B, NH, Tq, Tk), rows sum to 1
+  Tensor dropped = attn_dropout->forward(weights);
+  Tensor out = matmul(reshape(dropped, {B, KVH, G, Tq, Tk}), unsqueeze(v, 2));  // (B, KVH, G, Tq, HS)
+  out = transpose(reshape(out, {B, NH, Tq, HS}), 1, 2);                         // (B, Tq, NH, HS)
+  Tensor y = resid_dropout->forward(c_proj->forward(reshape(out, {B, Tq, C})));
+  return {y, return_weights ? weights : Tensor()};
+}
+
+}  // namespace attend::nn

@@ -1,0 +1,70 @@
+// Attention, one class for what the attention texts teach.
+//
+// Shapes: B batch, Tq query positions, Tk key positions, C = n_embd channels,
+// NH = n_head query heads, KVH = n_kv_head key/value heads, HS = C / NH head size.
+//
+//   q = x Wq^T             (B, NH, Tq, HS)     Wq, Wk, Wv packed in c_attn.weight as
+//   k = s Wk^T, v = s Wv^T (B, KVH, Tk, HS)    [q | k | v] along the output dim:
+//                                               (C + 2 * KVH * HS, C)
+//   s = x (self-attention) or a second sequence `context` (cross-attention)
+//   scores = q k^T / sqrt(HS)   (B, NH, Tq, Tk): row i is query position i, column j key j
+//   causal: scores[i, j] = -inf where j > i + (Tk - Tq)  (the future; exactly 0 after
+//           softmax, never a finite sentinel)
+//   weights = softmax(scores) over each row (rows sum to 1), then attention dropout
+//   out_h = weights_h v_{h / (NH / KVH)}      (B, NH, Tq, HS)
+//   y = concat_h(out_h) Wo^T + bo             (B, Tq, C), Wo = c_proj.weight, then
+//                                              residual dropout
+//
+// MHA is KVH = NH, MQA is KVH = 1, GQA anything between (NH divisible by KVH): query
+// head h reads key/value head h / (NH / KVH), Llama's repeat_kv, computed without
+// copying k and v (the key/value heads broadcast over their group in the matmul).
+//
+// Heads as a sum: concat_h(out_h) Wo^T = sum_h out_h Wo[:, h*HS:(h+1)*HS]^T. Each head
+// writes its own slice of c_proj's columns into the residual stream: a value "down"
+// projection (Wv rows of the head, C -> HS) then an "up" projection (C <- HS). The tests
+// check this identity.
+//
+// Saved for backward: everything the composed ops save (q, k, v, the softmax output, the
+// dropout masks).
+#pragma once
+
+#include "nn/layers.h"
+
+namespace attend::nn {
+
+struct AttentionConfig {
+  int64_t n_embd = 768;    // C
+  int64_t n_head = 12;     // NH
+  int64_t n_kv_head = 12;  // KVH: NH for MHA, 1 for MQA
+  bool causal = true;
+  bool bias = true;
+  double dropout = 0.0;
+};
+
+// Keys and values of earlier positions, for decoding one token at a time.
+struct KVCache {
+  Tensor k, v;  // (B, KVH, T_cached, HS)
+  int64_t length() const { return k.defined() ? k.size(2) : 0; }
+};
+
+struct AttentionOutput {
+  Tensor y;        // (B, Tq, C)
+  Tensor weights;  // (B, NH, Tq, Tk), after softmax, before dropout; when asked for
+};
+
+class Attention : public Module {
+ public:
+  explicit Attention(const AttentionConfig& config);
+  // Self-attention when context is undefined; cross-attention on context (B, Tk, C)
+  // otherwise. With a cache (self-attention only), x holds the new positions and the
+  // cache the earlier ones; it is extended in place.
+  AttentionOutput forward(const Tensor& x, const Tensor& context = Tensor(),
+                          bool return_weights = false, KVCache* cache = nullptr) const;
+  int64_t head_size() const { return config.n_embd / config.n_head; }
+
+  AttentionConfig config;
+  std::shared_ptr<Linear> c_attn, c_proj;
+  std::shared_ptr<Dropout> attn_dropout, resid_dropout;
+};
+
+}  // namespace attend::nn

@@ -1,0 +1,118 @@
+// The GPT model (GPT-2's architecture, nanoGPT's names), its blocks and its config.
+//
+//   idx (B, T) token ids
+//   x = wte[idx] + wpe[0..T)                 (B, T, C), then dropout
+//   x = x + attn(ln_1(x))                    pre-LayerNorm blocks, n_layer of them
+//   x = x + mlp(ln_2(x)),  mlp = c_proj(gelu(c_fc(.))) then dropout, C -> 4C -> C
+//   logits = ln_f(x) wte^T                   (B, T, V): lm_head is tied to wte
+//   loss = cross_entropy(logits, targets)    mean over the B*T positions
+//
+// Parameter names are GPT-2's state_dict keys: transformer.wte.weight, transformer.wpe.weight,
+// transformer.h.{i}.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}.{weight, bias},
+// transformer.ln_f.{weight, bias}, lm_head.weight (the same tensor as transformer.wte.weight).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "nn/attention.h"
+
+namespace attend::nn {
+
+struct GPTConfig {
+  int64_t vocab_size = 50257;  // V
+  int64_t block_size = 1024;   // longest sequence T
+  int64_t n_layer = 12;
+  int64_t n_head = 12;     // NH
+  int64_t n_kv_head = 12;  // KVH: n_head for MHA, 1 for MQA, between for GQA
+  int64_t n_embd = 768;    // C
+  double dropout = 0.0;
+  bool bias = true;  // biases in Linear layers and LayerNorms
+  // Throws naming the first invalid field and its value.
+  void validate() const;
+  bool operator==(const GPTConfig&) const = default;
+};
+
+// Named presets: gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-175b (for counting only),
+// shakespeare-char (nanoGPT's baby GPT: 6 layers, 6 heads, C 384, block 256, dropout 0.2),
+// cpu-char (nanoGPT's CPU recipe: 4 layers, 4 heads, C 128, block 64). The char presets
+// have V = 65, tinyshakespeare's character count; a tokenizer sets the real V.
+GPTConfig gpt_preset(const std::string& name);
+std::vector<std::string> gpt_preset_names();
+
+// Parameter counts from a config alone, without allocating anything.
+struct ParameterCount {
+  int64_t n_layer = 0;
+  int64_t token_embedding = 0;     // V * C (the tied lm_head shares it)
+  int64_t position_embedding = 0;  // block_size * C
+  // Per layer, weight matrices only:
+  int64_t attn_q = 0, attn_k = 0, attn_v = 0, attn_o = 0;  // C*C, KVH*HS*C, KVH*HS*C, C*C
+  int64_t mlp_fc = 0, mlp_proj = 0;                         // 4C*C each
+  // Per layer: the two LayerNorms (weights and biases) and the four Linear biases.
+  int64_t layernorms = 0, biases = 0;
+  int64_t final_layernorm = 0;
+
+  int64_t attention_matrices() const { return n_layer * (attn_q + attn_k + attn_v + attn_o); }
+  int64_t per_layer() const {
+    return attn_q + attn_k + attn_v + attn_o + mlp_fc + mlp_proj + layernorms + biases;
+  }
+  int64_t total() const {
+    return token_embedding + position_embedding + n_layer * per_layer() + final_layernorm;
+  }
+};
+ParameterCount count_parameters(const GPTConfig& config);
+
+class MLP : public Module {
+ public:
+  MLP(int64_t n_embd, bool bias, double dropout);
+  Tensor forward(const Tensor& x) const;
+  std::shared_ptr<Linear> c_fc, c_proj;
+  std::shared_ptr<GELU> gelu;
+  std::shared_ptr<Dropout> dropout;
+};
+
+class Block : public Module {
+ public:
+  explicit Block(const GPTConfig& config);
+  // weights: when not null, receives this block's attention weights (B, NH, T, Tk).
+  Tensor forward(const Tensor& x, Tensor* weights = nullptr, KVCache* cache = nullptr) const;
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<Attention> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+struct GPTOutput {
+  Tensor logits;  // (B, T, V)
+  Tensor loss;    // 0-dim; defined when targets were given
+};
+
+class GPT : public Module {
+ public:
+  // Builds the model and initialises it as GPT-2 does, from Generator(seed).
+  explicit GPT(const GPTConfig& config, uint64_t seed = 0);
+
+  // idx (B, T) integer ids. With caches (one per layer, for decoding), idx holds the new
+  // positions only and positions continue from the caches' length.
+  GPTOutput forward(const Tensor& idx, const Tensor& targets = Tensor(),
+                    std::vector<Tensor>* attention_weights = nullptr,
+                    std::vector<KVCache>* caches = nullptr) const;
+
+  // GPT-2 initialisation: N(0, 0.02) for Linear and Embedding weights,
+  // N(0, 0.02 / sqrt(2 n_layer)) for every c_proj weight, zero biases, LayerNorm 1 and 0.
+  void init_weights(Generator& gen);
+
+  const GPTConfig config;
+  std::shared_ptr<DropoutContext> dropout_context = std::make_shared<DropoutContext>();
+
+  struct Transformer : Module {
+    explicit Transformer(const GPTConfig& c);
+    std::shared_ptr<Embedding> wte, wpe;
+    std::shared_ptr<Dropout> drop;
+    std::shared_ptr<ModuleList<Block>> h;
+    std::shared_ptr<LayerNorm> ln_f;
+  };
+  std::shared_ptr<Transformer> transformer;
+  std::shared_ptr<Linear> lm_head;  // weight tied to transformer->wte->weight
+};
+
+}  // namespace attend::nn

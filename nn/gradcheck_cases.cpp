@@ -1,0 +1,115 @@
+#include "nn/gradcheck_cases.h"
+
+#include "nn/gpt.h"
+
+namespace attend::nn {
+
+namespace {
+
+constexpr DType F64 = DType::F64;
+
+// Random f64 values for every parameter (so zero biases and unit gains are not special),
+// then gradcheck of f(inputs) with respect to every floating input and every parameter.
+using Inputs = std::vector<Tensor>;
+GradcheckResult check_module(Module& m, Inputs inputs, Generator& gen,
+                             const std::function<Tensor(const Inputs&)>& f) {
+  m.to(F64);
+  {
+    NoGradGuard no_grad;
+    for (Tensor& p : m.parameters()) p.set_data(normal(p.shape(), 0.0, 0.5, gen, F64));
+  }
+  std::vector<Tensor> leaves = m.parameters();
+  for (Tensor& x : inputs) {
+    if (!is_floating(x.dtype())) continue;
+    x = x.detach().requires_grad_();
+    leaves.push_back(x);
+  }
+  return gradcheck_leaves([&](const Inputs&) { return f(inputs); }, leaves);
+}
+
+GradcheckCase attention_case(const std::string& name, AttentionConfig c, bool cross) {
+  std::string shapes = "C " + std::to_string(c.n_embd) + ", NH " + std::to_string(c.n_head) +
+                       ", KVH " + std::to_string(c.n_kv_head) + (cross ? ", Tq 3, Tk 5" : ", T 4");
+  return {name, shapes, [c, cross](uint64_t seed) {
+            Generator g(seed);
+            Attention a(c);
+            Inputs in{randn({2, cross ? 3 : 4, c.n_embd}, g, F64)};
+            if (cross) in.push_back(randn({2, 5, c.n_embd}, g, F64));
+            return check_module(a, in, g, [&](const Inputs& x) {
+              return a.forward(x[0], cross ? x[1] : Tensor()).y;
+            });
+          }};
+}
+
+std::vector<GradcheckCase> make_cases() {
+  std::vector<GradcheckCase> cases;
+  cases.push_back({"nn.Linear", "(2,3,5) -> 4", [](uint64_t seed) {
+                     Generator g(seed);
+                     Linear m(5, 4);
+                     return check_module(m, {randn({2, 3, 5}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.Linear.no_bias", "(3,5) -> 4", [](uint64_t seed) {
+                     Generator g(seed);
+                     Linear m(5, 4, false);
+                     return check_module(m, {randn({3, 5}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.Embedding", "V 7, C 3, ids (2,4)", [](uint64_t seed) {
+                     Generator g(seed);
+                     Embedding m(7, 3);
+                     Tensor ids = randint({2, 4}, 0, 7, g);
+                     return check_module(m, {ids}, g, [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.LayerNorm", "(2,3,6)", [](uint64_t seed) {
+                     Generator g(seed);
+                     LayerNorm m(6);
+                     return check_module(m, {randn({2, 3, 6}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.GELU", "(3,4)", [](uint64_t seed) {
+                     Generator g(seed);
+                     GELU m;
+                     return check_module(m, {randn({3, 4}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back(attention_case("nn.Attention.mha.causal", {8, 4, 4, true, true, 0.0}, false));
+  cases.push_back(attention_case("nn.Attention.mha.bidirectional", {8, 4, 4, false, true, 0.0}, false));
+  cases.push_back(attention_case("nn.Attention.gqa.causal", {8, 4, 2, true, true, 0.0}, false));
+  cases.push_back(attention_case("nn.Attention.mqa.causal.no_bias", {8, 4, 1, true, false, 0.0}, false));
+  cases.push_back(attention_case("nn.Attention.mqa.bidirectional", {8, 4, 1, false, true, 0.0}, false));
+  cases.push_back(attention_case("nn.Attention.cross.mha", {8, 2, 2, false, true, 0.0}, true));
+  cases.push_back(attention_case("nn.Attention.cross.gqa.causal", {8, 4, 2, true, false, 0.0}, true));
+  cases.push_back({"nn.MLP", "(2,3,4)", [](uint64_t seed) {
+                     Generator g(seed);
+                     MLP m(4, true, 0.0);
+                     return check_module(m, {randn({2, 3, 4}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.Block", "(2,4,8), NH 2", [](uint64_t seed) {
+                     Generator g(seed);
+                     GPTConfig c{11, 8, 1, 2, 2, 8, 0.0, true};
+                     Block m(c);
+                     return check_module(m, {randn({2, 4, 8}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.GPT.loss", "2 layers, V 11, C 8, (2,5) tokens", [](uint64_t seed) {
+                     Generator g(seed);
+                     GPTConfig c{11, 8, 2, 2, 1, 8, 0.0, true};
+                     GPT m(c, seed);
+                     Tensor idx = randint({2, 5}, 0, 11, g), targets = randint({2, 5}, 0, 11, g);
+                     return check_module(m, {idx}, g, [&](const Inputs& x) {
+                       return m.forward(x[0], targets).loss;
+                     });
+                   }});
+  return cases;
+}
+
+}  // namespace
+
+const std::vector<GradcheckCase>& module_gradcheck_cases() {
+  static const std::vector<GradcheckCase> cases = make_cases();
+  return cases;
+}
+
+}  // namespace attend::nn

@@ -1,0 +1,75 @@
+// The basic layers, with PyTorch's parameter names and layouts.
+//
+//   Linear     y = x W^T + b          W (out, in), b (out,)     x (..., in) -> (..., out)
+//   Embedding  y = W[ids]             W (V, C)                  ids (...) -> (..., C)
+//   LayerNorm  y = (x - mean) / sqrt(var + eps) * w + b over the last dim, eps 1e-5
+//   GELU       GPT-2's tanh approximation
+//   Dropout    inverted dropout: each element kept with probability 1-p and scaled by
+//              1/(1-p); identity in eval mode or with p = 0
+//
+// Dropout masks are a pure function of (seed, step, micro-step, the dropout's index in
+// its model, element): element e of the mask uses word e % 4 of the Philox block with
+// counter (lo32(e/4), hi32(e/4), lo32(step), index << 16 | micro_step) and key seed. So
+// a run is reproducible and a resumed run draws exactly the masks an uninterrupted run
+// would have, whatever the thread count.
+#pragma once
+
+#include <memory>
+
+#include "nn/module.h"
+#include "tensor/random.h"
+
+namespace attend::nn {
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) const;
+  // Shares w (same shape) as this layer's weight: one tensor, two names.
+  void tie_weight(const Tensor& w);
+  Tensor weight, bias;  // bias undefined when disabled
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim);
+  Tensor forward(const Tensor& ids) const;
+  Tensor weight;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, bool bias = true, double eps = 1e-5);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+  double eps;
+};
+
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) const { return gelu(x); }
+};
+
+// Where the dropout masks of one model come from; the trainer sets step and micro_step
+// before each forward.
+struct DropoutContext {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  uint32_t micro_step = 0;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p);
+  Tensor forward(const Tensor& x) const;
+  // The mask this module would apply to a tensor of `shape` now (values 0 or 1/(1-p)).
+  Tensor mask(const Shape& shape, DType dtype) const;
+  double p;
+  std::shared_ptr<DropoutContext> context = std::make_shared<DropoutContext>();
+  uint32_t index = 0;  // distinct per dropout in a model (assigned by the model)
+};
+
+// Gives every Dropout under `root` the shared context and its index (in module order).
+void attach_dropout_context(Module& root, const std::shared_ptr<DropoutContext>& ctx);
+
+}  // namespace attend::nn
