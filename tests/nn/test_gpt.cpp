@@ -1,0 +1,50 @@
+// The GPT as a whole: gradcheck of every module, the untrained loss, input errors.
+#include "nn/gpt.h"
+#include "nn/gradcheck_cases.h"
+#include "tensor/kernels.h"
+#include "test_util.h"
+
+using namespace attend;
+using namespace attend::nn;
+using attend::test::check_error;
+
+TEST_CASE("every module passes gradcheck in f64") {
+  for (const GradcheckCase& c : module_gradcheck_cases()) {
+    GradcheckResult r = c.run(0);
+    INFO(c.name, " ", c.shapes, ": ", r.message());
+    CHECK(r.passed);
+    CHECK(r.checked > 0);
+  }
+}
+
+TEST_CASE("an untrained GPT's loss on random tokens is ln(V) within 0.1") {
+  Generator g(1);
+  GPTConfig c{1000, 32, 2, 4, 4, 64, 0.0, true};
+  GPT m(c, 2);
+  Tensor idx = randint({4, 32}, 0, 1000, g), targets = randint({4, 32}, 0, 1000, g);
+  const double loss = m.forward(idx, targets).loss.item();
+  CHECK(std::abs(loss - std::log(1000.0)) < 0.1);
+}
+
+TEST_CASE("sequences longer than block_size and ids outside the vocabulary are errors") {
+  GPT m(GPTConfig{11, 8, 1, 2, 2, 8, 0.0, true});
+  check_error([&] { m.forward(zeros({1, 9}, DType::I64)); },
+              "GPT: sequence length 9 exceeds block_size 8");
+  check_error([&] { m.forward(tensor({1, 2, 11}, {1, 3}, DType::I64)); },
+              "GPT: token id 11 at (0, 2) is out of range for vocab_size 11");
+  check_error([&] { m.forward(zeros({1, 3})); }, "GPT: expected token ids of shape (B, T) and an integer dtype");
+}
+
+TEST_CASE("dropout makes train mode stochastic and eval mode deterministic") {
+  Generator g(3);
+  GPT m(GPTConfig{11, 8, 1, 2, 2, 8, 0.5, true}, 1);
+  Tensor idx = randint({2, 8}, 0, 11, g);
+  Tensor a = m.forward(idx).logits;
+  m.dropout_context->step = 1;
+  Tensor b = m.forward(idx).logits;
+  CHECK(!test::bit_identical(a, b));
+  m.dropout_context->step = 0;
+  CHECK(test::bit_identical(a, m.forward(idx).logits));
+  m.eval();
+  CHECK(test::bit_identical(m.forward(idx).logits, m.forward(idx).logits));
+}
