@@ -27,6 +27,11 @@ if(NOT CLI11_FOUND)
   attend_missing("CLI11" "libcli11-dev")
 endif()
 
+find_package(nlohmann_json CONFIG)
+if(NOT nlohmann_json_FOUND)
+  attend_missing("nlohmann-json" "nlohmann-json3-dev")
+endif()
+
 if(ATTEND_BUILD_TESTS)
   find_package(doctest CONFIG)
   if(NOT doctest_FOUND)

@@ -3,7 +3,7 @@
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 
-packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev fortunes)
+packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nlohmann-json3-dev fortunes)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -12,4 +12,18 @@ struct GradcheckArgs {
 };
 int run_gradcheck(const GradcheckArgs& args);
 
+struct TokenizeArgs {
+  std::string tokenizer = "gpt2";
+  std::string text;
+  bool text_given = false;  // else stdin
+  bool decode = false;      // input is ids, output text
+};
+int run_tokenize(const TokenizeArgs& args);
+
+struct PrepareArgs {
+  std::string data, tokenizer = "char", out;
+  double val_fraction = 0.1;
+};
+int run_prepare(const PrepareArgs& args);
+
 }  // namespace attend::cli

@@ -18,6 +18,22 @@ int main(int argc, char** argv) {
   gradcheck->add_option("--only", gc.only, "run only the cases whose name contains this");
   gradcheck->add_option("--seed", gc.seed, "seed of the random inputs");
 
+  attend::cli::TokenizeArgs tk;
+  CLI::App* tokenize = app.add_subcommand("tokenize", "print the token ids of a text (or, with --decode, the text of ids)");
+  tokenize->add_option("--tokenizer", tk.tokenizer, "gpt2 | char:PATH | bpe:PATH | a saved tokenizer folder")
+      ->capture_default_str();
+  tokenize->add_option("--text", tk.text, "the input (default: standard input)");
+  tokenize->add_flag("--decode", tk.decode, "read ids, print text");
+
+  attend::cli::PrepareArgs pr;
+  CLI::App* prepare = app.add_subcommand("prepare", "tokenize a corpus into train.bin, val.bin and its tokenizer");
+  prepare->add_option("--data", pr.data, "a text file, or a folder of text files")->required();
+  prepare->add_option("--tokenizer", pr.tokenizer, "char | gpt2 | bpe:N (train N tokens) | a saved tokenizer")
+      ->capture_default_str();
+  prepare->add_option("--out", pr.out, "output folder")->required();
+  prepare->add_option("--val_fraction,--val-fraction", pr.val_fraction, "the last fraction of tokens kept for validation")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -26,6 +42,11 @@ int main(int argc, char** argv) {
 
   try {
     if (gradcheck->parsed()) return attend::cli::run_gradcheck(gc);
+    if (tokenize->parsed()) {
+      tk.text_given = tokenize->count("--text") > 0;
+      return attend::cli::run_tokenize(tk);
+    }
+    if (prepare->parsed()) return attend::cli::run_prepare(pr);
     std::fputs(app.help().c_str(), stdout);
     return 0;
   } catch (const attend::Error& e) {

@@ -1,0 +1,86 @@
+#include "data/prepare.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "data/token_file.h"
+#include "data/utf8.h"
+#include "tensor/error.h"
+
+namespace attend::data {
+
+namespace fs = std::filesystem;
+
+Corpus read_corpus(const fs::path& path) {
+  Corpus c;
+  std::error_code ec;
+  ATTEND_CHECK(fs::exists(path, ec), path.string(), ": no such file or folder");
+  if (!fs::is_directory(path, ec)) {
+    c.text = read_file(path);
+    c.files.push_back(path);
+  } else {
+    std::vector<fs::path> all;
+    for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) break;
+      const fs::path& p = it->path();
+      if (p.filename().string().rfind('.', 0) == 0) {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_symlink() || !it->is_regular_file()) continue;
+      all.push_back(p);
+    }
+    ATTEND_CHECK(!ec, path.string(), ": cannot list the folder: ", ec.message());
+    std::sort(all.begin(), all.end());
+    for (const fs::path& p : all) {
+      std::string t = read_file(p);
+      if (t.find('\0') != std::string::npos || find_invalid_utf8(t) != std::string::npos) {
+        c.skipped.push_back(p);
+        continue;
+      }
+      c.text += t;
+      c.files.push_back(p);
+    }
+    ATTEND_CHECK(!c.files.empty(), path.string(), ": no text files in this folder (", c.skipped.size(),
+                 " files skipped as not UTF-8 text)");
+  }
+  ATTEND_CHECK(!c.text.empty(), path.string(), ": the corpus is empty");
+  return c;
+}
+
+std::unique_ptr<Tokenizer> tokenizer_for_corpus(const std::string& spec, const std::string& corpus) {
+  if (spec == "char") return build_char_tokenizer(corpus);
+  if (spec.rfind("bpe:", 0) == 0) {
+    const std::string n = spec.substr(4);
+    if (!n.empty() && std::all_of(n.begin(), n.end(), ::isdigit)) return train_bpe_tokenizer(corpus, std::stoll(n));
+  }
+  return tokenizer_from_arg(spec);
+}
+
+PrepareResult prepare(const PrepareOptions& o) {
+  ATTEND_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "prepare: val_fraction must be in [0, 1), got ",
+               o.val_fraction);
+  Corpus corpus = read_corpus(o.data);
+  auto tok = tokenizer_for_corpus(o.tokenizer, corpus.text);
+  TokenIds ids = tok->encode(corpus.text);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t n_train = n - static_cast<int64_t>(static_cast<double>(n) * o.val_fraction);
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  ATTEND_CHECK(!ec, o.out.string(), ": cannot create folder: ", ec.message());
+  write_token_file(o.out / "train.bin", TokenIds(ids.begin(), ids.begin() + n_train), tok->vocab_size());
+  write_token_file(o.out / "val.bin", TokenIds(ids.begin() + n_train, ids.end()), tok->vocab_size());
+  tok->save(o.out);
+  PrepareResult r;
+  r.files = static_cast<int64_t>(corpus.files.size());
+  r.bytes = static_cast<int64_t>(corpus.text.size());
+  r.train_tokens = n_train;
+  r.val_tokens = n - n_train;
+  r.vocab_size = tok->vocab_size();
+  r.tokenizer = tok->spec().name;
+  r.skipped = corpus.skipped;
+  return r;
+}
+
+}  // namespace attend::data

@@ -1,0 +1,40 @@
+// `attend prepare`: a text corpus -> DIR/train.bin, DIR/val.bin and DIR's tokenizer.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace attend::data {
+
+// A file, or every text file under a folder (recursively, sorted by path, hidden entries
+// and symlinks skipped), concatenated. A file counts as text when it is valid UTF-8 with
+// no NUL byte; others are skipped and listed in `skipped`.
+struct Corpus {
+  std::string text;
+  std::vector<std::filesystem::path> files, skipped;
+};
+Corpus read_corpus(const std::filesystem::path& path);
+
+struct PrepareOptions {
+  std::filesystem::path data;      // file or folder
+  std::string tokenizer = "char";  // char | gpt2 | bpe:N (train N tokens) | a saved tokenizer
+  std::filesystem::path out;       // folder, created if needed
+  double val_fraction = 0.1;       // the last fraction of the tokens
+};
+
+struct PrepareResult {
+  int64_t files = 0, bytes = 0, train_tokens = 0, val_tokens = 0, vocab_size = 0;
+  std::string tokenizer;
+  std::vector<std::filesystem::path> skipped;
+};
+
+PrepareResult prepare(const PrepareOptions& options);
+
+// The tokenizer for a prepare spec: char and bpe:N are built from the corpus.
+std::unique_ptr<Tokenizer> tokenizer_for_corpus(const std::string& spec, const std::string& corpus);
+
+}  // namespace attend::data

@@ -1,0 +1,112 @@
+#include "data/token_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "tensor/error.h"
+
+namespace attend::data {
+
+namespace fs = std::filesystem;
+
+void write_token_file(const fs::path& path, const std::vector<int32_t>& tokens, int64_t vocab_size) {
+  ATTEND_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 32), "token file: invalid vocab_size ", vocab_size);
+  const uint32_t width = vocab_size <= 65536 ? 2 : 4;
+  const uint64_t count = tokens.size(), vocab = static_cast<uint64_t>(vocab_size);
+  std::string buf(kTokenHeaderBytes + count * width, '\0');
+  std::memcpy(buf.data(), kTokenMagic, 8);
+  std::memcpy(buf.data() + 8, &kTokenFileVersion, 4);
+  std::memcpy(buf.data() + 12, &width, 4);
+  std::memcpy(buf.data() + 16, &count, 8);
+  std::memcpy(buf.data() + 24, &vocab, 8);
+  char* body = buf.data() + kTokenHeaderBytes;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ATTEND_CHECK(tokens[i] >= 0 && tokens[i] < vocab_size, "token file: token ", tokens[i],
+                 " at position ", i, " is out of range for vocab_size ", vocab_size);
+    if (width == 2) {
+      const uint16_t v = static_cast<uint16_t>(tokens[i]);
+      std::memcpy(body + 2 * i, &v, 2);
+    } else {
+      const uint32_t v = static_cast<uint32_t>(tokens[i]);
+      std::memcpy(body + 4 * i, &v, 4);
+    }
+  }
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    ATTEND_CHECK(out.good(), tmp.string(), ": cannot open for writing");
+    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    out.close();
+    ATTEND_CHECK(out.good(), tmp.string(), ": write failed (disk full?)");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  ATTEND_CHECK(!ec, path.string(), ": cannot rename the written file into place: ", ec.message());
+}
+
+TokenFile::TokenFile(const fs::path& path) : path_(path) {
+  const std::string p = path.string();
+  int fd = ::open(p.c_str(), O_RDONLY);
+  ATTEND_CHECK(fd >= 0, p, ": cannot open token file: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(str(p, ": not a regular file"));
+  }
+  map_bytes_ = static_cast<size_t>(st.st_size);
+  if (map_bytes_ < kTokenHeaderBytes) {
+    ::close(fd);
+    throw Error(str(p, ": too short for a token file (", map_bytes_, " bytes; the header alone is ",
+                    kTokenHeaderBytes, ")"));
+  }
+  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  ATTEND_CHECK(map_ != MAP_FAILED, p, ": cannot memory-map: ", std::strerror(errno));
+  const char* base = static_cast<const char*>(map_);
+  auto fail = [&](const std::string& why) {
+    ::munmap(map_, map_bytes_);
+    map_ = nullptr;
+    throw Error(p + ": " + why);
+  };
+  if (std::memcmp(base, kTokenMagic, 8) != 0) fail("not an attend token file (wrong magic; expected ATNDTOKS)");
+  uint32_t version, width;
+  uint64_t count, vocab;
+  std::memcpy(&version, base + 8, 4);
+  std::memcpy(&width, base + 12, 4);
+  std::memcpy(&count, base + 16, 8);
+  std::memcpy(&vocab, base + 24, 8);
+  if (version != kTokenFileVersion)
+    fail(str("unsupported token file version ", version, " (this attend reads version ", kTokenFileVersion, ")"));
+  if (width != 2 && width != 4) fail(str("invalid token width ", width, " (expected 2 or 4)"));
+  if (vocab == 0 || (width == 2 && vocab > 65536)) fail(str("invalid vocab_size ", vocab, " for ", width, "-byte tokens"));
+  if (map_bytes_ != kTokenHeaderBytes + count * width)
+    fail(str("truncated or padded: the header says ", count, " tokens of ", width, " bytes (",
+             kTokenHeaderBytes + count * width, " bytes in all), the file has ", map_bytes_, " bytes"));
+  width_ = static_cast<int>(width);
+  count_ = static_cast<int64_t>(count);
+  vocab_size_ = static_cast<int64_t>(vocab);
+  tokens_ = base + kTokenHeaderBytes;
+  for (int64_t i = 0; i < count_; ++i) {
+    if ((*this)[i] >= vocab_size_)
+      fail(str("token ", (*this)[i], " at position ", i, " is out of range for vocab_size ", vocab_size_));
+  }
+}
+
+TokenFile::~TokenFile() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+uint64_t TokenFile::content_hash() const {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const uint8_t*>(map_);
+  for (size_t i = 0; i < map_bytes_; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace attend::data

@@ -1,0 +1,201 @@
+// The char tokenizer, tokenizer files and the command-line spec.
+#include "data/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "data/utf8.h"
+#include "tensor/error.h"
+
+namespace attend::data {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_file(const fs::path& path) {
+  std::error_code ec;
+  ATTEND_CHECK(fs::exists(path, ec), path.string(), ": no such file");
+  ATTEND_CHECK(!fs::is_directory(path, ec), path.string(), ": is a folder, expected a file");
+  std::ifstream in(path, std::ios::binary);
+  ATTEND_CHECK(in.good(), path.string(), ": cannot open for reading (check its permissions)");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  ATTEND_CHECK(!in.bad(), path.string(), ": read error");
+  return ss.str();
+}
+
+namespace {
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  ATTEND_CHECK(out.good(), path.string(), ": cannot open for writing");
+  out << text;
+  out.close();
+  ATTEND_CHECK(out.good(), path.string(), ": write failed (disk full?)");
+}
+
+class CharTokenizer : public Tokenizer {
+ public:
+  explicit CharTokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
+    for (size_t id = 0; id < spec_.tokens.size(); ++id) {
+      const std::string& t = spec_.tokens[id];
+      Utf8Char c = t.empty() ? Utf8Char{0, 0, false} : decode_utf8(t, 0);
+      ATTEND_CHECK(c.valid && static_cast<size_t>(c.length) == t.size(),
+                   "char tokenizer: entry ", id, " is not a single UTF-8 character");
+      ATTEND_CHECK(ids_.emplace(c.cp, static_cast<int32_t>(id)).second,
+                   "char tokenizer: character ", describe_char(c.cp), " appears twice");
+    }
+  }
+
+  TokenIds encode(std::string_view text) const override {
+    TokenIds out;
+    out.reserve(text.size());
+    size_t index = 0;
+    for (size_t i = 0; i < text.size(); ++index) {
+      Utf8Char c = decode_utf8(text, i);
+      ATTEND_CHECK(c.valid, "char tokenizer: invalid UTF-8 at byte offset ", i);
+      auto it = ids_.find(c.cp);
+      ATTEND_CHECK(it != ids_.end(), "char tokenizer: character ", describe_char(c.cp),
+                   " at position ", index, " (byte offset ", i, ") is not in the vocabulary of ",
+                   spec_.tokens.size(), " characters");
+      out.push_back(it->second);
+      i += c.length;
+    }
+    return out;
+  }
+
+  std::string decode(const TokenIds& ids) const override {
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ATTEND_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "decode: id ", ids[i], " at position ", i,
+                   " is out of range for a vocabulary of ", vocab_size());
+      out += spec_.tokens[ids[i]];
+    }
+    return out;
+  }
+
+  const TokenizerSpec& spec() const override { return spec_; }
+
+ private:
+  TokenizerSpec spec_;
+  std::map<uint32_t, int32_t> ids_;
+};
+
+}  // namespace
+
+// Defined in bpe.cpp.
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(TokenizerSpec spec);
+
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
+  if (spec.kind == "char") return std::make_unique<CharTokenizer>(spec);
+  if (spec.kind == "bpe") return make_bpe_tokenizer(spec);
+  throw Error(str("tokenizer: unknown kind '", spec.kind, "' (expected char or bpe)"));
+}
+
+std::unique_ptr<Tokenizer> build_char_tokenizer(std::string_view corpus) {
+  size_t bad = find_invalid_utf8(corpus);
+  ATTEND_CHECK(bad == std::string_view::npos, "char tokenizer: the corpus is not valid UTF-8 at byte offset ", bad);
+  ATTEND_CHECK(!corpus.empty(), "char tokenizer: the corpus is empty");
+  std::set<uint32_t> chars;
+  for (size_t i = 0; i < corpus.size();) {
+    Utf8Char c = decode_utf8(corpus, i);
+    chars.insert(c.cp);
+    i += c.length;
+  }
+  TokenizerSpec spec{"char", "char", {}, {}};
+  for (uint32_t cp : chars) {
+    std::string s;
+    append_utf8(s, cp);
+    spec.tokens.push_back(s);
+  }
+  return std::make_unique<CharTokenizer>(spec);
+}
+
+void Tokenizer::save(const fs::path& dir) const {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  ATTEND_CHECK(!ec, dir.string(), ": cannot create folder: ", ec.message());
+  const TokenizerSpec& s = spec();
+  json meta = {{"format", "attend-tokenizer"}, {"version", 1}, {"kind", s.kind}, {"name", s.name}};
+  if (s.kind == "char") {
+    meta["chars"] = s.tokens;
+  } else {
+    nlohmann::ordered_json enc = nlohmann::ordered_json::object();
+    for (size_t id = 0; id < s.tokens.size(); ++id) enc[bytes_to_unicode_string(s.tokens[id])] = id;
+    write_file(dir / "encoder.json", enc.dump());
+    std::string bpe = "#version: 0.2\n";
+    for (auto [a, b] : s.merges)
+      bpe += bytes_to_unicode_string(s.tokens[a]) + " " + bytes_to_unicode_string(s.tokens[b]) + "\n";
+    write_file(dir / "vocab.bpe", bpe);
+  }
+  write_file(dir / "tokenizer.json", meta.dump(1) + "\n");
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& where) {
+  fs::path dir = where.filename() == "tokenizer.json" ? where.parent_path() : where;
+  fs::path file = dir / "tokenizer.json";
+  std::string text = read_file(file);
+  json meta;
+  try {
+    meta = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(str(file.string(), ": invalid JSON at byte ", e.byte, ""));
+  }
+  ATTEND_CHECK(meta.is_object() && meta.value("format", "") == "attend-tokenizer", file.string(),
+               ": not an attend tokenizer file (expected \"format\": \"attend-tokenizer\")");
+  ATTEND_CHECK(meta.value("version", 0) == 1, file.string(), ": unsupported version ",
+               meta.value("version", 0), " (this attend reads version 1)");
+  const std::string kind = meta.value("kind", "");
+  const std::string name = meta.value("name", kind);
+  if (kind == "char") {
+    ATTEND_CHECK(meta.contains("chars") && meta["chars"].is_array(), file.string(),
+                 ": field \"chars\" must be an array of characters");
+    TokenizerSpec spec{"char", name, {}, {}};
+    for (const auto& c : meta["chars"]) {
+      ATTEND_CHECK(c.is_string(), file.string(), ": field \"chars\" must hold strings");
+      spec.tokens.push_back(c.get<std::string>());
+    }
+    return make_tokenizer(spec);
+  }
+  ATTEND_CHECK(kind == "bpe", file.string(), ": field \"kind\" is '", kind, "', expected char or bpe");
+  return load_bpe_files(dir / "encoder.json", dir / "vocab.bpe", name);
+}
+
+fs::path find_gpt2_dir() {
+  std::vector<fs::path> tried;
+  if (const char* env = std::getenv("ATTEND_GPT2_DIR")) tried.emplace_back(env);
+  tried.emplace_back(fs::current_path() / ".." / "shared" / "data" / "gpt2");
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) tried.push_back(exe.parent_path() / ".." / ".." / "shared" / "data" / "gpt2");
+  for (const fs::path& p : tried)
+    if (fs::exists(p / "encoder.json", ec) && fs::exists(p / "vocab.bpe", ec)) return p.lexically_normal();
+  std::string where;
+  for (const fs::path& p : tried) where += "\n  " + p.lexically_normal().string();
+  throw Error(str("gpt2 tokenizer: encoder.json and vocab.bpe not found; looked in:", where,
+                  "\nset ATTEND_GPT2_DIR to the folder that holds them"));
+}
+
+std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg) {
+  std::error_code ec;
+  if (arg == "gpt2") {
+    fs::path d = find_gpt2_dir();
+    return load_bpe_files(d / "encoder.json", d / "vocab.bpe", "gpt2");
+  }
+  if (arg.rfind("char:", 0) == 0) {
+    fs::path p = arg.substr(5);
+    if (fs::is_directory(p, ec) || p.filename() == "tokenizer.json") return load_tokenizer(p);
+    return build_char_tokenizer(read_file(p));
+  }
+  if (arg.rfind("bpe:", 0) == 0) return load_tokenizer(arg.substr(4));
+  ATTEND_CHECK(fs::is_directory(arg, ec), "tokenizer: '", arg,
+               "' is not gpt2, char:PATH, bpe:PATH or a saved tokenizer folder");
+  return load_tokenizer(arg);
+}
+
+}  // namespace attend::data

@@ -1,0 +1,85 @@
+// Tokenizers: text <-> token ids. Two kinds behind one interface:
+//
+//   char  the vocabulary is the sorted set of the corpus's characters (code points);
+//         tinyshakespeare gives nanoGPT's 65.
+//   bpe   byte-level BPE: GPT-2's own (loaded from encoder.json and vocab.bpe) or one
+//         trained here from a corpus ("bpe:N"), saved in the same two-file format.
+//
+// Byte-level BPE: text is cut into pieces by GPT-2's pattern (pretokenize.h); each
+// piece starts as its bytes, one token each, and merges apply lowest rank first until
+// none applies. decode(encode(s)) == s for every byte string.
+//
+// Files: DIR/tokenizer.json says which kind, {"format": "attend-tokenizer", "version": 1,
+// "kind": "char"|"bpe", "name": ..., "chars": [...] (char only)}; a bpe tokenizer keeps
+// DIR/encoder.json and DIR/vocab.bpe beside it, GPT-2's formats (token strings under
+// GPT-2's byte-to-unicode map).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace attend::data {
+
+using TokenIds = std::vector<int32_t>;
+
+// A tokenizer as plain data: enough to rebuild it (checkpoints store this).
+struct TokenizerSpec {
+  std::string kind;                 // "char" or "bpe"
+  std::string name;                 // "char", "gpt2", "bpe:4096", ...
+  std::vector<std::string> tokens;  // id -> the token's bytes
+  std::vector<std::pair<int32_t, int32_t>> merges;  // bpe: rank order; (a, b) -> tokens[a] + tokens[b]
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual TokenIds encode(std::string_view text) const = 0;
+  // Throws on an id outside [0, vocab_size).
+  virtual std::string decode(const TokenIds& ids) const = 0;
+  int64_t vocab_size() const { return static_cast<int64_t>(spec().tokens.size()); }
+  virtual const TokenizerSpec& spec() const = 0;
+  void save(const std::filesystem::path& dir) const;
+};
+
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec);
+// Reads DIR/tokenizer.json (and, for bpe, encoder.json and vocab.bpe beside it).
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir);
+// GPT-2's files. Errors name the file, and the line or byte, of malformed input.
+std::unique_ptr<Tokenizer> load_bpe_files(const std::filesystem::path& encoder_json,
+                                          const std::filesystem::path& vocab_bpe,
+                                          const std::string& name);
+
+// The char vocabulary of a corpus (must be valid UTF-8).
+std::unique_ptr<Tokenizer> build_char_tokenizer(std::string_view corpus);
+// Byte-level BPE trained on a corpus up to vocab_size tokens (>= 256), incrementally:
+// pair counts are updated for the words a merge touches, never recounted. Each step
+// merges the most frequent adjacent pair; ties go to the pair with the smaller first
+// token id, then the smaller second id. Deterministic.
+std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t vocab_size);
+
+// Where GPT-2's files are: $ATTEND_GPT2_DIR, else ../shared/data/gpt2 from the current
+// folder or from the folder above the executable's. Throws naming the places looked at.
+std::filesystem::path find_gpt2_dir();
+
+// A tokenizer from a command-line spec:
+//   char:PATH  a saved tokenizer folder (or its tokenizer.json), or else a text file whose
+//              characters make the vocabulary
+//   gpt2       GPT-2's tokenizer (find_gpt2_dir)
+//   bpe:PATH   a saved bpe tokenizer folder
+//   PATH       any saved tokenizer folder
+std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg);
+
+// GPT-2's byte <-> printable-unicode map (bytes that print as themselves keep their code
+// point; the other 68 go to U+0100 onwards, in byte order).
+const std::string& byte_to_unicode(uint8_t b);  // UTF-8 of the mapped code point
+std::string bytes_to_unicode_string(std::string_view bytes);
+
+// Reads a whole file; errors name the path.
+std::string read_file(const std::filesystem::path& path);
+
+}  // namespace attend::data

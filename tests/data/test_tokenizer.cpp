@@ -1,0 +1,211 @@
+// Tokenizers: GPT-2's ids against reference ids, round trips, BPE training, the char
+// vocabulary, files and their errors.
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/pretokenize.h"
+#include "data/tokenizer.h"
+#include "data/utf8.h"
+#include "tensor/random.h"
+#include "test_util.h"
+
+using namespace attend;
+using namespace attend::data;
+using attend::test::check_error;
+namespace fs = std::filesystem;
+
+namespace {
+
+// ../shared/data, or empty (tests then say they skip).
+fs::path shared_data() {
+  const char* env = std::getenv("ATTEND_SHARED_DATA");
+  fs::path p = env ? fs::path(env) : fs::path("../shared/data");
+  return fs::exists(p / "tinyshakespeare.txt") ? p : fs::path();
+}
+
+std::unique_ptr<Tokenizer> gpt2() {
+  fs::path d = shared_data();
+  if (d.empty()) return nullptr;
+  return load_bpe_files(d / "gpt2" / "encoder.json", d / "gpt2" / "vocab.bpe", "gpt2");
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("attend_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+// Random valid UTF-8: ASCII, Latin, Cyrillic, CJK, emoji, whitespace of several kinds.
+std::string random_unicode(Generator& g, int n) {
+  static const uint32_t pool[] = {'a', 'Z', '0', '9', ' ', ' ', '\n', '\t', '\'', '.', ',', '!', 0xE9, 0xDF,
+                                  0x416, 0x44F, 0x65E5, 0x672C, 0x1F600, 0x1F44D, 0x1F3FD, 0xA0, 0x3000,
+                                  0x661, 0x966, 0x2028, 0x301, 0x200D};
+  std::string s;
+  for (int i = 0; i < n; ++i) {
+    PhiloxCounter r = g.block(g.advance(1));
+    append_utf8(s, pool[r[0] % (sizeof pool / sizeof pool[0])]);
+  }
+  return s;
+}
+
+std::string random_bytes(Generator& g, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += static_cast<char>(g.block(g.advance(1))[0] & 0xFF);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("pretokenize follows GPT-2's pattern") {
+  using V = std::vector<std::string_view>;
+  CHECK(pretokenize("Hello world") == V{"Hello", " world"});
+  CHECK(pretokenize("a   b") == V{"a", "  ", " b"});
+  CHECK(pretokenize("\n\nHello") == V{"\n", "\n", "Hello"});
+  CHECK(pretokenize("it's we'll") == V{"it", "'s", " we", "'ll"});
+  CHECK(pretokenize("x  ") == V{"x", "  "});
+  CHECK(pretokenize("abc123 45!?") == V{"abc", "123", " 45", "!?"});
+  CHECK(pretokenize(" ") == V{" "});
+  CHECK(pretokenize("") == V{});
+  // An invalid byte is one "other" character: it joins a punctuation run.
+  CHECK(pretokenize("a\xff!b") == V{"a", "\xff!", "b"});
+}
+
+TEST_CASE("GPT-2 ids equal the reference tokenizer's on tricky strings") {
+  auto tok = gpt2();
+  if (!tok) {
+    MESSAGE("skipped: ../shared/data/gpt2 not found");
+    return;
+  }
+  // Reference ids made by tests/data/make_gpt2_reference.js (gpt-3-encoder 1.1.4).
+  std::ifstream in(fs::path(ATTEND_TEST_DATA) / "gpt2_reference.json");
+  REQUIRE(in.good());
+  nlohmann::json ref = nlohmann::json::parse(in);
+  REQUIRE(ref.size() >= 30);
+  for (const auto& row : ref) {
+    const std::string text = row["text"];
+    TokenIds want = row["ids"].get<TokenIds>();
+    CAPTURE(text);
+    CHECK(tok->encode(text) == want);
+    CHECK(tok->decode(want) == text);
+  }
+}
+
+TEST_CASE("tinyshakespeare: 338,025 GPT-2 tokens and 65 characters") {
+  fs::path d = shared_data();
+  if (d.empty()) {
+    MESSAGE("skipped: ../shared/data not found");
+    return;
+  }
+  const std::string text = read_file(d / "tinyshakespeare.txt");
+  auto tok = gpt2();
+  TokenIds ids = tok->encode(text);
+  CHECK(ids.size() == 338025);
+  CHECK(tok->decode(ids) == text);
+  auto chars = build_char_tokenizer(text);
+  CHECK(chars->vocab_size() == 65);
+  CHECK(chars->decode(chars->encode(text)) == text);
+}
+
+TEST_CASE("round trips: random unicode for every kind, random bytes for byte-level kinds") {
+  Generator g(1);
+  std::string corpus;
+  for (int i = 0; i < 200; ++i) corpus += random_unicode(g, 50);
+  auto bpe = train_bpe_tokenizer(corpus, 400);
+  auto chars = build_char_tokenizer(corpus);
+  auto g2 = gpt2();
+  for (int i = 0; i < 200; ++i) {
+    const std::string s = random_unicode(g, 1 + i % 60);
+    CHECK(bpe->decode(bpe->encode(s)) == s);
+    CHECK(chars->decode(chars->encode(s)) == s);
+    if (g2) CHECK(g2->decode(g2->encode(s)) == s);
+    const std::string b = random_bytes(g, 1 + i % 60);
+    CHECK(bpe->decode(bpe->encode(b)) == b);
+    if (g2) CHECK(g2->decode(g2->encode(b)) == b);
+  }
+}
+
+TEST_CASE("BPE training: a corpus whose merges are worked out by hand") {
+  // Pieces: "ab", " ab" x2, " ba". Pair counts: (a,b) 3, (' ',a) 2, (' ',b) 1, (b,a) 1.
+  // 1. (a,b) -> 256 "ab". Then (' ',256) 2, (' ',b) 1, (b,a) 1.
+  // 2. (' ',256) -> 257 " ab". Then (' ',b) 1, (b,a) 1: a tie, the smaller first id wins.
+  // 3. (' ',b) -> 258 " b". Then (258,a) 1.
+  // 4. (258,a) -> 259 " ba". No pair is left, so training stops below the asked size.
+  auto tok = train_bpe_tokenizer("ab ab ab ba", 300);
+  const auto& m = tok->spec().merges;
+  using P = std::pair<int32_t, int32_t>;
+  CHECK(m == std::vector<P>{{'a', 'b'}, {' ', 256}, {' ', 'b'}, {258, 'a'}});
+  CHECK(tok->vocab_size() == 260);
+  CHECK(tok->spec().tokens[259] == " ba");
+  CHECK(tok->encode("ab ab ba") == TokenIds{256, 257, 259});
+}
+
+TEST_CASE("BPE training is deterministic and fast on tinyshakespeare") {
+  fs::path d = shared_data();
+  std::string text = d.empty() ? std::string() : read_file(d / "tinyshakespeare.txt");
+  if (text.empty()) {
+    Generator g(3);
+    for (int i = 0; i < 2000; ++i) text += random_unicode(g, 40);
+  }
+  auto a = train_bpe_tokenizer(text, 1024), b = train_bpe_tokenizer(text, 1024);
+  CHECK(a->vocab_size() == 1024);
+  CHECK(a->spec().merges == b->spec().merges);
+  CHECK(a->spec().tokens == b->spec().tokens);
+  CHECK(a->decode(a->encode(text)) == text);
+}
+
+TEST_CASE("tokenizers save and load in their file formats") {
+  fs::path dir = temp_dir("tok");
+  Generator g(4);
+  std::string corpus;
+  for (int i = 0; i < 50; ++i) corpus += random_unicode(g, 40);
+  for (auto& tok : {build_char_tokenizer(corpus), train_bpe_tokenizer(corpus, 300)}) {
+    fs::path sub = dir / tok->spec().kind;
+    tok->save(sub);
+    auto back = load_tokenizer(sub);
+    CHECK(back->spec().kind == tok->spec().kind);
+    CHECK(back->spec().name == tok->spec().name);
+    CHECK(back->spec().tokens == tok->spec().tokens);
+    CHECK(back->spec().merges == tok->spec().merges);
+    CHECK(back->encode(corpus) == tok->encode(corpus));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("char tokenizer errors: unknown character with its position, invalid UTF-8 offset") {
+  auto tok = build_char_tokenizer("abc\n");
+  check_error([&] { tok->encode("ab\nz"); },
+              "char tokenizer: character 'z' at position 3 (byte offset 3) is not in the vocabulary of 4 characters");
+  check_error([&] { tok->encode("a\xc3"); }, "char tokenizer: invalid UTF-8 at byte offset 1");
+  check_error([] { build_char_tokenizer("ok\xff"); }, "the corpus is not valid UTF-8 at byte offset 2");
+  check_error([] { build_char_tokenizer(""); }, "char tokenizer: the corpus is empty");
+  check_error([&] { tok->decode({0, 9}); }, "decode: id 9 at position 1 is out of range for a vocabulary of 4");
+}
+
+TEST_CASE("malformed tokenizer files are refused with the file and the reason") {
+  fs::path dir = temp_dir("badtok");
+  auto base = train_bpe_tokenizer("ab ab ab ba", 300);
+  base->save(dir);
+  const fs::path enc = dir / "encoder.json", bpe = dir / "vocab.bpe";
+  const std::string good_bpe = read_file(bpe);
+
+  write(enc, "{\"a\": 1,");
+  check_error([&] { load_tokenizer(dir); }, "encoder.json: invalid JSON at byte");
+  base->save(dir);
+  write(bpe, "#version: 0.2\na b c\n");
+  check_error([&] { load_tokenizer(dir); }, "vocab.bpe: line 2 is 'a b c', expected two tokens separated by one space");
+  write(bpe, "#version: 0.2\na zz\n");
+  check_error([&] { load_tokenizer(dir); }, "vocab.bpe: line 2: merge of unknown token 'zz'");
+  write(bpe, good_bpe);
+  write(dir / "tokenizer.json", "{\"format\": \"attend-tokenizer\", \"version\": 1, \"kind\": \"wordpiece\"}");
+  check_error([&] { load_tokenizer(dir); }, "field \"kind\" is 'wordpiece', expected char or bpe");
+  write(dir / "tokenizer.json", "{\"format\": \"attend-tokenizer\", \"version\": 7, \"kind\": \"bpe\"}");
+  check_error([&] { load_tokenizer(dir); }, "unsupported version 7");
+  check_error([&] { load_tokenizer(dir / "nowhere"); }, "tokenizer.json: no such file");
+  check_error([] { train_bpe_tokenizer("abc", 100); }, "bpe: vocab_size must be at least 256");
+  fs::remove_all(dir);
+}
