@@ -3,6 +3,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace attend::cli {
 
@@ -25,5 +31,32 @@ struct PrepareArgs {
   double val_fraction = 0.1;
 };
 int run_prepare(const PrepareArgs& args);
+
+struct TrainCli {
+  std::vector<std::string> values;      // one per train::config_fields() entry
+  std::vector<CLI::Option*> options;
+  std::string out, resume, config_file;
+};
+void add_train_options(CLI::App* cmd, TrainCli& t);
+int run_train(const TrainCli& t);
+
+struct SampleCli {
+  std::string checkpoint, prompt = "\n";
+  int64_t max_new_tokens = 500, top_k = 200;
+  double temperature = 0.8, top_p = 1.0;
+  uint64_t seed = 1337;
+};
+int run_sample(const SampleCli& a);
+
+struct EvalCli {
+  std::string checkpoint, data;
+};
+int run_eval(const EvalCli& a);
+
+struct PlotCli {
+  std::string run_dir;
+  bool log_y = false;
+};
+int run_plot(const PlotCli& a);
 
 }  // namespace attend::cli

@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
+
 #include "tensor/error.h"
 #include "train/cli.h"
 #include "train/version.h"
@@ -34,6 +36,33 @@ int main(int argc, char** argv) {
   prepare->add_option("--val_fraction,--val-fraction", pr.val_fraction, "the last fraction of tokens kept for validation")
       ->capture_default_str();
 
+  attend::cli::TrainCli tr;
+  CLI::App* train = app.add_subcommand("train", "train a GPT on a corpus (defaults: nanoGPT's CPU recipe)");
+  attend::cli::add_train_options(train, tr);
+
+  attend::cli::SampleCli sa;
+  CLI::App* sample = app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is drawn");
+  sample->add_option("--checkpoint", sa.checkpoint, "checkpoint file (.h5)")->required();
+  sample->add_option("--prompt", sa.prompt, "text to continue")->capture_default_str();
+  sample->add_option("--max_new_tokens,--max-new-tokens", sa.max_new_tokens, "tokens to generate")->capture_default_str();
+  sample->add_option("--temperature", sa.temperature, "softmax temperature; 0 is greedy")->capture_default_str();
+  sample->add_option("--top_k,--top-k", sa.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
+  sample->add_option("--top_p,--top-p", sa.top_p, "keep the smallest set reaching this probability")->capture_default_str();
+  sample->add_option("--seed", sa.seed, "same seed, same text")->capture_default_str();
+
+  attend::cli::EvalCli ev;
+  CLI::App* eval = app.add_subcommand("eval", "mean loss and perplexity over every non-overlapping window");
+  eval->add_option("--checkpoint", ev.checkpoint, "checkpoint file (.h5)")->required();
+  eval->add_option("--data", ev.data, "a token file (.bin) or a text file")->required();
+
+  attend::cli::PlotCli pl;
+  CLI::App* plot = app.add_subcommand("plot", "redraw RUN_DIR/loss.svg from RUN_DIR/metrics.csv");
+  plot->add_option("run_dir", pl.run_dir, "the run folder")->required();
+  plot->add_flag("--log-y,--log_y", pl.log_y, "logarithmic loss axis");
+
+  std::string log_level = "info";
+  app.add_option("--log-level,--log_level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -41,6 +70,12 @@ int main(int argc, char** argv) {
   }
 
   try {
+    spdlog::set_level(spdlog::level::from_str(log_level));
+    std::signal(SIGXFSZ, SIG_IGN);  // a write past a file-size limit fails with an error instead
+    if (train->parsed()) return attend::cli::run_train(tr);
+    if (sample->parsed()) return attend::cli::run_sample(sa);
+    if (eval->parsed()) return attend::cli::run_eval(ev);
+    if (plot->parsed()) return attend::cli::run_plot(pl);
     if (gradcheck->parsed()) return attend::cli::run_gradcheck(gc);
     if (tokenize->parsed()) {
       tk.text_given = tokenize->count("--text") > 0;

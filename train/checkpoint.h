@@ -1,0 +1,67 @@
+// Checkpoints: one HDF5 file holding everything needed to continue a run exactly.
+//
+//   /config      attributes: the model's GPTConfig fields and every training
+//                hyperparameter, under their flag names
+//   /model/<name>   every parameter under GPT-2's state_dict names, f32, PyTorch layout;
+//                lm_head.weight is a hard link to transformer.wte.weight (stored once)
+//   /optimizer   attributes name, step; /optimizer/<slot>/<param name> (AdamW: exp_avg
+//                and exp_avg_sq, i.e. m and v; SGD: momentum_buffer)
+//   /rng         attributes: the seeds of the counter-based generators (dropout masks and
+//                batches are keyed by (seed, step), so the seed is the whole state)
+//   /data        attributes: the prepared data folder, token counts and FNV-1a hashes of
+//                train.bin and val.bin, the sampler
+//   /tokenizer   attributes kind, name; datasets token_bytes (u8), token_offsets (i64,
+//                V+1) and merges (i32, (M, 2)): sampling needs only this file
+//   /meta        attributes format_version, attend_version, step, tokens_seen,
+//                best_val_loss, best_step, created (UTC, ISO 8601), content_hash
+//
+// Integrity: the latest HDF5 file format (checksummed metadata), every dataset chunked
+// with the Fletcher32 filter, element type and shape checked before each read, and
+// content_hash (FNV-1a 64 over the names and bytes of the model and optimizer tensors
+// and the step) verified on load. Writing is atomic: a temporary file in the same
+// folder, closed (checked), fsync'ed, renamed over the final name, then the folder
+// fsync'ed; a kill or a full disk at any moment leaves earlier checkpoints untouched.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "nn/module.h"
+
+namespace attend::train {
+
+using ConfigValue = std::variant<int64_t, double, std::string>;
+using ConfigValues = std::vector<std::pair<std::string, ConfigValue>>;
+
+struct CheckpointData {
+  ConfigValues config;
+  nn::NamedTensors model;  // state_dict order; a tensor already listed is written as a link
+  std::string optimizer;   // "adamw" or "sgd"
+  int64_t optimizer_step = 0;
+  nn::NamedTensors optimizer_state;  // "<slot>.<param name>"
+  uint64_t seed = 0;
+  std::string data_dir;
+  int64_t train_tokens = 0, val_tokens = 0;
+  uint64_t train_hash = 0, val_hash = 0;
+  data::TokenizerSpec tokenizer;
+  int64_t step = 0, tokens_seen = 0, best_step = -1;
+  double best_val_loss = 0;  // meaningful when best_step >= 0
+  std::string created;
+  uint64_t content_hash = 0;  // filled by save and checked by load
+};
+
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
+void save_checkpoint(const std::filesystem::path& path, CheckpointData& data);
+// Throws naming the file and the reason for a missing, truncated, corrupt or foreign file.
+CheckpointData load_checkpoint(const std::filesystem::path& path);
+
+// The FNV-1a 64 content hash of the model and optimizer tensors and the step.
+uint64_t content_hash(const CheckpointData& data);
+
+}  // namespace attend::train

@@ -1,0 +1,278 @@
+#include "train/hdf5_file.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "tensor/kernels.h"
+
+namespace attend::train::h5 {
+
+void silence_errors() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+void File::fail(const std::string& what) const { throw Error(str(path_, ": ", what)); }
+
+File File::create(const std::string& path) {
+  silence_errors();
+  File f;
+  f.path_ = path;
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (fapl.get() < 0 || H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0)
+    f.fail("cannot set up the file access properties");
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  if (id < 0) f.fail("cannot create the file (is the folder writable?)");
+  f.file_ = Handle(id, H5Fclose);
+  return f;
+}
+
+File File::open(const std::string& path) {
+  silence_errors();
+  File f;
+  f.path_ = path;
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) f.fail("cannot open as HDF5: the file is missing, truncated or corrupt");
+  f.file_ = Handle(id, H5Fclose);
+  return f;
+}
+
+void File::close() {
+  if (file_.close() < 0) fail("closing the file failed (disk full?)");
+}
+
+void File::create_group(const std::string& name) {
+  Handle g(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  if (g.get() < 0) fail("cannot create group " + name);
+}
+
+bool File::exists(const std::string& name) const {
+  // Each path component in turn: H5Lexists needs the parents to exist.
+  size_t pos = 1;
+  while (true) {
+    size_t next = name.find('/', pos);
+    std::string part = name.substr(0, next);
+    if (H5Lexists(id(), part.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (next == std::string::npos) return true;
+    pos = next + 1;
+  }
+}
+
+std::vector<std::string> File::list(const std::string& group) const {
+  Handle g(H5Gopen2(id(), group.c_str(), H5P_DEFAULT), H5Gclose);
+  if (g.get() < 0) fail("missing group " + group);
+  H5G_info_t info;
+  if (H5Gget_info(g.get(), &info) < 0) fail("cannot read group " + group);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    ssize_t n = H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (n < 0) fail("cannot list group " + group);
+    std::string s(static_cast<size_t>(n), '\0');
+    H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size() + 1, H5P_DEFAULT);
+    names.push_back(s);
+  }
+  return names;
+}
+
+namespace {
+
+hid_t file_type(DType d) {
+  switch (d) {
+    case DType::F32: return H5T_IEEE_F32LE;
+    case DType::F64: return H5T_IEEE_F64LE;
+    case DType::I32: return H5T_STD_I32LE;
+    case DType::I64: return H5T_STD_I64LE;
+    case DType::Bool: return H5T_STD_U8LE;
+  }
+  return -1;
+}
+
+hid_t mem_type(DType d) {
+  switch (d) {
+    case DType::F32: return H5T_NATIVE_FLOAT;
+    case DType::F64: return H5T_NATIVE_DOUBLE;
+    case DType::I32: return H5T_NATIVE_INT32;
+    case DType::I64: return H5T_NATIVE_INT64;
+    case DType::Bool: return H5T_NATIVE_UINT8;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void File::write_tensor(const std::string& name, const Tensor& t) {
+  Tensor c = kernel::contiguous(t);
+  const int rank = std::max<int>(1, static_cast<int>(c.dim()));
+  std::vector<hsize_t> dims(rank, 1), chunk(rank, 1);
+  for (int i = 0; i < c.dim(); ++i) dims[i] = static_cast<hsize_t>(c.shape()[i]);
+  // Chunks of about 1 MiB along the first dim (Fletcher32 needs a chunked layout).
+  hsize_t row = dtype_size(c.dtype());
+  for (int i = 1; i < rank; ++i) row *= dims[i];
+  for (int i = 0; i < rank; ++i) chunk[i] = std::max<hsize_t>(1, dims[i]);
+  chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], (hsize_t{1} << 20) / std::max<hsize_t>(1, row)));
+  Handle space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (space.get() < 0 || dcpl.get() < 0 || H5Pset_chunk(dcpl.get(), rank, chunk.data()) < 0 ||
+      H5Pset_fletcher32(dcpl.get()) < 0)
+    fail("cannot set up dataset " + name);
+  Handle d(H5Dcreate2(id(), name.c_str(), file_type(c.dtype()), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+           H5Dclose);
+  if (d.get() < 0) fail("cannot create dataset " + name);
+  if (c.numel() > 0 && H5Dwrite(d.get(), mem_type(c.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT, c.raw_data()) < 0)
+    fail("cannot write dataset " + name + " (disk full?)");
+}
+
+Tensor File::read_tensor(const std::string& name, DType dtype) const {
+  Handle d(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (d.get() < 0) fail("missing dataset " + name);
+  Handle space(H5Dget_space(d.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) fail("cannot read the shape of " + name);
+  std::vector<hsize_t> dims(rank);
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  Shape shape(dims.begin(), dims.end());
+  return read_tensor(name, dtype, shape);
+}
+
+Tensor File::read_tensor(const std::string& name, DType dtype, const Shape& shape) const {
+  Handle d(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (d.get() < 0) fail("missing dataset " + name);
+  Handle type(H5Dget_type(d.get()), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const bool want_float = is_floating(dtype);
+  if ((want_float && cls != H5T_FLOAT) || (!want_float && cls != H5T_INTEGER) ||
+      H5Tget_size(type.get()) != dtype_size(dtype))
+    fail(str("dataset ", name, " has the wrong element type (expected ", dtype_name(dtype), ")"));
+  Handle space(H5Dget_space(d.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(std::max(rank, 0));
+  if (rank >= 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  Shape got(dims.begin(), dims.end());
+  Shape want = shape.empty() ? Shape{1} : shape;
+  if (got != want) fail(str("dataset ", name, " has shape ", shape_str(got), ", expected ", shape_str(want)));
+  Tensor t = empty(shape, dtype);
+  if (t.numel() > 0 && H5Dread(d.get(), mem_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) < 0)
+    fail("dataset " + name + " cannot be read: its checksum does not match (corrupt data)");
+  return t;
+}
+
+void File::hard_link(const std::string& target, const std::string& link) {
+  if (H5Lcreate_hard(id(), target.c_str(), id(), link.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
+    fail("cannot link " + link + " to " + target);
+}
+
+namespace {
+
+Handle open_object(hid_t file, const std::string& object, const std::string& path) {
+  hid_t o = H5Oopen(file, object.c_str(), H5P_DEFAULT);
+  if (o < 0) throw Error(str(path, ": missing object ", object));
+  return Handle(o, H5Oclose);
+}
+
+void write_attr(hid_t file, const std::string& path, const std::string& object, const std::string& name,
+                hid_t ftype, hid_t mtype, const void* value) {
+  Handle o = open_object(file, object, path);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  if (H5Aexists(o.get(), name.c_str()) > 0) H5Adelete(o.get(), name.c_str());
+  Handle a(H5Acreate2(o.get(), name.c_str(), ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (a.get() < 0 || H5Awrite(a.get(), mtype, value) < 0)
+    throw Error(str(path, ": cannot write attribute ", object, "@", name));
+}
+
+Handle open_attr(hid_t file, const std::string& path, const std::string& object, const std::string& name) {
+  Handle o = open_object(file, object, path);
+  hid_t a = H5Aopen(o.get(), name.c_str(), H5P_DEFAULT);
+  if (a < 0) throw Error(str(path, ": missing attribute ", object, "@", name));
+  return Handle(a, H5Aclose);
+}
+
+}  // namespace
+
+void File::set_attr(const std::string& o, const std::string& n, int64_t v) {
+  write_attr(id(), path_, o, n, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+void File::set_attr(const std::string& o, const std::string& n, uint64_t v) {
+  write_attr(id(), path_, o, n, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
+}
+void File::set_attr(const std::string& o, const std::string& n, double v) {
+  write_attr(id(), path_, o, n, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+}
+void File::set_attr(const std::string& o, const std::string& n, const std::string& v) {
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), std::max<size_t>(1, v.size()));
+  H5Tset_strpad(t.get(), H5T_STR_NULLPAD);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  std::string padded = v.empty() ? std::string(1, '\0') : v;
+  write_attr(id(), path_, o, n, t.get(), t.get(), padded.data());
+}
+
+bool File::has_attr(const std::string& o, const std::string& n) const {
+  hid_t obj = H5Oopen(id(), o.c_str(), H5P_DEFAULT);
+  if (obj < 0) return false;
+  Handle h(obj, H5Oclose);
+  return H5Aexists(obj, n.c_str()) > 0;
+}
+
+char File::attr_kind(const std::string& o, const std::string& n) const {
+  Handle a = open_attr(id(), path_, o, n);
+  Handle t(H5Aget_type(a.get()), H5Tclose);
+  switch (H5Tget_class(t.get())) {
+    case H5T_INTEGER: return 'i';
+    case H5T_FLOAT: return 'f';
+    case H5T_STRING: return 's';
+    default: fail("attribute " + o + "@" + n + " has an unsupported type");
+  }
+}
+
+int64_t File::attr_int(const std::string& o, const std::string& n) const {
+  if (attr_kind(o, n) != 'i') fail("attribute " + o + "@" + n + " is not an integer");
+  Handle a = open_attr(id(), path_, o, n);
+  int64_t v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) fail("cannot read attribute " + o + "@" + n);
+  return v;
+}
+
+uint64_t File::attr_uint(const std::string& o, const std::string& n) const {
+  if (attr_kind(o, n) != 'i') fail("attribute " + o + "@" + n + " is not an integer");
+  Handle a = open_attr(id(), path_, o, n);
+  uint64_t v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_UINT64, &v) < 0) fail("cannot read attribute " + o + "@" + n);
+  return v;
+}
+
+double File::attr_double(const std::string& o, const std::string& n) const {
+  const char k = attr_kind(o, n);
+  if (k != 'f' && k != 'i') fail("attribute " + o + "@" + n + " is not a number");
+  Handle a = open_attr(id(), path_, o, n);
+  double v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) fail("cannot read attribute " + o + "@" + n);
+  return v;
+}
+
+std::string File::attr_string(const std::string& o, const std::string& n) const {
+  if (attr_kind(o, n) != 's') fail("attribute " + o + "@" + n + " is not a string");
+  Handle a = open_attr(id(), path_, o, n);
+  Handle t(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tis_variable_str(t.get()) > 0) fail("attribute " + o + "@" + n + " is a variable-length string");
+  std::string s(H5Tget_size(t.get()), '\0');
+  if (H5Aread(a.get(), t.get(), s.data()) < 0) fail("cannot read attribute " + o + "@" + n);
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+std::vector<std::string> File::attr_names(const std::string& o) const {
+  Handle obj = open_object(id(), o, path_);
+  H5O_info_t info;
+  if (H5Oget_info2(obj.get(), &info, H5O_INFO_NUM_ATTRS) < 0) fail("cannot read " + o);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.num_attrs; ++i) {
+    ssize_t len = H5Aget_name_by_idx(obj.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    std::string s(static_cast<size_t>(len), '\0');
+    H5Aget_name_by_idx(obj.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size() + 1, H5P_DEFAULT);
+    names.push_back(s);
+  }
+  return names;
+}
+
+}  // namespace attend::train::h5

@@ -1,0 +1,157 @@
+#include "train/optim.h"
+
+#include <cmath>
+
+#include "tensor/kernels.h"
+#include "tensor/parallel.h"
+
+namespace attend::train {
+
+namespace {
+
+void check_state(const std::map<std::string, Tensor>& state, const std::string& name, const Tensor& like) {
+  auto it = state.find(name);
+  ATTEND_CHECK(it != state.end(), "optimizer state: missing '", name, "'");
+  ATTEND_CHECK(it->second.shape() == like.shape(), "optimizer state: '", name, "' has shape ",
+               shape_str(it->second.shape()), ", expected ", shape_str(like.shape()));
+}
+
+}  // namespace
+
+AdamW::AdamW(const nn::NamedTensors& params, const AdamWOptions& o) : params_(params), o_(o) {
+  for (auto& [_, p] : params_) {
+    m_.push_back(zeros(p.shape(), p.dtype()));
+    v_.push_back(zeros(p.shape(), p.dtype()));
+    decay_.push_back(p.dim() >= 2);
+  }
+}
+
+void AdamW::step(double lr) {
+  ++steps_;
+  const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(steps_));
+  const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(steps_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].second;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    ATTEND_CHECK(p.is_contiguous() && g.is_contiguous(), "AdamW: parameter '", params_[i].first,
+                 "' or its gradient is not contiguous");
+    const double wd = decay_[i] ? o_.weight_decay : 0.0;
+    dispatch_float(p.dtype(), "AdamW", [&]<typename T>() {
+      T* pp = p.data<T>();
+      const T* gp = g.data<T>();
+      T* m = m_[i].data<T>();
+      T* v = v_[i].data<T>();
+      const T b1 = T(o_.beta1), b2 = T(o_.beta2), eps = T(o_.eps);
+      const T decay = T(1.0 - lr * wd), step_size = T(lr / bc1), bc2_sqrt = T(std::sqrt(bc2));
+      parallel_for(p.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) {
+          m[j] = b1 * m[j] + (T(1) - b1) * gp[j];
+          v[j] = b2 * v[j] + (T(1) - b2) * gp[j] * gp[j];
+          pp[j] = pp[j] * decay - step_size * m[j] / (std::sqrt(v[j]) / bc2_sqrt + eps);
+        }
+      });
+    });
+  }
+}
+
+nn::NamedTensors AdamW::state() const {
+  nn::NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back("exp_avg." + params_[i].first, m_[i]);
+    out.emplace_back("exp_avg_sq." + params_[i].first, v_[i]);
+  }
+  return out;
+}
+
+void AdamW::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    check_state(state, "exp_avg." + params_[i].first, m_[i]);
+    check_state(state, "exp_avg_sq." + params_[i].first, v_[i]);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    kernel::copy_(m_[i], state.at("exp_avg." + params_[i].first));
+    kernel::copy_(v_[i], state.at("exp_avg_sq." + params_[i].first));
+  }
+  steps_ = steps;
+}
+
+SGD::SGD(const nn::NamedTensors& params, double momentum, double weight_decay)
+    : params_(params), momentum_(momentum), weight_decay_(weight_decay) {
+  for (auto& [_, p] : params_) {
+    buf_.push_back(zeros(p.shape(), p.dtype()));
+    decay_.push_back(p.dim() >= 2);
+  }
+}
+
+void SGD::step(double lr) {
+  ++steps_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].second;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    const double wd = decay_[i] ? weight_decay_ : 0.0;
+    dispatch_float(p.dtype(), "SGD", [&]<typename T>() {
+      T* pp = p.data<T>();
+      const T* gp = g.data<T>();
+      T* b = buf_[i].data<T>();
+      const bool first = steps_ == 1;
+      for (int64_t j = 0; j < p.numel(); ++j) {
+        const T d = gp[j] + T(wd) * pp[j];
+        b[j] = first ? d : T(momentum_) * b[j] + d;
+        pp[j] -= T(lr) * (momentum_ != 0 ? b[j] : d);
+      }
+    });
+  }
+}
+
+nn::NamedTensors SGD::state() const {
+  nn::NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i) out.emplace_back("momentum_buffer." + params_[i].first, buf_[i]);
+  return out;
+}
+
+void SGD::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  for (size_t i = 0; i < params_.size(); ++i) check_state(state, "momentum_buffer." + params_[i].first, buf_[i]);
+  for (size_t i = 0; i < params_.size(); ++i) kernel::copy_(buf_[i], state.at("momentum_buffer." + params_[i].first));
+  steps_ = steps;
+}
+
+double LrSchedule::at(int64_t it) const {
+  if (!decay) return learning_rate;
+  if (it < warmup_iters) return learning_rate * static_cast<double>(it + 1) / static_cast<double>(warmup_iters + 1);
+  if (it > lr_decay_iters) return min_lr;
+  const double span = static_cast<double>(lr_decay_iters - warmup_iters);
+  const double ratio = span > 0 ? static_cast<double>(it - warmup_iters) / span : 1.0;
+  const double coeff = 0.5 * (1.0 + std::cos(M_PI * ratio));
+  return min_lr + coeff * (learning_rate - min_lr);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  double total = 0;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    dispatch_float(g.dtype(), "clip_grad_norm", [&]<typename T>() {
+      const T* gp = g.data<T>();
+      double s = 0;
+      for (int64_t j = 0; j < g.numel(); ++j) s += static_cast<double>(gp[j]) * gp[j];
+      total += s;
+    });
+  }
+  const double norm = std::sqrt(total);
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);  // PyTorch's clip_grad_norm_
+    for (const Tensor& p : params) {
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      dispatch_float(g.dtype(), "clip_grad_norm", [&]<typename T>() {
+        T* gp = g.data<T>();
+        for (int64_t j = 0; j < g.numel(); ++j) gp[j] *= static_cast<T>(scale);
+      });
+    }
+  }
+  return norm;
+}
+
+}  // namespace attend::train

@@ -1,0 +1,37 @@
+// Sampling text from a trained model, with a key/value cache.
+//
+// The prompt runs through the model once, filling each layer's cache; every new token
+// then costs one position. Tokens are drawn from softmax(logits / temperature) after
+// keeping the top_k most likely (0: all) and the smallest set whose probability reaches
+// top_p (1: all); temperature 0 takes the most likely token. Token i of a sample uses
+// the uniform number of Philox block (i, 0, 0, 0) keyed by the seed: same seed, same
+// text. The context is the last block_size tokens, as nanoGPT's: once the sequence
+// outgrows it, positions shift and each token recomputes the window (no cache).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "nn/gpt.h"
+
+namespace attend::train {
+
+struct SampleOptions {
+  std::string prompt = "\n";
+  int64_t max_new_tokens = 500;
+  double temperature = 0.8;
+  int64_t top_k = 200;
+  double top_p = 1.0;
+  uint64_t seed = 1337;
+};
+
+// Calls emit with the text of each new token as it is drawn; returns the new token ids.
+data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tokenizer, const SampleOptions& options,
+                      const std::function<void(const std::string&)>& emit);
+
+// One draw from logits (V,) f32 with the options' filters; u in [0, 1).
+int32_t choose_token(const float* logits, int64_t V, const SampleOptions& options, double u);
+
+}  // namespace attend::train
