@@ -1,0 +1,132 @@
+// Checkpoints: every group round-trips; corrupt, truncated and foreign files are refused.
+#include <filesystem>
+#include <fstream>
+
+#include "nn/gpt.h"
+#include "tensor/kernels.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/hdf5_file.h"
+#include "train/optim.h"
+
+using namespace attend;
+using namespace attend::train;
+using attend::test::check_error;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("attend_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+CheckpointData make(nn::GPT& m, AdamW& opt) {
+  CheckpointData d;
+  d.config = {{"vocab_size", int64_t{11}}, {"learning_rate", 1e-3}, {"optimizer", std::string("adamw")}};
+  d.model = m.state_dict();
+  d.optimizer = "adamw";
+  d.optimizer_step = opt.steps();
+  d.optimizer_state = opt.state();
+  d.seed = 1337;
+  d.data_dir = "/data/prepared";
+  d.train_tokens = 1000, d.val_tokens = 100, d.train_hash = 0xfeedbeefcafe1234ull, d.val_hash = 42;
+  d.tokenizer = {"bpe", "bpe:258", {}, {{'a', 'b'}, {256, 'c'}}};
+  for (int b = 0; b < 256; ++b) d.tokenizer.tokens.emplace_back(1, static_cast<char>(b));
+  d.tokenizer.tokens.push_back("ab");
+  d.tokenizer.tokens.push_back("abc");
+  d.step = 7, d.tokens_seen = 7 * 768, d.best_step = 5, d.best_val_loss = 2.25;
+  return d;
+}
+
+void flip_byte(const fs::path& p, size_t at) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 0x5A));
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint round-trips every group") {
+  fs::path dir = temp_dir("ckpt");
+  nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
+  AdamW opt(m.named_parameters(), {});
+  for (auto& p : m.parameters()) p.set_grad(kernel::unary(kernel::Unary::Affine, kernel::clone(p), 0.5, 0.1));
+  opt.step(1e-3);
+  CheckpointData d = make(m, opt);
+  save_checkpoint(dir / "c.h5", d);
+  CHECK(!fs::exists(dir / "c.h5.tmp"));
+  CheckpointData r = load_checkpoint(dir / "c.h5");
+  REQUIRE(r.model.size() == d.model.size());
+  std::map<std::string, Tensor> got(r.model.begin(), r.model.end());
+  for (auto& [n, t] : d.model) {
+    INFO(n);
+    CHECK(test::bit_identical(got.at(n), t));
+  }
+  // lm_head.weight is stored once, as a hard link, and comes back as the same tensor.
+  CHECK(got.at("lm_head.weight").is_same(got.at("transformer.wte.weight")));
+  std::map<std::string, Tensor> ost(r.optimizer_state.begin(), r.optimizer_state.end());
+  for (auto& [n, t] : d.optimizer_state) CHECK(test::bit_identical(ost.at(n), t));
+  CHECK(r.optimizer == "adamw");
+  CHECK(r.optimizer_step == 1);
+  CHECK(r.seed == 1337);
+  CHECK(r.data_dir == "/data/prepared");
+  CHECK(r.train_hash == 0xfeedbeefcafe1234ull);
+  CHECK(r.tokenizer.tokens == d.tokenizer.tokens);
+  CHECK(r.tokenizer.merges == d.tokenizer.merges);
+  CHECK(r.tokenizer.name == "bpe:258");
+  CHECK(r.step == 7);
+  CHECK(r.best_step == 5);
+  CHECK(r.best_val_loss == 2.25);
+  std::map<std::string, ConfigValue> cfg(r.config.begin(), r.config.end());
+  CHECK(std::get<double>(cfg.at("learning_rate")) == 1e-3);
+  CHECK(std::get<int64_t>(cfg.at("vocab_size")) == 11);
+  CHECK(std::get<std::string>(cfg.at("optimizer")) == "adamw");
+  CHECK(!r.created.empty());
+  CHECK(r.content_hash == d.content_hash);
+  // The file's own layout, as h5py would see it.
+  h5::File f = h5::File::open((dir / "c.h5").string());
+  CHECK(f.attr_int("/config", "vocab_size") == 11);
+  CHECK(f.exists("/optimizer/exp_avg/transformer.wte.weight"));
+  CHECK(f.exists("/optimizer/exp_avg_sq/transformer.h.1.mlp.c_fc.bias"));
+  CHECK(f.attr_string("/meta", "attend_version").size() > 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("corrupt, truncated and foreign checkpoints are refused naming the file") {
+  fs::path dir = temp_dir("corrupt");
+  nn::GPT m(nn::GPTConfig{101, 16, 2, 2, 2, 32, 0.0, true}, 3);
+  AdamW opt(m.named_parameters(), {});
+  CheckpointData d = make(m, opt);
+  save_checkpoint(dir / "good.h5", d);
+  const size_t size = fs::file_size(dir / "good.h5");
+  auto variant = [&](const std::string& name) {
+    fs::copy_file(dir / "good.h5", dir / name, fs::copy_options::overwrite_existing);
+    return dir / name;
+  };
+  // A flipped byte in the superblock (metadata, checksummed in the latest format).
+  fs::path meta = variant("meta.h5");
+  flip_byte(meta, 20);
+  check_error([&] { load_checkpoint(meta); }, "meta.h5: ");
+  // Flipped bytes in the body, where the datasets are.
+  for (double at : {0.3, 0.5, 0.7}) {
+    fs::path body = variant("body.h5");
+    flip_byte(body, static_cast<size_t>(at * size));
+    CAPTURE(at);
+    check_error([&] { load_checkpoint(body); }, "body.h5: ");
+  }
+  fs::path cut = variant("cut.h5");
+  fs::resize_file(cut, size / 2);
+  check_error([&] { load_checkpoint(cut); }, "cut.h5: cannot open as HDF5: the file is missing, truncated or corrupt");
+  std::ofstream(dir / "text.h5") << "not hdf5";
+  check_error([&] { load_checkpoint(dir / "text.h5"); }, "text.h5: cannot open as HDF5");
+  check_error([&] { load_checkpoint(dir / "none.h5"); }, "none.h5: no such checkpoint file");
+  // The good one still loads.
+  CHECK(load_checkpoint(dir / "good.h5").step == 7);
+  fs::remove_all(dir);
+}

@@ -1,0 +1,299 @@
+// The attend program end to end, each command in a fresh process: exact resume, kills
+// during checkpoint writes, NaN stops, a full disk, locks, bad flags, eval and sample.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "tensor/kernels.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+using namespace attend;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int code;
+  std::string out;
+};
+
+// Runs `attend ARGS` through the shell (output of both streams captured).
+Run attend_cmd(const std::string& args, const std::string& prefix = "") {
+  const std::string cmd = prefix + std::string(ATTEND_BIN) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("attend_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// A small corpus made here: verse with enough variety to learn from.
+fs::path make_corpus(const fs::path& dir) {
+  std::string text;
+  const char* lines[] = {"Now is the winter of our discontent\n", "Made glorious summer by this sun of York;\n",
+                         "And all the clouds that lour'd upon our house\n", "In the deep bosom of the ocean buried.\n",
+                         "Shall I compare thee to a summer's day?\n", "Thou art more lovely and more temperate.\n"};
+  for (int i = 0; i < 120; ++i) text += lines[(i * 7 + i / 6) % 6];
+  std::ofstream(dir / "corpus.txt") << text;
+  return dir / "corpus.txt";
+}
+
+const std::string kTiny =
+    " --n_layer 2 --n_head 2 --n_kv_head 1 --n_embd 16 --block_size 16 --batch_size 4 --eval_iters 2";
+
+std::vector<std::string> column(const fs::path& csv, int col) {
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> out;
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string cell;
+    for (int i = 0; i <= col; ++i) std::getline(ss, cell, ',');
+    if (!cell.empty()) out.push_back(cell);
+  }
+  return out;
+}
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for bit") {
+  fs::path dir = temp_dir("resume");
+  fs::path corpus = make_corpus(dir);
+  // Dropout on, warmup and cosine, gradient accumulation: everything that could drift.
+  const std::string common = "train --data " + corpus.string() + kTiny +
+                             " --dropout 0.1 --warmup_iters 2 --lr_decay_iters 8 --gradient_accumulation_steps 2"
+                             " --eval_interval 4 --log_interval 1 --checkpoint_interval 100";
+  Run a = attend_cmd(common + " --max_iters 8 --out " + (dir / "A").string());
+  REQUIRE_MESSAGE(a.code == 0, a.out);
+  Run b1 = attend_cmd(common + " --max_iters 3 --out " + (dir / "B").string());
+  REQUIRE_MESSAGE(b1.code == 0, b1.out);
+  Run b2 = attend_cmd("train --resume " + (dir / "B").string() + " --max_iters 8");
+  REQUIRE_MESSAGE(b2.code == 0, b2.out);
+  CHECK(b2.out.find("resumed from") != std::string::npos);
+
+  train::CheckpointData ca = train::load_checkpoint(dir / "A" / "ckpt_00000008.h5");
+  train::CheckpointData cb = train::load_checkpoint(dir / "B" / "ckpt_00000008.h5");
+  REQUIRE(ca.model.size() == cb.model.size());
+  for (size_t i = 0; i < ca.model.size(); ++i) {
+    INFO(ca.model[i].first);
+    CHECK(test::bit_identical(ca.model[i].second, cb.model[i].second));
+  }
+  REQUIRE(ca.optimizer_state.size() == cb.optimizer_state.size());
+  for (size_t i = 0; i < ca.optimizer_state.size(); ++i) {
+    INFO(ca.optimizer_state[i].first);
+    CHECK(test::bit_identical(ca.optimizer_state[i].second, cb.optimizer_state[i].second));
+  }
+  CHECK(ca.content_hash == cb.content_hash);
+  CHECK(ca.optimizer_step == 8);
+  // Per-step losses, printed with 17 significant digits: identical strings.
+  std::vector<std::string> la = column(dir / "A" / "metrics.csv", 1), lb = column(dir / "B" / "metrics.csv", 1);
+  CHECK(la.size() == 8);
+  CHECK(la == lb);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("kill -9 during checkpoint writes leaves every checkpoint loadable") {
+  fs::path dir = temp_dir("kill");
+  fs::path corpus = make_corpus(dir);
+  for (int delay_ms : {700, 1100, 1500}) {
+    fs::path run = dir / ("run" + std::to_string(delay_ms));
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1), ::dup2(null, 2);
+      const std::string out = run.string(), data = corpus.string();
+      ::execl(ATTEND_BIN, "attend", "train", "--data", data.c_str(), "--out", out.c_str(), "--n_layer", "2",
+              "--n_embd", "64", "--n_head", "2", "--block_size", "16", "--batch_size", "2", "--max_iters", "100000",
+              "--checkpoint_interval", "1", "--keep_checkpoints", "2", "--eval_interval", "100000", nullptr);
+      ::_exit(127);
+    }
+    ::usleep(delay_ms * 1000);
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status));
+    auto all = train::list_checkpoints(run);
+    CAPTURE(delay_ms);
+    REQUIRE(!all.empty());
+    for (const fs::path& p : all) {
+      INFO(p.string());
+      CHECK_NOTHROW(train::load_checkpoint(p));
+    }
+    CHECK(train::newest_valid_checkpoint(run) == all.back());
+    // And the run continues from it.
+    Run r = attend_cmd("train --resume " + run.string() + " --max_iters " +
+                       std::to_string(train::load_checkpoint(all.back()).step + 1));
+    CHECK_MESSAGE(r.code == 0, r.out);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a non-finite loss stops the run naming the step; the last good checkpoint is untouched") {
+  fs::path dir = temp_dir("nan");
+  fs::path corpus = make_corpus(dir);
+  Run r = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "run").string() + kTiny +
+                     " --max_iters 50 --learning_rate 1e30 --decay_lr false --grad_clip 0 --checkpoint_interval 1"
+                     " --keep_checkpoints 100 --eval_interval 1000");
+  CHECK(r.code != 0);
+  CAPTURE(r.out);
+  CHECK(r.out.find("step ") != std::string::npos);
+  CHECK((r.out.find("the loss is") != std::string::npos || r.out.find("the gradient norm is") != std::string::npos));
+  CHECK(r.out.find("no checkpoint written") != std::string::npos);
+  for (const fs::path& p : train::list_checkpoints(dir / "run")) {
+    train::CheckpointData d = train::load_checkpoint(p);
+    for (auto& [n, t] : d.model) {
+      std::vector<float> v = t.to_vector<float>();
+      CHECK(std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a full disk during a checkpoint leaves the previous one byte-identical") {
+  fs::path dir = temp_dir("full");
+  fs::path corpus = make_corpus(dir);
+  const fs::path run = dir / "run";
+  Run first = attend_cmd("train --data " + corpus.string() + " --out " + run.string() +
+                         " --n_layer 2 --n_embd 64 --n_head 2 --block_size 16 --batch_size 2 --max_iters 2"
+                         " --checkpoint_interval 2 --eval_interval 1000");
+  REQUIRE_MESSAGE(first.code == 0, first.out);
+  const fs::path ckpt = run / "ckpt_00000002.h5";
+  const std::string before = file_bytes(ckpt);
+  REQUIRE(before.size() > 200 * 1024);
+  // Files may grow to 100 KiB only: the next checkpoint's write fails.
+  Run second = attend_cmd("train --resume " + run.string() + " --max_iters 4", "ulimit -f 100; ");
+  CHECK(second.code != 0);
+  CAPTURE(second.out);
+  CHECK(file_bytes(ckpt) == before);
+  CHECK(!fs::exists(run / "ckpt_00000004.h5"));
+  CHECK(train::newest_valid_checkpoint(run) == ckpt);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("one trainer per run folder; settings that cannot change on resume are refused") {
+  fs::path dir = temp_dir("lock");
+  fs::path corpus = make_corpus(dir);
+  const fs::path run = dir / "run";
+  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny + " --max_iters 2").code == 0);
+  {
+    const int fd = ::open((run / "lock").c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+    REQUIRE(::ftruncate(fd, 0) == 0);
+    REQUIRE(::pwrite(fd, "424242", 6, 0) == 6);
+    Run r = attend_cmd("train --resume " + run.string() + " --max_iters 4");
+    CHECK(r.code != 0);
+    CHECK_MESSAGE(r.out.find("another trainer is using this run folder (pid 424242)") != std::string::npos, r.out);
+    ::close(fd);
+  }
+  Run mismatch = attend_cmd("train --resume " + run.string() + " --max_iters 4 --n_embd 32 --n_layer 3");
+  CHECK(mismatch.code != 0);
+  CHECK_MESSAGE(mismatch.out.find("n_layer (checkpoint 2, now 3)") != std::string::npos, mismatch.out);
+  CHECK(mismatch.out.find("n_embd (checkpoint 16, now 32)") != std::string::npos);
+  Run again = attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny + " --max_iters 2");
+  CHECK(again.code != 0);
+  CHECK(again.out.find("already holds checkpoints; use --resume") != std::string::npos);
+  // A corrupt newest checkpoint is skipped with a warning.
+  fs::copy_file(run / "ckpt_00000002.h5", run / "ckpt_00000009.h5");
+  fs::resize_file(run / "ckpt_00000009.h5", 1000);
+  Run skip = attend_cmd("train --resume " + run.string() + " --max_iters 3");
+  CHECK_MESSAGE(skip.code == 0, skip.out);
+  CHECK(skip.out.find("skipping") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("bad flags and data: an error naming the flag or file, and a non-zero exit") {
+  fs::path dir = temp_dir("flags");
+  fs::path corpus = make_corpus(dir);
+  const std::string base = "train --data " + corpus.string() + " --out " + (dir / "r").string();
+  struct Case {
+    std::string args, needle;
+  };
+  const Case cases[] = {
+      {base + " --bogus 1", "--bogus"},
+      {base + " --learning_rate -1", "--learning_rate: must be positive, got -1"},
+      {base + " --learning-rate abc", "--learning_rate: expected a number, got 'abc'"},
+      {base + " --n_embd 30 --n_head 4", "--n_embd 30 must be divisible by --n_head 4"},
+      {base + " --n_head 4 --n_kv_head 3", "--n_head 4 must be divisible by --n_kv_head 3"},
+      {base + " --bias maybe", "--bias: expected true or false, got 'maybe'"},
+      {base + " --preset gpt5", "unknown preset 'gpt5'"},
+      {"train --data " + (dir / "nothing").string() + " --out " + (dir / "r2").string(), "no such file or folder"},
+      {base + " --n_layer 1 --n_embd 16 --block_size 100000 --max_iters 1", "too short for block_size 100000"},
+      {"eval --checkpoint " + (dir / "none.h5").string() + " --data " + corpus.string(), "none.h5: no such checkpoint file"},
+      {"sample --checkpoint " + corpus.string(), "cannot open as HDF5"},
+  };
+  for (const Case& c : cases) {
+    Run r = attend_cmd(c.args);
+    CAPTURE(c.args);
+    CAPTURE(r.out);
+    CHECK(r.code != 0);
+    CHECK(r.out.find(c.needle) != std::string::npos);
+  }
+  std::ofstream(dir / "cfg.json") << "{\"n_layer\": 1, \"colour\": \"red\"}";
+  Run r = attend_cmd(base + " --config " + (dir / "cfg.json").string());
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(r.out.find("cfg.json: unknown setting 'colour'") != std::string::npos, r.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("eval's loss equals the model's own forward over the same windows; sampling is reproducible") {
+  fs::path dir = temp_dir("eval");
+  fs::path corpus = make_corpus(dir);
+  const fs::path run = dir / "run";
+  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny + " --max_iters 20").code == 0);
+  const fs::path ckpt = train::newest_valid_checkpoint(run);
+  Run ev = attend_cmd("eval --checkpoint " + ckpt.string() + " --data " + (run / "data" / "val.bin").string());
+  REQUIRE_MESSAGE(ev.code == 0, ev.out);
+  const double printed = std::stod(ev.out.substr(ev.out.find("loss ") + 5));
+  CHECK(ev.out.find("perplexity ") != std::string::npos);
+  // One window at a time, by hand.
+  train::LoadedModel m = train::load_model(ckpt);
+  data::TokenDataset ds(run / "data" / "val.bin", 16);
+  double total = 0;
+  NoGradGuard no_grad;
+  for (int64_t k = 0; k < ds.num_windows(); ++k) {
+    data::Batch b = ds.windows(k, 1);
+    total += m.model->forward(b.x, b.y).loss.item();
+  }
+  CHECK(printed == doctest::Approx(total / ds.num_windows()).epsilon(1e-5));
+  // A text file is tokenized with the checkpoint's tokenizer.
+  Run ev_text = attend_cmd("eval --checkpoint " + ckpt.string() + " --data " + corpus.string());
+  CHECK_MESSAGE(ev_text.code == 0, ev_text.out);
+
+  const std::string s = "sample --checkpoint " + ckpt.string() + " --max_new_tokens 40 --prompt Now";
+  Run s1 = attend_cmd(s + " --seed 5"), s2 = attend_cmd(s + " --seed 5"), s3 = attend_cmd(s + " --seed 6");
+  CHECK(s1.code == 0);
+  CHECK(s1.out == s2.out);
+  CHECK(s1.out != s3.out);
+  CHECK(s1.out.rfind("Now", 0) == 0);
+  Run g1 = attend_cmd(s + " --temperature 0 --seed 1"), g2 = attend_cmd(s + " --temperature 0 --seed 2");
+  CHECK(g1.out == g2.out);  // greedy ignores the seed
+  fs::remove_all(dir);
+}

@@ -1,0 +1,97 @@
+// AdamW and SGD against hand-computed steps, the schedule, clipping, accumulation.
+#include "nn/gpt.h"
+#include "tensor/kernels.h"
+#include "test_util.h"
+#include "train/optim.h"
+
+using namespace attend;
+using namespace attend::train;
+
+TEST_CASE("AdamW: two steps against hand-computed values") {
+  // One decayed matrix and one undecayed bias. lr 0.1, betas (0.9, 0.999), eps 1e-8, wd 0.5.
+  Tensor w = tensor({1.0, -2.0}, {1, 2}, DType::F64).requires_grad_();
+  Tensor b = tensor({0.5}, {1}, DType::F64).requires_grad_();
+  AdamW opt({{"w", w}, {"b", b}}, {0.9, 0.999, 1e-8, 0.5});
+  w.set_grad(tensor({0.2, -0.4}, {1, 2}, DType::F64));
+  b.set_grad(tensor({1.0}, {1}, DType::F64));
+  opt.step(0.1);
+  // Step 1: m = 0.1 g, v = 0.001 g^2, m_hat = g, v_hat = g^2: update = lr * g / (|g| + eps).
+  // w: decay first: w * (1 - 0.1 * 0.5) = w * 0.95, then minus 0.1 * sign(g).
+  CHECK(w.at({0, 0}) == doctest::Approx(0.95 * 1.0 - 0.1 * 0.2 / (0.2 + 1e-8)).epsilon(1e-14));
+  CHECK(w.at({0, 1}) == doctest::Approx(0.95 * -2.0 + 0.1 * 0.4 / (0.4 + 1e-8)).epsilon(1e-14));
+  CHECK(b.at({0}) == doctest::Approx(0.5 - 0.1 * 1.0 / (1.0 + 1e-8)).epsilon(1e-14));  // no decay
+  // Step 2 with g = 0.5 on the bias: m = 0.9*0.1 + 0.1*0.5 = 0.14, v = 0.999*0.001 + 0.001*0.25
+  b.set_grad(tensor({0.5}, {1}, DType::F64));
+  w.set_grad(Tensor());
+  const double b1 = b.at({0});
+  opt.step(0.1);
+  const double m = 0.14, v = 0.999 * 0.001 + 0.001 * 0.25;
+  const double m_hat = m / (1 - 0.81), v_hat = v / (1 - 0.999 * 0.999);
+  CHECK(b.at({0}) == doctest::Approx(b1 - 0.1 * m_hat / (std::sqrt(v_hat) + 1e-8)).epsilon(1e-12));
+  CHECK(opt.steps() == 2);
+}
+
+TEST_CASE("SGD with momentum: hand-computed steps") {
+  Tensor w = tensor({1.0}, {1, 1}, DType::F64).requires_grad_();
+  SGD opt({{"w", w}}, 0.9, 0.0);
+  w.set_grad(tensor({1.0}, {1, 1}, DType::F64));
+  opt.step(0.1);  // buf = 1, w = 1 - 0.1
+  CHECK(w.item() == doctest::Approx(0.9).epsilon(1e-15));
+  opt.step(0.1);  // buf = 0.9 + 1 = 1.9, w = 0.9 - 0.19
+  CHECK(w.item() == doctest::Approx(0.71).epsilon(1e-15));
+}
+
+TEST_CASE("the tied wte/lm_head tensor is one parameter, decayed and updated once") {
+  nn::GPT m(nn::GPTConfig{11, 8, 1, 2, 2, 8, 0.0, true});
+  auto named = m.named_parameters();
+  int count = 0;
+  for (auto& [n, p] : named)
+    if (p.is_same(m.lm_head->weight)) ++count;
+  CHECK(count == 1);
+  AdamW opt(named, {});
+  CHECK(opt.state().size() == 2 * named.size());
+}
+
+TEST_CASE("nanoGPT's schedule: warmup, cosine, floor; constant when off") {
+  LrSchedule s{1e-3, 1e-4, 100, 2000, true};
+  CHECK(s.at(0) == doctest::Approx(1e-3 * 1 / 101.0).epsilon(1e-15));
+  CHECK(s.at(99) == doctest::Approx(1e-3 * 100 / 101.0).epsilon(1e-15));
+  CHECK(s.at(100) == doctest::Approx(1e-3).epsilon(1e-15));
+  CHECK(s.at(1050) == doctest::Approx(1e-4 + 0.5 * 0.9e-3).epsilon(1e-12));  // halfway: cos = 0
+  CHECK(s.at(2000) == doctest::Approx(1e-4).epsilon(1e-12));
+  CHECK(s.at(5000) == 1e-4);
+  LrSchedule c{3e-4, 0, 10, 20, false};
+  CHECK(c.at(0) == 3e-4);
+  CHECK(c.at(15) == 3e-4);
+}
+
+TEST_CASE("clip_grad_norm returns the norm before clipping and scales to max_norm") {
+  Tensor a = zeros({2}, DType::F64).requires_grad_(), b = zeros({1}, DType::F64).requires_grad_();
+  a.set_grad(tensor({3, 0}, {2}, DType::F64));
+  b.set_grad(tensor({4}, {1}, DType::F64));
+  CHECK(clip_grad_norm({a, b}, 10.0) == doctest::Approx(5.0));
+  CHECK(a.grad().at({0}) == 3.0);  // under the limit: untouched
+  CHECK(clip_grad_norm({a, b}, 1.0) == doctest::Approx(5.0));
+  CHECK(std::sqrt(a.grad().at({0}) * a.grad().at({0}) + b.grad().at({0}) * b.grad().at({0})) ==
+        doctest::Approx(1.0).epsilon(1e-6));
+}
+
+TEST_CASE("gradient accumulation: 2 micro-steps of B equal 1 step of 2B") {
+  nn::GPT m(nn::GPTConfig{13, 8, 2, 2, 2, 16, 0.0, true}, 4);
+  Generator g(5);
+  Tensor x = randint({4, 8}, 0, 13, g), y = randint({4, 8}, 0, 13, g);
+  auto grads_of = [&](int micro) {
+    m.zero_grad();
+    const int64_t B = 4 / micro;
+    for (int k = 0; k < micro; ++k) {
+      Tensor l = m.forward(kernel::narrow(x, 0, k * B, B), kernel::narrow(y, 0, k * B, B)).loss;
+      mul(l, 1.0 / micro).backward();
+    }
+    std::vector<Tensor> out;
+    for (auto& p : m.parameters()) out.push_back(kernel::clone(p.grad()));
+    return out;
+  };
+  auto one = grads_of(1), two = grads_of(2);
+  // f32: the two sums associate differently; differences are rounding, ~1e-7 relative.
+  for (size_t i = 0; i < one.size(); ++i) test::check_close(two[i], one[i], 1e-6, 1e-4);
+}
