@@ -121,7 +121,9 @@ TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for 
 TEST_CASE("kill -9 during checkpoint writes leaves every checkpoint loadable") {
   fs::path dir = temp_dir("kill");
   fs::path corpus = make_corpus(dir);
-  for (int delay_ms : {700, 1100, 1500}) {
+  // Checkpoints every step; the kill lands at varied delays after the first one exists,
+  // so at various points of later writes.
+  for (int delay_ms : {0, 37, 113, 260}) {
     fs::path run = dir / ("run" + std::to_string(delay_ms));
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
@@ -134,6 +136,7 @@ TEST_CASE("kill -9 during checkpoint writes leaves every checkpoint loadable") {
               "--checkpoint_interval", "1", "--keep_checkpoints", "2", "--eval_interval", "100000", nullptr);
       ::_exit(127);
     }
+    for (int waited = 0; waited < 30000 && train::list_checkpoints(run).empty(); waited += 5) ::usleep(5000);
     ::usleep(delay_ms * 1000);
     ::kill(pid, SIGKILL);
     int status = 0;
