@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
 
   attend::cli::SampleCli sa;
   CLI::App* sample = app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is drawn");
-  sample->add_option("--checkpoint", sa.checkpoint, "checkpoint file (.h5)")->required();
+  sample->add_option("--checkpoint", sa.checkpoint, "checkpoint file (.h5), or a run folder (its newest)")->required();
   sample->add_option("--prompt", sa.prompt, "text to continue")->capture_default_str();
   sample->add_option("--max_new_tokens,--max-new-tokens", sa.max_new_tokens, "tokens to generate")->capture_default_str();
   sample->add_option("--temperature", sa.temperature, "softmax temperature; 0 is greedy")->capture_default_str();
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
 
   attend::cli::EvalCli ev;
   CLI::App* eval = app.add_subcommand("eval", "mean loss and perplexity over every non-overlapping window");
-  eval->add_option("--checkpoint", ev.checkpoint, "checkpoint file (.h5)")->required();
+  eval->add_option("--checkpoint", ev.checkpoint, "checkpoint file (.h5), or a run folder (its newest)")->required();
   eval->add_option("--data", ev.data, "a token file (.bin) or a text file")->required();
 
   attend::cli::PlotCli pl;

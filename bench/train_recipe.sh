@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# nanoGPT's CPU recipe (char level; 4 layers, 4 heads, C 128, block 64, batch 12, lr 1e-3,
+# 2000 iters, warmup 100, cosine to 1e-4, beta2 0.99, dropout 0) on tinyshakespeare.
+# nanoGPT reports val loss 1.88 for it. Prints the final val loss and the wall time.
+#   bench/train_recipe.sh [tinyshakespeare.txt] [build dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+text="${1:-../shared/data/tinyshakespeare.txt}"
+build="${2:-build}"
+run="$(mktemp -d)/run"
+echo "attend $("$build/attend" --version | cut -d' ' -f2), threads ${OMP_NUM_THREADS:-$(nproc)}, corpus $text"
+start=$(date +%s.%N)
+"$build/attend" train --data "$text" --out "$run" --preset cpu-char --eval_interval 500 --eval_iters 200 \
+  --log_interval 100 | tail -n 8
+end=$(date +%s.%N)
+echo "wall time: $(echo "$end - $start" | bc) s"
+"$build/attend" eval --checkpoint "$run" --data "$run/data/val.bin"
+rm -rf "$(dirname "$run")"
