@@ -353,6 +353,11 @@ TrainSummary run_training(const TrainRequest& req) {
   };
 
   const bool tty = ::isatty(STDOUT_FILENO);
+  bool bar_open = false;  // a progress bar line is on screen without its newline
+  auto close_bar = [&] {
+    if (bar_open) std::printf("\n");
+    bar_open = false;
+  };
   g_stop_signal = 0;
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
@@ -375,7 +380,7 @@ TrainSummary run_training(const TrainRequest& req) {
     const uint64_t s = static_cast<uint64_t>(c.seed);
     const double tl = estimate_loss(model, train_ds, s ^ 0x7472616Eull, at, c.eval_iters, c.batch_size);
     const double vl = estimate_loss(model, val_ds, s ^ 0x76616Cull, at, c.eval_iters, c.batch_size);
-    if (tty) std::printf("\n");
+    close_bar();
     spdlog::info("step {}: train loss {:.4f}, val loss {:.4f}", at, tl, vl);
     sum.final_train_loss = tl;
     sum.final_val_loss = vl;
@@ -448,23 +453,24 @@ TrainSummary run_training(const TrainRequest& req) {
                   static_cast<long long>(c.max_iters), std::string(filled, '#').c_str(),
                   std::string(width - filled, '.').c_str(), loss_mean, lr, tok_s, fmt_duration(eta).c_str());
       std::fflush(stdout);
+      bar_open = true;
     }
     bool improved = false;
     if (step % c.eval_interval == 0 || step == c.max_iters) improved = evaluate(step);
     const bool stop = g_stop_signal != 0;
     if (step % c.checkpoint_interval == 0 || step == c.max_iters || improved || stop) {
-      if (tty) std::printf("\n");
+      close_bar();
       sum.last_checkpoint = save(step);
     }
     if (stop) {
-      if (tty) std::printf("\n");
+      close_bar();
       spdlog::info("stopped by {} after step {}; checkpoint {}; continue with: attend train --resume {}",
                    g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step, sum.last_checkpoint.string(), run_dir.string());
       sum.interrupted = true;
       break;
     }
   }
-  if (tty) std::printf("\n");
+  close_bar();
   if (sum.last_checkpoint.empty() && !resumed) sum.last_checkpoint = save(step);
   write_metrics(run_dir, metrics);
   write_loss_plot(run_dir, metrics, false);

@@ -158,6 +158,44 @@ TEST_CASE("kill -9 during checkpoint writes leaves every checkpoint loadable") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("SIGTERM and SIGINT finish the step, write a checkpoint and exit 0 saying where it is") {
+  fs::path dir = temp_dir("sigterm");
+  fs::path corpus = make_corpus(dir);
+  for (int sig : {SIGTERM, SIGINT}) {
+    fs::path run = dir / ("run" + std::to_string(sig));
+    fs::path log = dir / ("log" + std::to_string(sig));
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1), ::dup2(fd, 2);
+      const std::string out = run.string(), data = corpus.string();
+      ::execl(ATTEND_BIN, "attend", "train", "--data", data.c_str(), "--out", out.c_str(), "--n_layer", "1",
+              "--n_embd", "16", "--n_head", "2", "--block_size", "16", "--batch_size", "2", "--max_iters", "1000000",
+              "--checkpoint_interval", "50", "--eval_interval", "1000000", nullptr);
+      ::_exit(127);
+    }
+    for (int waited = 0; waited < 30000 && train::list_checkpoints(run).empty(); waited += 5) ::usleep(5000);
+    ::kill(pid, sig);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CAPTURE(sig);
+    const std::string out = file_bytes(log);
+    CAPTURE(out);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(out.find(sig == SIGTERM ? "stopped by SIGTERM" : "stopped by SIGINT") != std::string::npos);
+    CHECK(out.find("continue with: attend train --resume") != std::string::npos);
+    // The checkpoint is of the last finished step, not of the last interval.
+    const fs::path newest = train::newest_valid_checkpoint(run);
+    const int64_t step = train::load_checkpoint(newest).step;
+    CHECK(out.find(newest.filename().string()) != std::string::npos);
+    CHECK(column(run / "metrics.csv", 0).empty() == false);
+    CHECK(step >= 50);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a non-finite loss stops the run naming the step; the last good checkpoint is untouched") {
   fs::path dir = temp_dir("nan");
   fs::path corpus = make_corpus(dir);
