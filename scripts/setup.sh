@@ -4,11 +4,29 @@
 set -euo pipefail
 
 packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nlohmann-json3-dev fortunes)
+# --with-chromium: also Debian's chromium, for the test that loads the attention
+# explorer's HTML in a headless browser (that test skips, saying so, without it).
+optional=()
+if [ "${1:-}" = "--with-chromium" ]; then
+  optional=(chromium)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
+  fi
+done
+
+for p in "${optional[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    if [ "$(id -u)" -eq 0 ]; then
+      echo "setup: installing optional package $p"
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p") \
+        || echo "setup: could not install $p; the tests that need it will skip"
+    else
+      echo "setup: optional package $p is missing (sudo apt-get install $p); the tests that need it will skip"
+    fi
   fi
 done
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,20 @@ struct PlotCli {
   bool log_y = false;
 };
 int run_plot(const PlotCli& a);
+
+struct SummaryCli {
+  std::string preset, checkpoint;
+  std::map<std::string, std::string> overrides;  // model flags given
+  int64_t batch = 1, seq = 0;                    // seq 0: block_size
+};
+int run_summary(const SummaryCli& a);
+
+struct AttentionCli {
+  std::string checkpoint, prompt, out;
+  int64_t layer = -1, head = -1;  // -1: all
+  int decimals = 2;
+  bool scores = false;
+};
+int run_attention(const AttentionCli& a);
 
 }  // namespace attend::cli

@@ -3,7 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
+#include <iterator>
+#include <map>
 
 #include "tensor/error.h"
 #include "train/cli.h"
@@ -60,6 +63,32 @@ int main(int argc, char** argv) {
   plot->add_option("run_dir", pl.run_dir, "the run folder")->required();
   plot->add_flag("--log-y,--log_y", pl.log_y, "logarithmic loss axis");
 
+  attend::cli::SummaryCli su;
+  CLI::App* summary = app.add_subcommand("summary", "modules, shapes, parameter counts, memory and FLOPs of a model");
+  summary->add_option("--preset", su.preset, "gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-175b, shakespeare-char, cpu-char");
+  summary->add_option("--checkpoint", su.checkpoint, "a checkpoint file or run folder");
+  std::map<std::string, std::string> model_flags;
+  const char* model_fields[] = {"vocab_size", "block_size", "n_layer", "n_head", "n_kv_head", "n_embd", "dropout", "bias"};
+  std::vector<std::string> model_values(std::size(model_fields));
+  std::vector<CLI::Option*> model_options;
+  for (size_t i = 0; i < std::size(model_fields); ++i) {
+    std::string n = model_fields[i], d = n;
+    std::replace(d.begin(), d.end(), '_', '-');
+    model_options.push_back(summary->add_option("--" + n + (d != n ? ",--" + d : ""), model_values[i], "model setting"));
+  }
+  summary->add_option("--batch", su.batch, "batch size B for memory figures")->capture_default_str();
+  summary->add_option("--seq", su.seq, "sequence length T (default: block_size)");
+
+  attend::cli::AttentionCli at;
+  CLI::App* attention = app.add_subcommand("attention", "attention weights of a prompt: .html explorer, .svg heatmaps, .csv or .json data");
+  attention->add_option("--checkpoint", at.checkpoint, "checkpoint file or run folder")->required();
+  attention->add_option("--prompt", at.prompt, "the text whose attention to show")->required();
+  attention->add_option("--layer", at.layer, "one layer (default: all)");
+  attention->add_option("--head", at.head, "one head (default: all)");
+  attention->add_option("--out", at.out, "FILE.html | FILE.svg | FILE.csv | FILE.json")->required();
+  attention->add_option("--decimals", at.decimals, "decimals of the numbers shown in cells")->capture_default_str();
+  attention->add_flag("--scores", at.scores, "CSV/JSON: also the scores q.k/sqrt(HS) before the mask and softmax");
+
   std::string log_level = "info";
   app.add_option("--log-level,--log_level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
 
@@ -73,6 +102,12 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::from_str(log_level));
     std::signal(SIGXFSZ, SIG_IGN);  // a write past a file-size limit fails with an error instead
     if (train->parsed()) return attend::cli::run_train(tr);
+    if (summary->parsed()) {
+      for (size_t i = 0; i < model_options.size(); ++i)
+        if (model_options[i]->count()) su.overrides[model_fields[i]] = model_values[i];
+      return attend::cli::run_summary(su);
+    }
+    if (attention->parsed()) return attend::cli::run_attention(at);
     if (sample->parsed()) return attend::cli::run_sample(sa);
     if (eval->parsed()) return attend::cli::run_eval(ev);
     if (plot->parsed()) return attend::cli::run_plot(pl);

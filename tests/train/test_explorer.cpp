@@ -1,0 +1,215 @@
+// The attention explorer and the model summary: the data obeys the rules (masked cells
+// exactly 0, rows summing to 1, shown rows summing to exactly 1), the rounding rule on
+// adversarial rows, well-formed SVG with its labels, HTML that runs in a browser, and the
+// summary's published figures.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "nn/summary.h"
+#include "test_util.h"
+#include "tensor/kernels.h"
+#include "tensor/random.h"
+#include "train/explorer.h"
+#include "train/plot.h"
+
+using namespace attend;
+using namespace attend::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t sum(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
+}
+
+// A small trained-free model and a char tokenizer over a fixed alphabet.
+struct Fixture {
+  std::unique_ptr<data::Tokenizer> tok = data::build_char_tokenizer("abcdefgh ijklmnop\nqrstuvwxyz.,<&\"");
+  nn::GPT model{nn::GPTConfig{tok->vocab_size(), 32, 2, 4, 2, 16, 0.0, true}, 3};
+  Fixture() { model.eval(); }
+};
+
+// XML well-formedness: every tag closed in order, attributes quoted, only the five
+// predefined or numeric entities. Returns "" or what is wrong.
+std::string xml_problem(const std::string& x) {
+  std::vector<std::string> open;
+  size_t i = 0;
+  while (i < x.size()) {
+    if (x[i] == '&') {
+      size_t e = x.find(';', i);
+      if (e == std::string::npos) return "unterminated entity at " + std::to_string(i);
+      const std::string ent = x.substr(i + 1, e - i - 1);
+      if (ent != "amp" && ent != "lt" && ent != "gt" && ent != "quot" && ent != "apos" && (ent.empty() || ent[0] != '#'))
+        return "unknown entity &" + ent + ";";
+      i = e + 1;
+      continue;
+    }
+    if (x[i] != '<') {
+      ++i;
+      continue;
+    }
+    size_t e = i + 1;
+    char quote = 0;
+    for (; e < x.size(); ++e) {
+      if (quote) {
+        if (x[e] == quote) quote = 0;
+        if (x[e] == '<') return "'<' inside an attribute at " + std::to_string(e);
+      } else if (x[e] == '"' || x[e] == '\'') {
+        quote = x[e];
+      } else if (x[e] == '>') {
+        break;
+      }
+    }
+    if (e >= x.size()) return "unterminated tag at " + std::to_string(i);
+    std::string tag = x.substr(i + 1, e - i - 1);
+    i = e + 1;
+    if (tag.empty() || tag[0] == '?' || tag[0] == '!') continue;
+    if (tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (open.empty() || open.back() != name) return "</" + name + "> closes <" + (open.empty() ? "" : open.back()) + ">";
+      open.pop_back();
+    } else if (tag.back() != '/') {
+      open.push_back(tag.substr(0, tag.find_first_of(" \t\n")));
+    }
+  }
+  return open.empty() ? "" : "<" + open.back() + "> never closed";
+}
+
+}  // namespace
+
+TEST_CASE("largest-remainder rounding: adversarial rows sum to exactly 1") {
+  CHECK(round_row({1.0 / 3, 1.0 / 3, 1.0 / 3}, 1) == std::vector<int64_t>{4, 3, 3});
+  CHECK(round_row({1.0, 0.0, 0.0}, 2) == std::vector<int64_t>{100, 0, 0});
+  std::vector<double> tiny(1000, 1.0 / 1000);
+  std::vector<int64_t> r = round_row(tiny, 2);
+  CHECK(sum(r) == 100);
+  CHECK(*std::max_element(r.begin(), r.end()) == 1);
+  // Remainders decide: 0.456 -> 45 + 0.6 remainder, beats 0.544's 0.4.
+  CHECK(round_row({0.456, 0.544}, 2) == std::vector<int64_t>{46, 54});
+  // Exact zeros (masked cells) stay zero even when units are left to give.
+  CHECK(round_row({0.335, 0.0, 0.665}, 1) == std::vector<int64_t>{3, 0, 7});
+  Generator g(1);
+  for (int k = 0; k < 200; ++k) {
+    const int n = 1 + k % 40;
+    Tensor w = kernel::softmax(randn({n}, g, DType::F64));
+    for (int d : {1, 2, 3}) CHECK(sum(round_row(w.to_vector<double>(), d)) == (d == 1 ? 10 : d == 2 ? 100 : 1000));
+  }
+}
+
+TEST_CASE("the attention data: masked cells exactly 0, rows sum to 1, shown rows to exactly 1") {
+  Fixture f;
+  AttentionMap m = compute_attention(f.model, *f.tok, "a cab.\nfed bad");
+  const int64_t T = m.T();
+  CHECK(T == 14);
+  CHECK(m.tokens[1] == "\u2423");  // a space, made visible
+  CHECK(m.tokens[6] == "\u23CE");  // a newline
+  for (int64_t l = 0; l < m.n_layer; ++l)
+    for (int64_t h = 0; h < m.n_head; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> row(m.weights[l][h].begin() + i * T, m.weights[l][h].begin() + (i + 1) * T);
+        double s = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          if (j > i) REQUIRE(row[j] == 0.0);
+          s += row[j];
+        }
+        REQUIRE(std::abs(s - 1.0) <= 1e-6);
+        REQUIRE(sum(round_row(row, 2)) == 100);
+      }
+  // The weights are the model's own: the forward's returned weights for layer 0.
+  std::vector<Tensor> w;
+  std::vector<double> ids(m.ids.begin(), m.ids.end());
+  f.model.forward(tensor(ids, {1, T}, DType::I64), Tensor(), &w);
+  CHECK(w[0].at({0, 2, 5, 3}) == m.weights[0][2][5 * T + 3]);
+  test::check_error([&] { compute_attention(f.model, *f.tok, std::string(40, 'a')); },
+                    "attention: the prompt is 40 tokens, longer than block_size 32");
+}
+
+TEST_CASE("the SVG is well-formed XML with axis titles, every token label and a legend") {
+  Fixture f;
+  AttentionMap m = compute_attention(f.model, *f.tok, "a<b & c\"d");
+  const std::string svg = attention_svg(m, {{1}, {}, 2, false});
+  CHECK(xml_problem(svg) == "");
+  CHECK(svg.find("query position i (row)") != std::string::npos);
+  CHECK(svg.find("key position j (column)") != std::string::npos);
+  for (int64_t i = 0; i < m.T(); ++i) {
+    CAPTURE(i);
+    CHECK(svg.find(">" + xml_escape(std::to_string(i) + " " + m.tokens[i]) + "<") != std::string::npos);
+    CHECK(svg.find(">" + xml_escape(m.tokens[i] + " " + std::to_string(i)) + "<") != std::string::npos);
+  }
+  CHECK(svg.find("masked") != std::string::npos);
+  CHECK(svg.find("each row's shown numbers add up to exactly 1") != std::string::npos);
+  CHECK(svg.find("url(#hatch)") != std::string::npos);
+  // The checker itself refuses broken XML.
+  CHECK(xml_problem("<svg><g></svg>") != "");
+  CHECK(xml_problem("<a>x & y</a>") != "");
+}
+
+TEST_CASE("CSV and JSON carry the raw weights with their token labels") {
+  Fixture f;
+  AttentionMap m = compute_attention(f.model, *f.tok, "abc");
+  const std::string csv = attention_csv(m, {{0}, {1}, 2, true});
+  CHECK(csv.rfind("layer,head,query_index,query_token,key_index,key_token,masked,weight,score\n", 0) == 0);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 9);
+  CHECK(csv.find("0,1,0,\"a\",2,\"c\",1,0,") != std::string::npos);  // masked: exactly 0
+  const std::string js = attention_json(m, {});
+  CHECK(js.find("\"tokens\"") != std::string::npos);
+  CHECK(js.find("query position i (row)") != std::string::npos);
+}
+
+TEST_CASE("the HTML runs in headless Chromium without script errors") {
+  Fixture f;
+  AttentionMap m = compute_attention(f.model, *f.tok, "a cab.\nfed bad dog");
+  const std::string html = attention_html(m, {});
+  CHECK(html.find("<script src") == std::string::npos);  // self-contained
+  CHECK(html.find("http://") == std::string::npos);
+  CHECK(html.find("https://") == std::string::npos);
+  const fs::path out = fs::path(ATTEND_BUILD_DIR) / "attention_test.html";
+  std::ofstream(out) << html;
+  const char* chromium = std::getenv("ATTEND_CHROMIUM");
+  const std::string exe = chromium ? chromium : "/usr/bin/chromium";
+  if (!fs::exists(exe)) {
+    MESSAGE("skipped: Chromium not found at ", exe, " (apt-get install chromium; scripts/test.sh installs it)");
+    return;
+  }
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking"
+      " --disable-component-update --disable-sync --user-data-dir=" + (fs::path(ATTEND_BUILD_DIR) / "chromium-profile").string();
+  const fs::path dom = fs::path(ATTEND_BUILD_DIR) / "attention_test.dom";
+  const int rc = std::system((exe + flags + " --dump-dom file://" + out.string() + " > " + dom.string() + " 2>/dev/null").c_str());
+  CHECK(rc == 0);
+  std::ifstream in(dom);
+  const std::string page((std::istreambuf_iterator<char>(in)), {});
+  CAPTURE(page.substr(0, 300));
+  CHECK(page.find("data-status=\"ok\"") != std::string::npos);
+  CHECK(page.find("How weight (") != std::string::npos);  // the chain panel was drawn
+  const fs::path png = fs::path(ATTEND_BUILD_DIR) / "attention_test.png";
+  std::system((exe + flags + " --window-size=1400,1000 --screenshot=" + png.string() + " file://" + out.string() +
+               " > /dev/null 2>&1").c_str());
+  CHECK(fs::exists(png));
+  MESSAGE("screenshot: ", png.string());
+}
+
+TEST_CASE("summary: published totals, and the key/value cache of MQA and GQA against MHA") {
+  nn::ModelSummary g2 = nn::summarize(nn::gpt_preset("gpt2"), 1, 1024);
+  CHECK(g2.counts.total() == 124439808);
+  CHECK(nn::format_summary(g2).find("124,439,808") != std::string::npos);
+  nn::ModelSummary g3 = nn::summarize(nn::gpt_preset("gpt3-175b"), 1, 2048);
+  CHECK(g3.counts.attention_matrices() == 57982058496);
+  CHECK(nn::format_summary(g3).find("57,982,058,496") != std::string::npos);
+  CHECK(g3.counts.total() > 174e9);
+  // gpt2: N = 124,439,808 - 786,432; 6N + 12 * 12 * 768 * 1024.
+  CHECK(g2.flops_per_token == 6.0 * 123653376 + 12.0 * 12 * 768 * 1024);
+  nn::GPTConfig mqa = nn::gpt_preset("gpt2"), gqa = mqa;
+  mqa.n_kv_head = 1;
+  gqa.n_kv_head = 4;
+  nn::ModelSummary sm = nn::summarize(mqa, 1, 0), sg = nn::summarize(gqa, 1, 0);
+  // f32, 2 (k and v) x 12 layers x KVH x 64.
+  CHECK(sm.kv_cache_bytes_per_token == 4 * 2 * 12 * 1 * 64);
+  CHECK(sg.kv_cache_bytes_per_token == 4 * 2 * 12 * 4 * 64);
+  CHECK(sm.kv_cache_bytes_per_token_mha == 4 * 2 * 12 * 768);
+  CHECK(nn::format_summary(sm).find("12x more") != std::string::npos);
+  CHECK(nn::format_summary(sg).find("3x more") != std::string::npos);
+}
