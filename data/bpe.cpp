@@ -57,6 +57,20 @@ uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
+// Replaces every (a, b), left to right and without overlaps, by t.
+void merge_pair(TokenIds& s, int32_t a, int32_t b, int32_t t) {
+  size_t out = 0;
+  for (size_t i = 0; i < s.size(); ++i, ++out) {
+    if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
+      s[out] = t;
+      ++i;
+    } else {
+      s[out] = s[i];
+    }
+  }
+  s.resize(out);
+}
+
 class BpeTokenizer : public Tokenizer {
  public:
   explicit BpeTokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
@@ -102,16 +116,6 @@ class BpeTokenizer : public Tokenizer {
     return out;
   }
 
-  std::string decode(const TokenIds& ids) const override {
-    std::string out;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      ATTEND_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "decode: id ", ids[i], " at position ", i,
-                   " is out of range for a vocabulary of ", vocab_size());
-      out += spec_.tokens[ids[i]];
-    }
-    return out;
-  }
-
   const TokenizerSpec& spec() const override { return spec_; }
 
  private:
@@ -135,17 +139,7 @@ class BpeTokenizer : public Tokenizer {
         }
       }
       if (merged < 0) break;
-      TokenIds next;
-      next.reserve(s.size());
-      for (size_t i = 0; i < s.size(); ++i) {
-        if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
-          next.push_back(merged);
-          ++i;
-        } else {
-          next.push_back(s[i]);
-        }
-      }
-      s.swap(next);
+      merge_pair(s, a, b, merged);
     }
     return s;
   }
@@ -286,17 +280,7 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t 
       if (!has) continue;
       const int64_t n = words[w].count;
       for (size_t i = 0; i + 1 < s.size(); ++i) delta[pair_key(s[i], s[i + 1])] -= n;
-      TokenIds next;
-      next.reserve(s.size());
-      for (size_t i = 0; i < s.size(); ++i) {
-        if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
-          next.push_back(t);
-          ++i;
-        } else {
-          next.push_back(s[i]);
-        }
-      }
-      s.swap(next);
+      merge_pair(s, a, b, t);
       for (size_t i = 0; i + 1 < s.size(); ++i) {
         uint64_t k = pair_key(s[i], s[i + 1]);
         delta[k] += n;

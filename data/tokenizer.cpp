@@ -69,16 +69,6 @@ class CharTokenizer : public Tokenizer {
     return out;
   }
 
-  std::string decode(const TokenIds& ids) const override {
-    std::string out;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      ATTEND_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "decode: id ", ids[i], " at position ", i,
-                   " is out of range for a vocabulary of ", vocab_size());
-      out += spec_.tokens[ids[i]];
-    }
-    return out;
-  }
-
   const TokenizerSpec& spec() const override { return spec_; }
 
  private:
@@ -87,6 +77,17 @@ class CharTokenizer : public Tokenizer {
 };
 
 }  // namespace
+
+std::string Tokenizer::decode(const TokenIds& ids) const {
+  const auto& tokens = spec().tokens;
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ATTEND_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "decode: id ", ids[i], " at position ", i,
+                 " is out of range for a vocabulary of ", vocab_size());
+    out += tokens[ids[i]];
+  }
+  return out;
+}
 
 // Defined in bpe.cpp.
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(TokenizerSpec spec);

@@ -39,8 +39,9 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   virtual TokenIds encode(std::string_view text) const = 0;
-  // Throws on an id outside [0, vocab_size).
-  virtual std::string decode(const TokenIds& ids) const = 0;
+  // The tokens' bytes, concatenated (the same for every kind). Throws on an id outside
+  // [0, vocab_size).
+  std::string decode(const TokenIds& ids) const;
   int64_t vocab_size() const { return static_cast<int64_t>(spec().tokens.size()); }
   virtual const TokenizerSpec& spec() const = 0;
   void save(const std::filesystem::path& dir) const;

@@ -3,7 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -12,6 +15,15 @@
 #include "tensor/tensor.h"
 
 namespace attend::test {
+
+// A fresh, empty folder under the system's temporary folder, unique to this process.
+inline std::filesystem::path temp_dir(const std::string& name) {
+  std::filesystem::path p =
+      std::filesystem::temp_directory_path() / ("attend_test_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
+}
 
 // Every element within atol + rtol * |expected| (same shape required).
 inline void check_close(const Tensor& got, const Tensor& want, double atol, double rtol = 0) {

@@ -13,13 +13,6 @@ namespace attend::cli {
 
 namespace fs = std::filesystem;
 
-namespace {
-fs::path checkpoint_path(const std::string& arg) {
-  std::error_code ec;
-  return fs::is_directory(arg, ec) ? train::newest_valid_checkpoint(arg) : fs::path(arg);
-}
-}  // namespace
-
 int run_summary(const SummaryCli& a) {
   nn::GPTConfig c;
   const int sources = (!a.preset.empty()) + (!a.checkpoint.empty());
@@ -27,7 +20,7 @@ int run_summary(const SummaryCli& a) {
   if (!a.preset.empty()) {
     c = nn::gpt_preset(a.preset);
   } else if (!a.checkpoint.empty()) {
-    train::CheckpointData d = train::load_checkpoint(checkpoint_path(a.checkpoint));
+    train::CheckpointData d = train::load_checkpoint(train::resolve_checkpoint(a.checkpoint));
     int64_t vocab = 0;
     for (auto& [n, v] : d.config)
       if (n == "vocab_size") vocab = std::get<int64_t>(v);
@@ -51,7 +44,7 @@ int run_summary(const SummaryCli& a) {
 }
 
 int run_attention(const AttentionCli& a) {
-  train::LoadedModel m = train::load_model(checkpoint_path(a.checkpoint));
+  train::LoadedModel m = train::load_model(train::resolve_checkpoint(a.checkpoint));
   train::AttentionMap map = train::compute_attention(*m.model, *m.tokenizer, a.prompt);
   train::AttentionSelection sel;
   if (a.layer >= 0) sel.layers = {a.layer};

@@ -68,16 +68,8 @@ int run_train(const TrainCli& t) {
   return 0;
 }
 
-namespace {
-// A checkpoint file, or a run folder (its newest valid checkpoint).
-fs::path checkpoint_arg(const std::string& arg) {
-  std::error_code ec;
-  return fs::is_directory(arg, ec) ? train::newest_valid_checkpoint(arg) : fs::path(arg);
-}
-}  // namespace
-
 int run_sample(const SampleCli& a) {
-  train::LoadedModel m = train::load_model(checkpoint_arg(a.checkpoint));
+  train::LoadedModel m = train::load_model(train::resolve_checkpoint(a.checkpoint));
   train::SampleOptions o;
   o.prompt = a.prompt;
   o.max_new_tokens = a.max_new_tokens;
@@ -95,7 +87,7 @@ int run_sample(const SampleCli& a) {
 }
 
 int run_eval(const EvalCli& a) {
-  train::LoadedModel m = train::load_model(checkpoint_arg(a.checkpoint));
+  train::LoadedModel m = train::load_model(train::resolve_checkpoint(a.checkpoint));
   fs::path file = a.data;
   fs::path tmp;
   // A token file is used as it is; anything else is text, tokenized with the

@@ -216,10 +216,10 @@ std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel) 
   const int64_t T = m.T();
   const double cell = T <= 16 ? 34 : T <= 32 ? 20 : 12;
   const bool numbers = T <= 24;
-  const double label_w = 110, top = 150, map = cell * T, gap = 40;
+  const double label_w = 110, top = 160, map = cell * T, gap = 40;
   const double panel_w = label_w + map + gap, panel_h = top + map + gap;
   const int64_t cols = static_cast<int64_t>(heads.size()), rows = static_cast<int64_t>(layers.size());
-  const double W = std::max(980.0, 40 + cols * panel_w + 90), H = 70 + rows * panel_h + 60;
+  const double W = std::max(760.0, 40 + cols * panel_w + 90), H = 95 + rows * panel_h + 60;
   std::string s;
   char b[1024];
   std::snprintf(b, sizeof b,
@@ -235,10 +235,11 @@ std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel) 
   s += "<text x=\"20\" y=\"24\" font-size=\"15\">attention weights: " + xml_escape(m.model) + "</text>\n";
   char cap[600];
   std::snprintf(cap, sizeof cap, kCaption, sel.decimals);
-  // The caption, wrapped at spaces into lines of at most 150 characters.
+  // The caption, a sentence a line.
   std::string rest = cap;
   for (double y = 40; !rest.empty(); y += 13) {
-    size_t cut = rest.size() <= 150 ? rest.size() : rest.rfind(' ', 150);
+    size_t cut = rest.find(". ");
+    cut = cut == std::string::npos ? rest.size() : cut + 1;
     s += "<text x=\"20\" y=\"" + std::to_string(static_cast<int>(y)) + "\" font-size=\"10\">" +
          xml_escape(rest.substr(0, cut)) + "</text>\n";
     rest = cut < rest.size() ? rest.substr(cut + 1) : "";
@@ -246,7 +247,7 @@ std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel) 
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t cidx = 0; cidx < cols; ++cidx) {
       const int64_t l = layers[r], h = heads[cidx];
-      const double ox = 40 + cidx * panel_w + label_w, oy = 70 + r * panel_h + top;
+      const double ox = 40 + cidx * panel_w + label_w, oy = 95 + r * panel_h + top;
       std::snprintf(b, sizeof b, "<g class=\"heatmap\" data-layer=\"%lld\" data-head=\"%lld\">\n", (long long)l, (long long)h);
       s += b;
       std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">layer %lld, head %lld</text>\n",

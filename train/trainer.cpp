@@ -198,6 +198,11 @@ fs::path newest_valid_checkpoint(const fs::path& run_dir) {
   throw Error(str(run_dir.string(), ": no loadable checkpoint (ckpt_*.h5) in this folder"));
 }
 
+fs::path resolve_checkpoint(const std::string& arg) {
+  std::error_code ec;
+  return fs::is_directory(arg, ec) ? newest_valid_checkpoint(arg) : fs::path(arg);
+}
+
 LoadedModel load_model(const fs::path& path) {
   CheckpointData d = load_checkpoint(path);
   LoadedModel m;

@@ -8,17 +8,12 @@
 
 using namespace attend;
 using namespace attend::data;
+using attend::test::temp_dir;
 using attend::test::check_error;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("attend_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
 
 TokenIds iota_tokens(int n, int vocab) {
   TokenIds t;

@@ -13,6 +13,7 @@
 
 using namespace attend;
 using namespace attend::data;
+using attend::test::temp_dir;
 using attend::test::check_error;
 namespace fs = std::filesystem;
 
@@ -31,12 +32,6 @@ std::unique_ptr<Tokenizer> gpt2() {
   return load_bpe_files(d / "gpt2" / "encoder.json", d / "gpt2" / "vocab.bpe", "gpt2");
 }
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("attend_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
 
 void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 

@@ -13,15 +13,10 @@ using namespace attend;
 using namespace attend::train;
 using attend::test::check_error;
 namespace fs = std::filesystem;
+using attend::test::temp_dir;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("attend_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
 
 CheckpointData make(nn::GPT& m, AdamW& opt) {
   CheckpointData d;

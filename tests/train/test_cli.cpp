@@ -19,6 +19,7 @@
 
 using namespace attend;
 namespace fs = std::filesystem;
+using attend::test::temp_dir;
 
 namespace {
 
@@ -40,12 +41,6 @@ Run attend_cmd(const std::string& args, const std::string& prefix = "") {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("attend_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
 
 // A small corpus made here: verse with enough variety to learn from.
 fs::path make_corpus(const fs::path& dir) {
@@ -301,6 +296,29 @@ TEST_CASE("bad flags and data: an error naming the flag or file, and a non-zero 
   Run r = attend_cmd(base + " --config " + (dir / "cfg.json").string());
   CHECK(r.code != 0);
   CHECK_MESSAGE(r.out.find("cfg.json: unknown setting 'colour'") != std::string::npos, r.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("tokenize and prepare from the command line") {
+  fs::path dir = temp_dir("tokcli");
+  fs::path corpus = make_corpus(dir);
+  Run p = attend_cmd("prepare --data " + corpus.string() + " --out " + (dir / "d").string() + " --tokenizer bpe:300");
+  REQUIRE_MESSAGE(p.code == 0, p.out);
+  CHECK(p.out.find("tokenizer bpe:300, vocab_size 300") != std::string::npos);
+  Run ids = attend_cmd("tokenize --tokenizer bpe:" + (dir / "d").string() + " --text 'Now is the winter'");
+  REQUIRE_MESSAGE(ids.code == 0, ids.out);
+  Run back = attend_cmd("tokenize --decode --tokenizer " + (dir / "d").string() + " --text '" + ids.out.substr(0, ids.out.size() - 1) + "'");
+  CHECK(back.out == "Now is the winter");
+  Run bad = attend_cmd("tokenize --decode --tokenizer " + (dir / "d").string() + " --text '1 x 2'");
+  CHECK(bad.code != 0);
+  CHECK(bad.out.find("'x' at position 1 is not an integer id") != std::string::npos);
+  const char* shared = std::getenv("ATTEND_SHARED_DATA");
+  if (shared && fs::exists(fs::path(shared) / "gpt2" / "encoder.json")) {
+    Run g = attend_cmd("tokenize --tokenizer gpt2 --text 'Hello world'", "ATTEND_GPT2_DIR=" + std::string(shared) + "/gpt2 ");
+    CHECK(g.out == "15496 995\n");
+  } else {
+    MESSAGE("gpt2 part skipped: ../shared/data/gpt2 not found");
+  }
   fs::remove_all(dir);
 }
 
