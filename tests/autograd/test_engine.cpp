@@ -63,7 +63,7 @@ TEST_CASE("backward of a non-scalar takes an explicit gradient") {
   CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 30});
 }
 
-TEST_CASE("a second backward through a freed graph is an error; retain_graph keeps it") {
+TEST_CASE("a second backward through a freed graph is an error - retain_graph keeps it") {
   Tensor x = leaf({1, 2}, {2});
   Tensor loss = sum(exp(x));
   loss.backward();
@@ -76,7 +76,7 @@ TEST_CASE("a second backward through a freed graph is an error; retain_graph kee
   CHECK(x2.grad().at({0}) == doctest::Approx(2 * std::exp(1.0)).epsilon(1e-15));
 }
 
-TEST_CASE("no-grad scope records nothing; detach leaves the graph") {
+TEST_CASE("no-grad scope records nothing - detach leaves the graph") {
   Tensor x = leaf({1, 2}, {2});
   {
     NoGradGuard guard;

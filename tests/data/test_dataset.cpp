@@ -70,7 +70,7 @@ TEST_CASE("bad token files are refused naming the file and the problem") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("batches are a pure function of (seed, step, micro-step); y is x shifted by one") {
+TEST_CASE("batches are a pure function of (seed, step, micro-step) - y is x shifted by one") {
   fs::path dir = temp_dir("batches");
   write_token_file(dir / "t.bin", iota_tokens(5000, 97), 97);
   TokenDataset a(dir / "t.bin", 16), b(dir / "t.bin", 16);

@@ -14,7 +14,7 @@ TEST_CASE("dropout is the identity in eval mode and at p = 0") {
   CHECK(none.forward(x).is_same(x));
 }
 
-TEST_CASE("kept elements are scaled by 1/(1-p); the kept fraction is 1-p within 4 sigma") {
+TEST_CASE("kept elements are scaled by 1/(1-p) - the kept fraction is 1-p within 4 sigma") {
   const double p = 0.3;
   Dropout d(p);
   const int64_t n = 1 << 20;

@@ -85,7 +85,7 @@ TEST_CASE("state_dict round trip, and load errors name every bad entry") {
               "wrong shape: transformer.h.0.attn.c_proj.weight (expected (8,8), got (8,9))");
 }
 
-TEST_CASE("train/eval reach every submodule; to(f64) keeps ties") {
+TEST_CASE("train/eval reach every submodule - to(f64) keeps ties") {
   GPT m(tiny());
   m.eval();
   for (auto& [name, mod] : m.named_modules()) {

@@ -191,7 +191,7 @@ TEST_CASE("SIGTERM and SIGINT finish the step, write a checkpoint and exit 0 say
   fs::remove_all(dir);
 }
 
-TEST_CASE("a non-finite loss stops the run naming the step; the last good checkpoint is untouched") {
+TEST_CASE("a non-finite loss stops the run naming the step - the last good checkpoint is untouched") {
   fs::path dir = temp_dir("nan");
   fs::path corpus = make_corpus(dir);
   Run r = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "run").string() + kTiny +
@@ -233,7 +233,7 @@ TEST_CASE("a full disk during a checkpoint leaves the previous one byte-identica
   fs::remove_all(dir);
 }
 
-TEST_CASE("one trainer per run folder; settings that cannot change on resume are refused") {
+TEST_CASE("one trainer per run folder - settings that cannot change on resume are refused") {
   fs::path dir = temp_dir("lock");
   fs::path corpus = make_corpus(dir);
   const fs::path run = dir / "run";
@@ -322,7 +322,7 @@ TEST_CASE("tokenize and prepare from the command line") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("eval's loss equals the model's own forward over the same windows; sampling is reproducible") {
+TEST_CASE("eval's loss equals the model's own forward over the same windows - sampling is reproducible") {
   fs::path dir = temp_dir("eval");
   fs::path corpus = make_corpus(dir);
   const fs::path run = dir / "run";
@@ -342,6 +342,18 @@ TEST_CASE("eval's loss equals the model's own forward over the same windows; sam
     total += m.model->forward(b.x, b.y).loss.item();
   }
   CHECK(printed == doctest::Approx(total / ds.num_windows()).epsilon(1e-5));
+  Run plot = attend_cmd("plot " + run.string() + " --log-y");
+  CHECK_MESSAGE(plot.code == 0, plot.out);
+  CHECK(file_bytes(run / "loss.svg").find("(log scale)") != std::string::npos);
+  Run summary = attend_cmd("summary --checkpoint " + run.string());
+  CHECK_MESSAGE(summary.code == 0, summary.out);
+  CHECK(summary.out.find("transformer.h.0.attn.c_attn") != std::string::npos);
+  Run att = attend_cmd("attention --checkpoint " + run.string() + " --prompt 'Now is' --out " + (dir / "a.csv").string());
+  CHECK_MESSAGE(att.code == 0, att.out);
+  Run too_long = attend_cmd("attention --checkpoint " + run.string() + " --prompt '" + std::string(40, 'o') +
+                            "' --out " + (dir / "a.svg").string());
+  CHECK(too_long.code != 0);
+  CHECK(too_long.out.find("the prompt is 40 tokens, longer than block_size 16") != std::string::npos);
   // A text file is tokenized with the checkpoint's tokenizer.
   Run ev_text = attend_cmd("eval --checkpoint " + ckpt.string() + " --data " + corpus.string());
   CHECK_MESSAGE(ev_text.code == 0, ev_text.out);

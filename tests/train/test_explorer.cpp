@@ -192,6 +192,20 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
   MESSAGE("screenshot: ", png.string());
 }
 
+TEST_CASE("loss plots are well-formed SVG with labelled axes and a legend") {
+  Series train{"train loss (per step)", "#1f77b4", {1, 2, 3, 4}, {4.2, 3.1, 2.5, 2.2}, false};
+  Series val{"val loss (evaluation)", "#d62728", {0, 4}, {4.2, 2.4}, true};
+  for (bool log_y : {false, true}) {
+    const std::string svg = line_plot_svg({train, val}, {"attend: loss", "step", "cross-entropy loss (nats)", log_y});
+    CHECK(xml_problem(svg) == "");
+    CHECK(svg.find(">step<") != std::string::npos);
+    CHECK(svg.find("cross-entropy loss (nats)") != std::string::npos);
+    CHECK(svg.find(">train loss (per step)<") != std::string::npos);
+    CHECK(svg.find(">val loss (evaluation)<") != std::string::npos);
+    CHECK((svg.find("(log scale)") != std::string::npos) == log_y);
+  }
+}
+
 TEST_CASE("summary: published totals, and the key/value cache of MQA and GQA against MHA") {
   nn::ModelSummary g2 = nn::summarize(nn::gpt_preset("gpt2"), 1, 1024);
   CHECK(g2.counts.total() == 124439808);

@@ -52,7 +52,7 @@ TEST_CASE("the tied wte/lm_head tensor is one parameter, decayed and updated onc
   CHECK(opt.state().size() == 2 * named.size());
 }
 
-TEST_CASE("nanoGPT's schedule: warmup, cosine, floor; constant when off") {
+TEST_CASE("nanoGPT's schedule: warmup, cosine, floor - constant when off") {
   LrSchedule s{1e-3, 1e-4, 100, 2000, true};
   CHECK(s.at(0) == doctest::Approx(1e-3 * 1 / 101.0).epsilon(1e-15));
   CHECK(s.at(99) == doctest::Approx(1e-3 * 100 / 101.0).epsilon(1e-15));
