@@ -278,7 +278,18 @@ TrainSummary run_training(const TrainRequest& req) {
     throw Error(str(run_dir.string(), ": already holds checkpoints; use --resume ", run_dir.string(),
                     " to continue, or choose another --out"));
 
-  const fs::path data_dir = resumed ? fs::path(resumed->data_dir) : resolve_data(c, run_dir);
+  // On resume the data is the checkpoint's prepared folder, or a prepared folder given
+  // with --data (moved, say); either way its hashes must match the checkpoint's.
+  fs::path data_dir;
+  if (!resumed) {
+    data_dir = resolve_data(c, run_dir);
+  } else if (req.explicit_fields.count("data") && fs::exists(fs::path(req.config.data) / "train.bin", ec)) {
+    data_dir = req.config.data;
+  } else {
+    ATTEND_CHECK(!req.explicit_fields.count("data"), "--data: on resume, give a prepared folder (train.bin, val.bin); ",
+                 req.config.data, " is not one");
+    data_dir = resumed->data_dir;
+  }
   auto tokenizer = resumed ? data::make_tokenizer(resumed->tokenizer) : data::load_tokenizer(data_dir);
   data::TokenDataset train_ds(data_dir / "train.bin", c.block_size), val_ds(data_dir / "val.bin", c.block_size);
   const uint64_t train_hash = train_ds.file().content_hash(), val_hash = val_ds.file().content_hash();

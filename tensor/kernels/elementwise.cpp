@@ -27,7 +27,7 @@ constexpr double kGeluA = 0.044715;
 // parts for exactness), e^r by its degree-6 Taylor polynomial (remainder < 1.3e-7
 // relative), 2^n through the exponent bits. Inputs are clamped to [-87.3, 88.3], so
 // 2^n stays a normal float.
-inline float exp_f32(float x) {
+[[gnu::always_inline]] inline float exp_f32(float x) {
   x = std::min(std::max(x, -87.3f), 88.3f);
   const float n = std::floor(x * 1.44269504f + 0.5f);
   const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
@@ -39,7 +39,7 @@ inline float exp_f32(float x) {
 }
 
 template <typename T>
-T exp_fast(T x) {
+[[gnu::always_inline]] inline T exp_fast(T x) {
   if constexpr (std::is_same_v<T, float>) {
     return exp_f32(x);
   } else {
@@ -48,13 +48,13 @@ T exp_fast(T x) {
 }
 
 template <typename T>
-T gelu(T x) {
+[[gnu::always_inline]] inline T gelu(T x) {
   const T u = T(kGeluC) * (x + T(kGeluA) * x * x * x);
   return x / (T(1) + exp_fast(T(-2) * u));
 }
 
 template <typename T>
-T gelu_grad(T x) {
+[[gnu::always_inline]] inline T gelu_grad(T x) {
   const T u = T(kGeluC) * (x + T(kGeluA) * x * x * x);
   const T s = T(1) / (T(1) + exp_fast(T(-2) * u));
   return s + x * s * (T(1) - s) * T(2 * kGeluC) * (T(1) + T(3 * kGeluA) * x * x);
