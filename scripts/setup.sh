@@ -4,11 +4,12 @@
 set -euo pipefail
 
 packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nlohmann-json3-dev fortunes)
-# --with-chromium: also Debian's chromium, for the test that loads the attention
-# explorer's HTML in a headless browser (that test skips, saying so, without it).
+# --test-extras: also the independent programs some tests check our files with:
+# chromium (the attention explorer's HTML in a headless browser) and python3-h5py (our
+# checkpoints read by h5py). Those tests skip, saying so, without them.
 optional=()
-if [ "${1:-}" = "--with-chromium" ]; then
-  optional=(chromium)
+if [ "${1:-}" = "--test-extras" ]; then
+  optional=(chromium python3-h5py)
 fi
 
 missing=()

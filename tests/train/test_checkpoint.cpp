@@ -1,5 +1,7 @@
 // Checkpoints: every group round-trips; corrupt, truncated and foreign files are refused.
 #include <filesystem>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "nn/gpt.h"
@@ -90,6 +92,53 @@ TEST_CASE("a checkpoint round-trips every group") {
   CHECK(f.exists("/optimizer/exp_avg/transformer.wte.weight"));
   CHECK(f.exists("/optimizer/exp_avg_sq/transformer.h.1.mlp.c_fc.bias"));
   CHECK(f.attr_string("/meta", "attend_version").size() > 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("h5py reads our checkpoint: groups, names, shapes, f32, Fletcher32, the hard link, the values") {
+  if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") != 0) {
+    MESSAGE("skipped: python3 with h5py not found (apt-get install python3-h5py; scripts/test.sh installs it)");
+    return;
+  }
+  fs::path dir = temp_dir("h5py");
+  nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
+  AdamW opt(m.named_parameters(), {});
+  CheckpointData d = make(m, opt);
+  save_checkpoint(dir / "c.h5", d);
+  // The sum of every parameter as we hold it, for h5py to reproduce.
+  double total = 0;
+  for (auto& [n, t] : m.named_parameters())
+    for (float v : t.to_vector<float>()) total += v;
+  std::ofstream(dir / "check.py") << R"PY(
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], 'r')
+assert sorted(f.keys()) == ['config', 'data', 'meta', 'model', 'optimizer', 'rng', 'tokenizer'], list(f.keys())
+w, l = f['model/transformer.wte.weight'], f['model/lm_head.weight']
+assert w.id == l.id, 'lm_head.weight is not a hard link to transformer.wte.weight'
+assert w.shape == (11, 8) and f['model/transformer.h.1.attn.c_attn.weight'].shape == (16, 8)
+names = list(f['model'].keys())  # every link (visit() would list a hard-linked object once)
+for n in names:
+    d = f['model/' + n]
+    assert d.dtype == np.float32 and d.fletcher32 and d.chunks is not None, n
+total = sum(float(np.sum(f['model/' + n][()], dtype=np.float64)) for n in names if n != 'lm_head.weight')
+assert abs(total - float(sys.argv[2])) < 1e-6 * max(1.0, abs(total)), (total, sys.argv[2])
+assert f['meta'].attrs['step'] == 7 and f['optimizer'].attrs['step'] == 0
+assert f['optimizer/exp_avg/transformer.wte.weight'].shape == (11, 8)
+print('h5py ok')
+)PY";
+  char total_s[64];
+  std::snprintf(total_s, sizeof total_s, "%.17g", total);
+  const std::string cmd = "/usr/bin/python3 " + (dir / "check.py").string() + " " + (dir / "c.h5").string() + " " +
+                          total_s + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::string out;
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int rc = ::pclose(p);
+  CAPTURE(out);
+  CHECK(rc == 0);
+  CHECK(out.find("h5py ok") != std::string::npos);
   fs::remove_all(dir);
 }
 
