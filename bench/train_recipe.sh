@@ -9,10 +9,10 @@ text="${1:-../shared/data/tinyshakespeare.txt}"
 build="${2:-build}"
 run="$(mktemp -d)/run"
 echo "attend $("$build/attend" --version | cut -d' ' -f2), threads ${OMP_NUM_THREADS:-$(nproc)}, corpus $text"
-start=$(date +%s.%N)
+start=$(date +%s%N)
 "$build/attend" train --data "$text" --out "$run" --preset cpu-char --eval_interval 500 --eval_iters 200 \
   --log_interval 100 | tail -n 8
-end=$(date +%s.%N)
-echo "wall time: $(echo "$end - $start" | bc) s"
+end=$(date +%s%N)
+echo "wall time: $(( (end - start) / 1000000 )) ms"
 "$build/attend" eval --checkpoint "$run" --data "$run/data/val.bin"
 rm -rf "$(dirname "$run")"
