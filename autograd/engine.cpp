@@ -77,7 +77,8 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   if (!g.defined()) {
     ATTEND_CHECK(numel() == 1,
                  "backward: a gradient can be created implicitly only for a one-element "
-                 "output, got shape ", shape_str(shape()), "; pass grad explicitly");
+                 "output, got shape ",
+                 shape_str(shape()), "; pass grad explicitly");
     g = ones(shape(), dtype());
   }
   ATTEND_CHECK(g.shape() == shape() && g.dtype() == dtype(), "backward: expected grad of shape ",

@@ -1,7 +1,7 @@
 #include "autograd/gradcheck.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <sstream>
 
@@ -82,7 +82,8 @@ GradcheckResult gradcheck_leaves(const GradcheckFn& f, const std::vector<Tensor>
   Tensor out = f(xs);
   ATTEND_CHECK(out.dtype() == DType::F64, "gradcheck: the function returned ",
                dtype_name(out.dtype()), "; gradcheck needs an f64 output");
-  ATTEND_CHECK(out.requires_grad(), "gradcheck: the output does not depend on any input that "
+  ATTEND_CHECK(out.requires_grad(),
+               "gradcheck: the output does not depend on any input that "
                "requires grad");
   Tensor v = randn(out.shape(), gen, DType::F64);
   out.backward(v);

@@ -32,18 +32,21 @@ Tensor away_from_zero(Generator& g, const Shape& s) {
 }
 
 using In = std::vector<Tensor>;
-#define ROW(name, shapes, make, body)                                    \
-  GradcheckCase{name, shapes, [](uint64_t seed) {                         \
-                  Generator g(seed);                                      \
-                  In inputs = make;                                       \
-                  return gradcheck([](const In& x) -> Tensor { return body; }, inputs); \
-                }}
+#define ROW(name, shapes, make, body)                                       \
+  GradcheckCase {                                                           \
+    name, shapes, [](uint64_t seed) {                                       \
+      Generator g(seed);                                                    \
+      In inputs = make;                                                     \
+      return gradcheck([](const In& x) -> Tensor { return body; }, inputs); \
+    }                                                                       \
+  }
 
 std::vector<GradcheckCase> make_cases() {
   return {
       // elementwise, with broadcasting
       ROW("add", "(3,4) + (4,)", (In{rn(g, {3, 4}), rn(g, {4})}), add(x[0], x[1])),
-      ROW("add.broadcast_both", "(2,1,4) + (3,1)", (In{rn(g, {2, 1, 4}), rn(g, {3, 1})}), add(x[0], x[1])),
+      ROW("add.broadcast_both", "(2,1,4) + (3,1)", (In{rn(g, {2, 1, 4}), rn(g, {3, 1})}),
+          add(x[0], x[1])),
       ROW("sub", "(3,4) - (3,1)", (In{rn(g, {3, 4}), rn(g, {3, 1})}), sub(x[0], x[1])),
       ROW("mul", "(2,3,4) * (3,4)", (In{rn(g, {2, 3, 4}), rn(g, {3, 4})}), mul(x[0], x[1])),
       ROW("div", "(3,4) / (1,4)", (In{rn(g, {3, 4}), ru(g, {1, 4}, 0.5, 2.0)}), div(x[0], x[1])),
@@ -71,14 +74,17 @@ std::vector<GradcheckCase> make_cases() {
       ROW("sum.dims", "(2,3,4) over (0,2)", (In{rn(g, {2, 3, 4})}), sum(x[0], {0, 2})),
       ROW("sum.keepdim", "(2,3,4) over -1", (In{rn(g, {2, 3, 4})}), sum(x[0], {-1}, true)),
       ROW("mean.dims", "(2,3,4) over 1", (In{rn(g, {2, 3, 4})}), mean(x[0], {1})),
-      ROW("mean.all", "(2,3,4) of a transpose", (In{rn(g, {2, 3, 4})}), mean(transpose(x[0], 0, 2))),
+      ROW("mean.all", "(2,3,4) of a transpose", (In{rn(g, {2, 3, 4})}),
+          mean(transpose(x[0], 0, 2))),
       ROW("max.dim", "(3,5) over 1", (In{rn(g, {3, 5})}), max(x[0], {1})),
-      ROW("max.dims.keepdim", "(2,3,4) over (0,2)", (In{rn(g, {2, 3, 4})}), max(x[0], {0, 2}, true)),
+      ROW("max.dims.keepdim", "(2,3,4) over (0,2)", (In{rn(g, {2, 3, 4})}),
+          max(x[0], {0, 2}, true)),
       // matmul
       ROW("matmul", "(3,4) @ (4,5)", (In{rn(g, {3, 4}), rn(g, {4, 5})}), matmul(x[0], x[1])),
       ROW("matmul.transposed", "(3,4) @ (5,4)^T", (In{rn(g, {3, 4}), rn(g, {5, 4})}),
           matmul(x[0], transpose(x[1], 0, 1))),
-      ROW("matmul.batched", "(2,3,4) @ (4,5)", (In{rn(g, {2, 3, 4}), rn(g, {4, 5})}), matmul(x[0], x[1])),
+      ROW("matmul.batched", "(2,3,4) @ (4,5)", (In{rn(g, {2, 3, 4}), rn(g, {4, 5})}),
+          matmul(x[0], x[1])),
       ROW("matmul.broadcast", "(2,1,3,4) @ (5,4,2)", (In{rn(g, {2, 1, 3, 4}), rn(g, {5, 4, 2})}),
           matmul(x[0], x[1])),
       ROW("matmul.self", "x @ x^T", (In{rn(g, {3, 4})}), matmul(x[0], transpose(x[0], 0, 1))),
@@ -97,8 +103,10 @@ std::vector<GradcheckCase> make_cases() {
       ROW("embedding", "w (6,3), ids (2,3) with repeats", (In{rn(g, {6, 3})}),
           embedding(x[0], tensor({1, 5, 1, 0, 5, 5}, {2, 3}, DType::I64))),
       // views
-      ROW("reshape", "(2,3,4) -> (4,6)", (In{rn(g, {2, 3, 4})}), mul(reshape(x[0], {4, 6}), reshape(x[0], {4, 6}))),
-      ROW("reshape.copy", "(3,4)^T -> (12,)", (In{rn(g, {3, 4})}), exp(reshape(transpose(x[0], 0, 1), {12}))),
+      ROW("reshape", "(2,3,4) -> (4,6)", (In{rn(g, {2, 3, 4})}),
+          mul(reshape(x[0], {4, 6}), reshape(x[0], {4, 6}))),
+      ROW("reshape.copy", "(3,4)^T -> (12,)", (In{rn(g, {3, 4})}),
+          exp(reshape(transpose(x[0], 0, 1), {12}))),
       ROW("permute", "(2,3,4) -> (2,0,1)", (In{rn(g, {2, 3, 4})}), exp(permute(x[0], {2, 0, 1}))),
       ROW("narrow", "(5,4)[1:3]", (In{rn(g, {5, 4})}), exp(narrow(x[0], 0, 1, 2))),
       ROW("select", "(3,4)[:, 2]", (In{rn(g, {3, 4})}), exp(select(x[0], 1, 2))),
@@ -107,8 +115,10 @@ std::vector<GradcheckCase> make_cases() {
       ROW("contiguous", "(3,4)^T", (In{rn(g, {3, 4})}), exp(contiguous(transpose(x[0], 0, 1)))),
       ROW("clone", "(3,4)", (In{rn(g, {3, 4})}), mul(clone(x[0]), x[0])),
       // joining and selecting
-      ROW("cat", "(2,3) ++ (4,3) on 0", (In{rn(g, {2, 3}), rn(g, {4, 3})}), exp(cat({x[0], x[1]}, 0))),
-      ROW("stack", "(2,3), (2,3) on 1", (In{rn(g, {2, 3}), rn(g, {2, 3})}), exp(stack({x[0], x[1]}, 1))),
+      ROW("cat", "(2,3) ++ (4,3) on 0", (In{rn(g, {2, 3}), rn(g, {4, 3})}),
+          exp(cat({x[0], x[1]}, 0))),
+      ROW("stack", "(2,3), (2,3) on 1", (In{rn(g, {2, 3}), rn(g, {2, 3})}),
+          exp(stack({x[0], x[1]}, 1))),
       ROW("split", "(5,3) in 2s", (In{rn(g, {5, 3})}),
           add(mul(split(x[0], 2, 0)[0], split(x[0], 2, 0)[1]), sum(split(x[0], 2, 0)[2]))),
       ROW("masked_fill", "(3,3), future masked to -inf, then softmax", (In{rn(g, {3, 3})}),

@@ -18,8 +18,8 @@ namespace attend::autograd {
 struct Node;
 
 struct Edge {
-  std::shared_ptr<Node> node;         // a non-leaf input: its grad flows into this node
-  std::shared_ptr<TensorImpl> leaf;   // a leaf input: its grad accumulates here
+  std::shared_ptr<Node> node;        // a non-leaf input: its grad flows into this node
+  std::shared_ptr<TensorImpl> leaf;  // a leaf input: its grad accumulates here
   bool defined() const { return node || leaf; }
 };
 
@@ -29,7 +29,7 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor&, const Needs&
 
 struct Node {
   const char* name = "";
-  std::vector<Edge> next;          // one per input
+  std::vector<Edge> next;           // one per input
   std::vector<Shape> input_shapes;  // to check each gradient's shape
   std::vector<DType> input_dtypes;
   Needs needs;

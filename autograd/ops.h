@@ -18,7 +18,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end);  // [start, end)
-Tensor select(const Tensor& x, int64_t dim, int64_t index);  // drops the dim
+Tensor select(const Tensor& x, int64_t dim, int64_t index);              // drops the dim
 Tensor expand(const Tensor& x, const Shape& shape);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 Tensor squeeze(const Tensor& x, int64_t dim);

@@ -24,7 +24,8 @@ double median_ms(F f, int runs) {
   for (int i = 0; i < runs; ++i) {
     auto s = std::chrono::steady_clock::now();
     f();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
+    t.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -37,7 +38,10 @@ int main() {
               omp_get_max_threads(), kernel::gemm_uses_avx2() ? "AVX2/FMA" : "portable");
   std::printf("%-6s %-22s %10s %10s %10s %10s %8s\n", "dtype", "M x K x N", "ms", "GFLOP/s",
               "naive ms", "naive GF/s", "speedup");
-  struct Case { int64_t M, K, N; const char* what; };
+  struct Case {
+    int64_t M, K, N;
+    const char* what;
+  };
   const Case cases[] = {
       {768, 128, 384, "qkv: (B*T=768, C=128) @ (C, 3C)"},
       {768, 512, 128, "mlp c_proj: (768, 4C) @ (4C, C)"},

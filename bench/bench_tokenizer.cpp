@@ -27,10 +27,12 @@ int main(int argc, char** argv) {
     t0 = std::chrono::steady_clock::now();
     tok.encode(text);
     const double warm = seconds_since(t0);
-    std::printf("%-10s %8zu tokens  encode %7.1f MB/s cold cache, %7.1f MB/s warm\n", name, n, mb / cold, mb / warm);
+    std::printf("%-10s %8zu tokens  encode %7.1f MB/s cold cache, %7.1f MB/s warm\n", name, n,
+                mb / cold, mb / warm);
   };
   auto t0 = std::chrono::steady_clock::now();
-  auto gpt2 = data::load_bpe_files(shared / "gpt2" / "encoder.json", shared / "gpt2" / "vocab.bpe", "gpt2");
+  auto gpt2 =
+      data::load_bpe_files(shared / "gpt2" / "encoder.json", shared / "gpt2" / "vocab.bpe", "gpt2");
   std::printf("gpt2 load: %.2f s\n", seconds_since(t0));
   measure("gpt2", *gpt2);
   t0 = std::chrono::steady_clock::now();

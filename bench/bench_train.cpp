@@ -26,8 +26,10 @@ int main(int argc, char** argv) {
       {"shakespeare-char baby GPT, B 4", {65, 256, 6, 6, 6, 384, 0.2, true}, 4},
       {"gpt2-vocab tiny: V 50257, 4 layers, C 128", {50257, 64, 4, 4, 4, 128, 0.0, true}, 8},
   };
-  std::printf("attend bench_train: threads %d, %d timed steps after 2 warm-up, median\n", omp_get_max_threads(), steps);
-  std::printf("%-44s %12s %8s %8s %10s %12s\n", "config", "params", "B", "T", "ms/step", "tokens/s");
+  std::printf("attend bench_train: threads %d, %d timed steps after 2 warm-up, median\n",
+              omp_get_max_threads(), steps);
+  std::printf("%-44s %12s %8s %8s %10s %12s\n", "config", "params", "B", "T", "ms/step",
+              "tokens/s");
   for (const Case& c : cases) {
     nn::GPT model(c.cfg, 1);
     model.train();
@@ -49,13 +51,15 @@ int main(int argc, char** argv) {
         NoGradGuard ng;
         opt.step(1e-3);
       }
-      const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double dt =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= 2) ms.push_back(dt);
     }
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
-    std::printf("%-44s %12lld %8lld %8lld %10.1f %12.0f\n", c.name, static_cast<long long>(model.num_parameters()),
-                static_cast<long long>(c.B), static_cast<long long>(c.cfg.block_size), med,
+    std::printf("%-44s %12lld %8lld %8lld %10.1f %12.0f\n", c.name,
+                static_cast<long long>(model.num_parameters()), static_cast<long long>(c.B),
+                static_cast<long long>(c.cfg.block_size), med,
                 static_cast<double>(c.B * c.cfg.block_size) / (med / 1000.0));
   }
   return 0;

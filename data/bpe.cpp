@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct ByteMap {
-  std::array<std::string, 256> to_unicode;           // byte -> UTF-8 of its code point
+  std::array<std::string, 256> to_unicode;             // byte -> UTF-8 of its code point
   std::unordered_map<uint32_t, uint8_t> from_unicode;  // code point -> byte
   ByteMap() {
     uint32_t next = 256;
@@ -88,10 +88,11 @@ class BpeTokenizer : public Tokenizer {
     const int32_t V = static_cast<int32_t>(spec_.tokens.size());
     for (size_t r = 0; r < spec_.merges.size(); ++r) {
       auto [a, b] = spec_.merges[r];
-      ATTEND_CHECK(a >= 0 && a < V && b >= 0 && b < V, "bpe tokenizer: merge ", r, " refers to ids (",
-                   a, ", ", b, ") outside the vocabulary of ", V);
+      ATTEND_CHECK(a >= 0 && a < V && b >= 0 && b < V, "bpe tokenizer: merge ", r,
+                   " refers to ids (", a, ", ", b, ") outside the vocabulary of ", V);
       auto it = ids.find(spec_.tokens[a] + spec_.tokens[b]);
-      ATTEND_CHECK(it != ids.end(), "bpe tokenizer: merge ", r, " makes a token that is not in the vocabulary");
+      ATTEND_CHECK(it != ids.end(), "bpe tokenizer: merge ", r,
+                   " makes a token that is not in the vocabulary");
       merges_.emplace(pair_key(a, b), Merge{static_cast<int32_t>(r), it->second});
     }
   }
@@ -182,11 +183,12 @@ std::unique_ptr<Tokenizer> load_bpe_files(const fs::path& encoder_json, const fs
     ATTEND_CHECK(it.value().is_number_integer(), encoder_json.string(), ": token '", it.key(),
                  "' has a value that is not an integer id");
     const int64_t id = it.value().get<int64_t>();
-    ATTEND_CHECK(id >= 0 && id < static_cast<int64_t>(enc.size()) && !seen[id], encoder_json.string(),
-                 ": token '", it.key(), "' has id ", id, "; ids must be 0..", enc.size() - 1, ", each once");
+    ATTEND_CHECK(id >= 0 && id < static_cast<int64_t>(enc.size()) && !seen[id],
+                 encoder_json.string(), ": token '", it.key(), "' has id ", id, "; ids must be 0..",
+                 enc.size() - 1, ", each once");
     std::string bytes;
-    ATTEND_CHECK(unicode_string_to_bytes(it.key(), bytes), encoder_json.string(), ": token '", it.key(),
-                 "' has a character outside GPT-2's byte-to-unicode map");
+    ATTEND_CHECK(unicode_string_to_bytes(it.key(), bytes), encoder_json.string(), ": token '",
+                 it.key(), "' has a character outside GPT-2's byte-to-unicode map");
     seen[id] = true;
     spec.tokens[id] = bytes;
     ids.emplace(it.key(), static_cast<int32_t>(id));
@@ -205,20 +207,24 @@ std::unique_ptr<Tokenizer> load_bpe_files(const fs::path& encoder_json, const fs
     const size_t sp = line.find(' ');
     ATTEND_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
                      line.find(' ', sp + 1) == std::string_view::npos,
-                 vocab_bpe.string(), ": line ", line_no, " is '", line, "', expected two tokens separated by one space");
+                 vocab_bpe.string(), ": line ", line_no, " is '", line,
+                 "', expected two tokens separated by one space");
     const std::string a(line.substr(0, sp)), b(line.substr(sp + 1));
     auto ia = ids.find(a), ib = ids.find(b), iab = ids.find(a + b);
-    ATTEND_CHECK(ia != ids.end(), vocab_bpe.string(), ": line ", line_no, ": merge of unknown token '", a, "'");
-    ATTEND_CHECK(ib != ids.end(), vocab_bpe.string(), ": line ", line_no, ": merge of unknown token '", b, "'");
-    ATTEND_CHECK(iab != ids.end(), vocab_bpe.string(), ": line ", line_no, ": the merged token '", a + b,
-                 "' is not in ", encoder_json.filename().string());
+    ATTEND_CHECK(ia != ids.end(), vocab_bpe.string(), ": line ", line_no,
+                 ": merge of unknown token '", a, "'");
+    ATTEND_CHECK(ib != ids.end(), vocab_bpe.string(), ": line ", line_no,
+                 ": merge of unknown token '", b, "'");
+    ATTEND_CHECK(iab != ids.end(), vocab_bpe.string(), ": line ", line_no, ": the merged token '",
+                 a + b, "' is not in ", encoder_json.filename().string());
     spec.merges.emplace_back(ia->second, ib->second);
   }
   return make_bpe_tokenizer(std::move(spec));
 }
 
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t vocab_size) {
-  ATTEND_CHECK(vocab_size >= 256, "bpe: vocab_size must be at least 256 (the byte tokens), got ", vocab_size);
+  ATTEND_CHECK(vocab_size >= 256, "bpe: vocab_size must be at least 256 (the byte tokens), got ",
+               vocab_size);
   ATTEND_CHECK(!corpus.empty(), "bpe: the corpus is empty");
   TokenizerSpec spec{"bpe", "bpe:" + std::to_string(vocab_size), {}, {}};
   for (int b = 0; b < 256; ++b) spec.tokens.emplace_back(1, static_cast<char>(b));
@@ -238,7 +244,8 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t 
     words.push_back({std::move(s), c});
   }
   // A fixed word order, so that nothing depends on hash-map iteration.
-  std::sort(words.begin(), words.end(), [](const Word& x, const Word& y) { return x.syms < y.syms; });
+  std::sort(words.begin(), words.end(),
+            [](const Word& x, const Word& y) { return x.syms < y.syms; });
 
   std::unordered_map<uint64_t, int64_t> pair_count;
   std::unordered_map<uint64_t, std::vector<int32_t>> where;  // pair -> words (may be stale)

@@ -20,7 +20,8 @@ Corpus read_corpus(const fs::path& path) {
     c.files.push_back(path);
   } else {
     std::vector<fs::path> all;
-    for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
+    for (auto it = fs::recursive_directory_iterator(
+             path, fs::directory_options::skip_permission_denied, ec);
          it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (ec) break;
       const fs::path& p = it->path();
@@ -42,25 +43,27 @@ Corpus read_corpus(const fs::path& path) {
       c.text += t;
       c.files.push_back(p);
     }
-    ATTEND_CHECK(!c.files.empty(), path.string(), ": no text files in this folder (", c.skipped.size(),
-                 " files skipped as not UTF-8 text)");
+    ATTEND_CHECK(!c.files.empty(), path.string(), ": no text files in this folder (",
+                 c.skipped.size(), " files skipped as not UTF-8 text)");
   }
   ATTEND_CHECK(!c.text.empty(), path.string(), ": the corpus is empty");
   return c;
 }
 
-std::unique_ptr<Tokenizer> tokenizer_for_corpus(const std::string& spec, const std::string& corpus) {
+std::unique_ptr<Tokenizer> tokenizer_for_corpus(const std::string& spec,
+                                                const std::string& corpus) {
   if (spec == "char") return build_char_tokenizer(corpus);
   if (spec.rfind("bpe:", 0) == 0) {
     const std::string n = spec.substr(4);
-    if (!n.empty() && std::all_of(n.begin(), n.end(), ::isdigit)) return train_bpe_tokenizer(corpus, std::stoll(n));
+    if (!n.empty() && std::all_of(n.begin(), n.end(), ::isdigit))
+      return train_bpe_tokenizer(corpus, std::stoll(n));
   }
   return tokenizer_from_arg(spec);
 }
 
 PrepareResult prepare(const PrepareOptions& o) {
-  ATTEND_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "prepare: val_fraction must be in [0, 1), got ",
-               o.val_fraction);
+  ATTEND_CHECK(o.val_fraction >= 0 && o.val_fraction < 1,
+               "prepare: val_fraction must be in [0, 1), got ", o.val_fraction);
   Corpus corpus = read_corpus(o.data);
   auto tok = tokenizer_for_corpus(o.tokenizer, corpus.text);
   TokenIds ids = tok->encode(corpus.text);
@@ -69,8 +72,10 @@ PrepareResult prepare(const PrepareOptions& o) {
   std::error_code ec;
   fs::create_directories(o.out, ec);
   ATTEND_CHECK(!ec, o.out.string(), ": cannot create folder: ", ec.message());
-  write_token_file(o.out / "train.bin", TokenIds(ids.begin(), ids.begin() + n_train), tok->vocab_size());
-  write_token_file(o.out / "val.bin", TokenIds(ids.begin() + n_train, ids.end()), tok->vocab_size());
+  write_token_file(o.out / "train.bin", TokenIds(ids.begin(), ids.begin() + n_train),
+                   tok->vocab_size());
+  write_token_file(o.out / "val.bin", TokenIds(ids.begin() + n_train, ids.end()),
+                   tok->vocab_size());
   tok->save(o.out);
   PrepareResult r;
   r.files = static_cast<int64_t>(corpus.files.size());

@@ -14,8 +14,10 @@ namespace attend::data {
 
 namespace fs = std::filesystem;
 
-void write_token_file(const fs::path& path, const std::vector<int32_t>& tokens, int64_t vocab_size) {
-  ATTEND_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 32), "token file: invalid vocab_size ", vocab_size);
+void write_token_file(const fs::path& path, const std::vector<int32_t>& tokens,
+                      int64_t vocab_size) {
+  ATTEND_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 32),
+               "token file: invalid vocab_size ", vocab_size);
   const uint32_t width = vocab_size <= 65536 ? 2 : 4;
   const uint64_t count = tokens.size(), vocab = static_cast<uint64_t>(vocab_size);
   std::string buf(kTokenHeaderBytes + count * width, '\0');
@@ -74,7 +76,8 @@ TokenFile::TokenFile(const fs::path& path) : path_(path) {
     map_ = nullptr;
     throw Error(p + ": " + why);
   };
-  if (std::memcmp(base, kTokenMagic, 8) != 0) fail("not an attend token file (wrong magic; expected ATNDTOKS)");
+  if (std::memcmp(base, kTokenMagic, 8) != 0)
+    fail("not an attend token file (wrong magic; expected ATNDTOKS)");
   uint32_t version, width;
   uint64_t count, vocab;
   std::memcpy(&version, base + 8, 4);
@@ -82,19 +85,23 @@ TokenFile::TokenFile(const fs::path& path) : path_(path) {
   std::memcpy(&count, base + 16, 8);
   std::memcpy(&vocab, base + 24, 8);
   if (version != kTokenFileVersion)
-    fail(str("unsupported token file version ", version, " (this attend reads version ", kTokenFileVersion, ")"));
+    fail(str("unsupported token file version ", version, " (this attend reads version ",
+             kTokenFileVersion, ")"));
   if (width != 2 && width != 4) fail(str("invalid token width ", width, " (expected 2 or 4)"));
-  if (vocab == 0 || (width == 2 && vocab > 65536)) fail(str("invalid vocab_size ", vocab, " for ", width, "-byte tokens"));
+  if (vocab == 0 || (width == 2 && vocab > 65536))
+    fail(str("invalid vocab_size ", vocab, " for ", width, "-byte tokens"));
   if (map_bytes_ != kTokenHeaderBytes + count * width)
     fail(str("truncated or padded: the header says ", count, " tokens of ", width, " bytes (",
-             kTokenHeaderBytes + count * width, " bytes in all), the file has ", map_bytes_, " bytes"));
+             kTokenHeaderBytes + count * width, " bytes in all), the file has ", map_bytes_,
+             " bytes"));
   width_ = static_cast<int>(width);
   count_ = static_cast<int64_t>(count);
   vocab_size_ = static_cast<int64_t>(vocab);
   tokens_ = base + kTokenHeaderBytes;
   for (int64_t i = 0; i < count_; ++i) {
     if ((*this)[i] >= vocab_size_)
-      fail(str("token ", (*this)[i], " at position ", i, " is out of range for vocab_size ", vocab_size_));
+      fail(str("token ", (*this)[i], " at position ", i, " is out of range for vocab_size ",
+               vocab_size_));
   }
 }
 

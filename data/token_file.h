@@ -37,7 +37,8 @@ class TokenFile {
   int64_t vocab_size() const { return vocab_size_; }
   int width() const { return width_; }
   int64_t operator[](int64_t i) const {
-    return width_ == 2 ? static_cast<const uint16_t*>(tokens_)[i] : static_cast<const uint32_t*>(tokens_)[i];
+    return width_ == 2 ? static_cast<const uint16_t*>(tokens_)[i]
+                       : static_cast<const uint32_t*>(tokens_)[i];
   }
   const std::filesystem::path& path() const { return path_; }
   // FNV-1a 64 of the whole file, to tell whether a resumed run sees the same data.

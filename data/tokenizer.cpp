@@ -45,8 +45,8 @@ class CharTokenizer : public Tokenizer {
     for (size_t id = 0; id < spec_.tokens.size(); ++id) {
       const std::string& t = spec_.tokens[id];
       Utf8Char c = t.empty() ? Utf8Char{0, 0, false} : decode_utf8(t, 0);
-      ATTEND_CHECK(c.valid && static_cast<size_t>(c.length) == t.size(),
-                   "char tokenizer: entry ", id, " is not a single UTF-8 character");
+      ATTEND_CHECK(c.valid && static_cast<size_t>(c.length) == t.size(), "char tokenizer: entry ",
+                   id, " is not a single UTF-8 character");
       ATTEND_CHECK(ids_.emplace(c.cp, static_cast<int32_t>(id)).second,
                    "char tokenizer: character ", describe_char(c.cp), " appears twice");
     }
@@ -100,7 +100,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
 
 std::unique_ptr<Tokenizer> build_char_tokenizer(std::string_view corpus) {
   size_t bad = find_invalid_utf8(corpus);
-  ATTEND_CHECK(bad == std::string_view::npos, "char tokenizer: the corpus is not valid UTF-8 at byte offset ", bad);
+  ATTEND_CHECK(bad == std::string_view::npos,
+               "char tokenizer: the corpus is not valid UTF-8 at byte offset ", bad);
   ATTEND_CHECK(!corpus.empty(), "char tokenizer: the corpus is empty");
   std::set<uint32_t> chars;
   for (size_t i = 0; i < corpus.size();) {
@@ -131,7 +132,8 @@ void Tokenizer::save(const fs::path& dir) const {
     write_file(dir / "encoder.json", enc.dump());
     std::string bpe = "#version: 0.2\n";
     for (auto [a, b] : s.merges)
-      bpe += bytes_to_unicode_string(s.tokens[a]) + " " + bytes_to_unicode_string(s.tokens[b]) + "\n";
+      bpe +=
+          bytes_to_unicode_string(s.tokens[a]) + " " + bytes_to_unicode_string(s.tokens[b]) + "\n";
     write_file(dir / "vocab.bpe", bpe);
   }
   write_file(dir / "tokenizer.json", meta.dump(1) + "\n");
@@ -163,7 +165,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& where) {
     }
     return make_tokenizer(spec);
   }
-  ATTEND_CHECK(kind == "bpe", file.string(), ": field \"kind\" is '", kind, "', expected char or bpe");
+  ATTEND_CHECK(kind == "bpe", file.string(), ": field \"kind\" is '", kind,
+               "', expected char or bpe");
   return load_bpe_files(dir / "encoder.json", dir / "vocab.bpe", name);
 }
 
@@ -175,7 +178,8 @@ fs::path find_gpt2_dir() {
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) tried.push_back(exe.parent_path() / ".." / ".." / "shared" / "data" / "gpt2");
   for (const fs::path& p : tried)
-    if (fs::exists(p / "encoder.json", ec) && fs::exists(p / "vocab.bpe", ec)) return p.lexically_normal();
+    if (fs::exists(p / "encoder.json", ec) && fs::exists(p / "vocab.bpe", ec))
+      return p.lexically_normal();
   std::string where;
   for (const fs::path& p : tried) where += "\n  " + p.lexically_normal().string();
   throw Error(str("gpt2 tokenizer: encoder.json and vocab.bpe not found; looked in:", where,

@@ -32,7 +32,8 @@ struct TokenizerSpec {
   std::string kind;                 // "char" or "bpe"
   std::string name;                 // "char", "gpt2", "bpe:4096", ...
   std::vector<std::string> tokens;  // id -> the token's bytes
-  std::vector<std::pair<int32_t, int32_t>> merges;  // bpe: rank order; (a, b) -> tokens[a] + tokens[b]
+  std::vector<std::pair<int32_t, int32_t>>
+      merges;  // bpe: rank order; (a, b) -> tokens[a] + tokens[b]
 };
 
 class Tokenizer {

@@ -12,7 +12,8 @@ Attention::Attention(const AttentionConfig& c) : config(c) {
   ATTEND_CHECK(c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0, "Attention: n_head ", c.n_head,
                " must be divisible by n_kv_head ", c.n_kv_head);
   const int64_t kv_dim = c.n_kv_head * head_size();
-  c_attn = register_module("c_attn", std::make_shared<Linear>(c.n_embd, c.n_embd + 2 * kv_dim, c.bias));
+  c_attn =
+      register_module("c_attn", std::make_shared<Linear>(c.n_embd, c.n_embd + 2 * kv_dim, c.bias));
   c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, c.bias));
   attn_dropout = register_module("attn_dropout", std::make_shared<Dropout>(c.dropout));
   resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
@@ -54,9 +55,9 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, bool 
     k = narrow(kv, 2, 0, kv_dim);
     v = narrow(kv, 2, kv_dim, kv_dim);
   }
-  q = transpose(reshape(q, {B, Tq, NH, HS}), 1, 2);            // (B, NH, Tq, HS)
-  k = transpose(reshape(k, {B, k.size(1), KVH, HS}), 1, 2);    // (B, KVH, Tk, HS)
-  v = transpose(reshape(v, {B, v.size(1), KVH, HS}), 1, 2);    // (B, KVH, Tk, HS)
+  q = transpose(reshape(q, {B, Tq, NH, HS}), 1, 2);          // (B, NH, Tq, HS)
+  k = transpose(reshape(k, {B, k.size(1), KVH, HS}), 1, 2);  // (B, KVH, Tk, HS)
+  v = transpose(reshape(v, {B, v.size(1), KVH, HS}), 1, 2);  // (B, KVH, Tk, HS)
   if (cache) {
     if (cache->length() > 0) {
       k = cat({cache->k, k}, 2);
@@ -73,14 +74,16 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, bool 
   Tensor scores = matmul(qg, transpose(unsqueeze(k, 2), -1, -2));  // (B, KVH, G, Tq, Tk)
   scores = mul(reshape(scores, {B, NH, Tq, Tk}), 1.0 / std::sqrt(static_cast<double>(HS)));
   if (config.causal) {
-    ATTEND_CHECK(Tk >= Tq, "Attention: causal attention needs at least as many keys as queries, got ",
-                 Tk, " keys for ", Tq, " queries");
+    ATTEND_CHECK(Tk >= Tq,
+                 "Attention: causal attention needs at least as many keys as queries, got ", Tk,
+                 " keys for ", Tq, " queries");
     scores = masked_fill(scores, kernel::triu_mask(Tq, Tk, 1 + Tk - Tq), -INFINITY);
   }
   Tensor weights = softmax(scores);  // (B, NH, Tq, Tk), rows sum to 1
   Tensor dropped = attn_dropout->forward(weights);
-  Tensor out = matmul(reshape(dropped, {B, KVH, G, Tq, Tk}), unsqueeze(v, 2));  // (B, KVH, G, Tq, HS)
-  out = transpose(reshape(out, {B, NH, Tq, HS}), 1, 2);                         // (B, Tq, NH, HS)
+  Tensor out =
+      matmul(reshape(dropped, {B, KVH, G, Tq, Tk}), unsqueeze(v, 2));  // (B, KVH, G, Tq, HS)
+  out = transpose(reshape(out, {B, NH, Tq, HS}), 1, 2);                // (B, Tq, NH, HS)
   Tensor y = resid_dropout->forward(c_proj->forward(reshape(out, {B, Tq, C})));
   return {y, return_weights ? weights : Tensor()};
 }

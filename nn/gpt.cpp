@@ -53,7 +53,8 @@ GPTConfig gpt_preset(const std::string& name) {
 }
 
 std::vector<std::string> gpt_preset_names() {
-  return {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "shakespeare-char", "cpu-char"};
+  return {"gpt2",      "gpt2-medium",      "gpt2-large", "gpt2-xl",
+          "gpt3-175b", "shakespeare-char", "cpu-char"};
 }
 
 ParameterCount count_parameters(const GPTConfig& c) {
@@ -124,7 +125,8 @@ void GPT::init_weights(Generator& gen) {
   NoGradGuard no_grad;
   const double proj_std = 0.02 / std::sqrt(2.0 * config.n_layer);
   for (auto& [name, p] : named_parameters()) {
-    const bool is_proj = name.size() >= 13 && name.compare(name.size() - 13, 13, "c_proj.weight") == 0;
+    const bool is_proj =
+        name.size() >= 13 && name.compare(name.size() - 13, 13, "c_proj.weight") == 0;
     if (p.dim() >= 2) {
       normal_(p, 0.0, is_proj ? proj_std : 0.02, gen);
     } else if (name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0) {
@@ -136,8 +138,7 @@ void GPT::init_weights(Generator& gen) {
 }
 
 GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets,
-                       std::vector<Tensor>* attention_weights,
-                       std::vector<KVCache>* caches) const {
+                       std::vector<Tensor>* attention_weights, std::vector<KVCache>* caches) const {
   ATTEND_CHECK(idx.dim() == 2 && is_integer(idx.dtype()),
                "GPT: expected token ids of shape (B, T) and an integer dtype, got ",
                shape_str(idx.shape()), " ", dtype_name(idx.dtype()));
@@ -149,8 +150,8 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets,
     Tensor ids = kernel::cast(idx, DType::I64);
     const int64_t* p = ids.data<int64_t>();
     for (int64_t i = 0; i < ids.numel(); ++i)
-      ATTEND_CHECK(p[i] >= 0 && p[i] < config.vocab_size, "GPT: token id ", p[i], " at (",
-                   i / T, ", ", i % T, ") is out of range for vocab_size ", config.vocab_size);
+      ATTEND_CHECK(p[i] >= 0 && p[i] < config.vocab_size, "GPT: token id ", p[i], " at (", i / T,
+                   ", ", i % T, ") is out of range for vocab_size ", config.vocab_size);
   }
   if (caches && caches->empty()) caches->resize(config.n_layer);
 

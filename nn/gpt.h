@@ -47,7 +47,7 @@ struct ParameterCount {
   int64_t position_embedding = 0;  // block_size * C
   // Per layer, weight matrices only:
   int64_t attn_q = 0, attn_k = 0, attn_v = 0, attn_o = 0;  // C*C, KVH*HS*C, KVH*HS*C, C*C
-  int64_t mlp_fc = 0, mlp_proj = 0;                         // 4C*C each
+  int64_t mlp_fc = 0, mlp_proj = 0;                        // 4C*C each
   // Per layer: the two LayerNorms (weights and biases) and the four Linear biases.
   int64_t layernorms = 0, biases = 0;
   int64_t final_layernorm = 0;

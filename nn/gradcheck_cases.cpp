@@ -59,7 +59,8 @@ std::vector<GradcheckCase> make_cases() {
                      Generator g(seed);
                      Embedding m(7, 3);
                      Tensor ids = randint({2, 4}, 0, 7, g);
-                     return check_module(m, {ids}, g, [&](const Inputs& x) { return m.forward(x[0]); });
+                     return check_module(m, {ids}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
                    }});
   cases.push_back({"nn.LayerNorm", "(2,3,6)", [](uint64_t seed) {
                      Generator g(seed);
@@ -74,12 +75,16 @@ std::vector<GradcheckCase> make_cases() {
                                          [&](const Inputs& x) { return m.forward(x[0]); });
                    }});
   cases.push_back(attention_case("nn.Attention.mha.causal", {8, 4, 4, true, true, 0.0}, false));
-  cases.push_back(attention_case("nn.Attention.mha.bidirectional", {8, 4, 4, false, true, 0.0}, false));
+  cases.push_back(
+      attention_case("nn.Attention.mha.bidirectional", {8, 4, 4, false, true, 0.0}, false));
   cases.push_back(attention_case("nn.Attention.gqa.causal", {8, 4, 2, true, true, 0.0}, false));
-  cases.push_back(attention_case("nn.Attention.mqa.causal.no_bias", {8, 4, 1, true, false, 0.0}, false));
-  cases.push_back(attention_case("nn.Attention.mqa.bidirectional", {8, 4, 1, false, true, 0.0}, false));
+  cases.push_back(
+      attention_case("nn.Attention.mqa.causal.no_bias", {8, 4, 1, true, false, 0.0}, false));
+  cases.push_back(
+      attention_case("nn.Attention.mqa.bidirectional", {8, 4, 1, false, true, 0.0}, false));
   cases.push_back(attention_case("nn.Attention.cross.mha", {8, 2, 2, false, true, 0.0}, true));
-  cases.push_back(attention_case("nn.Attention.cross.gqa.causal", {8, 4, 2, true, false, 0.0}, true));
+  cases.push_back(
+      attention_case("nn.Attention.cross.gqa.causal", {8, 4, 2, true, false, 0.0}, true));
   cases.push_back({"nn.MLP", "(2,3,4)", [](uint64_t seed) {
                      Generator g(seed);
                      MLP m(4, true, 0.0);

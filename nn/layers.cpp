@@ -46,7 +46,8 @@ Dropout::Dropout(double prob) : p(prob) {
 Tensor Dropout::mask(const Shape& shape, DType dtype) const {
   Tensor m = empty(shape, dtype);
   const int64_t n = m.numel();
-  const PhiloxKey key{static_cast<uint32_t>(context->seed), static_cast<uint32_t>(context->seed >> 32)};
+  const PhiloxKey key{static_cast<uint32_t>(context->seed),
+                      static_cast<uint32_t>(context->seed >> 32)};
   const uint32_t c2 = static_cast<uint32_t>(context->step);
   const uint32_t c3 = (index << 16) | (context->micro_step & 0xffff);
   const double scale = 1.0 / (1.0 - p);
@@ -56,8 +57,10 @@ Tensor Dropout::mask(const Shape& shape, DType dtype) const {
     const int64_t blocks = (n + 3) / 4;
     parallel_for(blocks, kElementwiseGrain / 4, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk) {
-        PhiloxCounter r = philox4x32(
-            {static_cast<uint32_t>(blk), static_cast<uint32_t>(static_cast<uint64_t>(blk) >> 32), c2, c3}, key);
+        PhiloxCounter r =
+            philox4x32({static_cast<uint32_t>(blk),
+                        static_cast<uint32_t>(static_cast<uint64_t>(blk) >> 32), c2, c3},
+                       key);
         for (int64_t w = 0; w < 4 && blk * 4 + w < n; ++w)
           out[blk * 4 + w] = u32_to_unit_float(r[w]) < threshold ? T(0) : static_cast<T>(scale);
       }

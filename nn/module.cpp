@@ -7,8 +7,8 @@
 namespace attend::nn {
 
 Tensor Module::register_parameter(const std::string& name, Tensor t) {
-  ATTEND_CHECK(is_floating(t.dtype()), "register_parameter: '", name,
-               "' must be floating, got ", dtype_name(t.dtype()));
+  ATTEND_CHECK(is_floating(t.dtype()), "register_parameter: '", name, "' must be floating, got ",
+               dtype_name(t.dtype()));
   for (const auto& [n, _] : params_)
     ATTEND_CHECK(n != name, "register_parameter: '", name, "' is already registered");
   t.requires_grad_(true);

@@ -62,7 +62,8 @@ class Module {
 
  private:
   void collect(const std::string& prefix, NamedTensors& out) const;
-  void collect_modules(const std::string& prefix, std::vector<std::pair<std::string, Module*>>& out);
+  void collect_modules(const std::string& prefix,
+                       std::vector<std::pair<std::string, Module*>>& out);
 
   NamedTensors params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

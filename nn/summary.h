@@ -26,8 +26,8 @@ struct ModelSummary {
   ParameterCount counts;
   // Bytes, f32.
   int64_t weight_bytes = 0, grad_bytes = 0, adamw_bytes = 0, activation_bytes = 0;
-  double flops_per_token = 0;   // training: forward and backward
-  int64_t flops_n = 0;          // N in the formula
+  double flops_per_token = 0;  // training: forward and backward
+  int64_t flops_n = 0;         // N in the formula
   int64_t kv_cache_bytes_per_token = 0, kv_cache_bytes_per_token_mha = 0;
 };
 

@@ -13,22 +13,32 @@ enum class DType : uint8_t { F32, F64, I32, I64, Bool };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::Bool: return 1;
+    case DType::F32:
+      return 4;
+    case DType::F64:
+      return 8;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
 
 constexpr const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::F64: return "f64";
-    case DType::I32: return "i32";
-    case DType::I64: return "i64";
-    case DType::Bool: return "bool";
+    case DType::F32:
+      return "f32";
+    case DType::F64:
+      return "f64";
+    case DType::I32:
+      return "i32";
+    case DType::I64:
+      return "i64";
+    case DType::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -38,19 +48,36 @@ constexpr bool is_integer(DType t) { return t == DType::I32 || t == DType::I64; 
 
 template <typename T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::F32; }
-template <> constexpr DType dtype_of<double>() { return DType::F64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
-template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::F32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::F64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::I32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::I64;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::Bool;
+}
 
 // Calls f.template operator()<T>() with T the C++ type of a floating dtype; `op` names the
 // caller in the error for other dtypes.
 template <typename F>
 decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::F32: return f.template operator()<float>();
-    case DType::F64: return f.template operator()<double>();
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::F64:
+      return f.template operator()<double>();
     default:
       throw Error(str(op, ": expected a floating dtype (f32 or f64), got ", dtype_name(t)));
   }
@@ -60,11 +87,16 @@ decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
 template <typename F>
 decltype(auto) dispatch_all(DType t, F&& f) {
   switch (t) {
-    case DType::F32: return f.template operator()<float>();
-    case DType::F64: return f.template operator()<double>();
-    case DType::I32: return f.template operator()<int32_t>();
-    case DType::I64: return f.template operator()<int64_t>();
-    case DType::Bool: return f.template operator()<bool>();
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::F64:
+      return f.template operator()<double>();
+    case DType::I32:
+      return f.template operator()<int32_t>();
+    case DType::I64:
+      return f.template operator()<int64_t>();
+    case DType::Bool:
+      return f.template operator()<bool>();
   }
   throw Error("dispatch: unknown dtype");
 }

@@ -49,7 +49,10 @@ enum class Unary { Neg, Exp, Log, Sqrt, Tanh, Relu, Gelu, Pow, Affine, Rdiv, Abs
 Tensor unary(Unary op, const Tensor& x, double p = 0, double q = 0);
 
 enum class Binary {
-  Add, Sub, Mul, Div,
+  Add,
+  Sub,
+  Mul,
+  Div,
   ReluGrad,  // (g, x) -> x > 0 ? g : 0
   GeluGrad,  // (g, x) -> g * gelu'(x)
   TanhGrad,  // (g, y) -> g * (1 - y^2), y = tanh(x)
@@ -59,8 +62,7 @@ const char* binary_name(Binary op);
 
 // ---- reductions (tensor/kernels/reduce.cpp) -------------------------------------------
 // `dims` empty means every dim. Sums accumulate in double in a fixed order.
-std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t ndim,
-                                    const char* op);
+std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* op);
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
 // Values and, for each, the flat index of the (first) maximum within its reduced block,
 // reduced dims taken in order (i64). NaN wins, as in PyTorch.

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <iomanip>
 #include <mutex>
-#include <unordered_map>
 #include <ostream>
 #include <sstream>
+#include <unordered_map>
 
 namespace attend {
 
@@ -95,8 +95,8 @@ int64_t element_offset(const Tensor& t, const std::vector<int64_t>& index) {
   int64_t off = 0;
   for (size_t i = 0; i < index.size(); ++i) {
     int64_t k = index[i] < 0 ? index[i] + t.shape()[i] : index[i];
-    ATTEND_CHECK(k >= 0 && k < t.shape()[i], "at: index ", index[i], " is out of range for dim ",
-                 i, " of size ", t.shape()[i]);
+    ATTEND_CHECK(k >= 0 && k < t.shape()[i], "at: index ", index[i], " is out of range for dim ", i,
+                 " of size ", t.shape()[i]);
     off += k * t.strides()[i];
   }
   return off;
@@ -122,7 +122,8 @@ double Tensor::at(const std::vector<int64_t>& index) const {
 
 void Tensor::set(const std::vector<int64_t>& index, double value) const {
   int64_t off = element_offset(*this, index);
-  dispatch_all(dtype(), [&]<typename T>() { static_cast<T*>(raw_data())[off] = static_cast<T>(value); });
+  dispatch_all(dtype(),
+               [&]<typename T>() { static_cast<T*>(raw_data())[off] = static_cast<T>(value); });
 }
 
 template <typename T>

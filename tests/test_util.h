@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -18,8 +18,8 @@ namespace attend::test {
 
 // A fresh, empty folder under the system's temporary folder, unique to this process.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  std::filesystem::path p =
-      std::filesystem::temp_directory_path() / ("attend_test_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::path p = std::filesystem::temp_directory_path() /
+                            ("attend_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;

@@ -52,7 +52,8 @@ void fsync_path(const fs::path& p, bool directory) {
 // "exp_avg.transformer.wte.weight" -> ("exp_avg", "transformer.wte.weight")
 std::pair<std::string, std::string> split_slot(const std::string& name) {
   size_t dot = name.find('.');
-  ATTEND_CHECK(dot != std::string::npos, "checkpoint: optimizer state name '", name, "' has no slot");
+  ATTEND_CHECK(dot != std::string::npos, "checkpoint: optimizer state name '", name,
+               "' has no slot");
   return {name.substr(0, dot), name.substr(dot + 1)};
 }
 
@@ -88,7 +89,9 @@ void save_checkpoint(const fs::path& path, CheckpointData& d) {
   tmp += ".tmp";
   {
     h5::File f = h5::File::create(tmp.string());
-    for (const char* g : {"/config", "/model", "/optimizer", "/rng", "/data", "/tokenizer", "/meta"}) f.create_group(g);
+    for (const char* g :
+         {"/config", "/model", "/optimizer", "/rng", "/data", "/tokenizer", "/meta"})
+      f.create_group(g);
     for (const auto& [name, v] : d.config) {
       std::visit([&](const auto& x) { f.set_attr("/config", name, x); }, v);
     }
@@ -111,7 +114,8 @@ void save_checkpoint(const fs::path& path, CheckpointData& d) {
       f.write_tensor("/optimizer/" + slot + "/" + param, t);
     }
     f.set_attr("/rng", "seed", d.seed);
-    f.set_attr("/rng", "scheme", std::string("philox4x32-10 keyed by (seed, step, micro_step, ...)"));
+    f.set_attr("/rng", "scheme",
+               std::string("philox4x32-10 keyed by (seed, step, micro_step, ...)"));
     f.set_attr("/data", "data_dir", d.data_dir);
     f.set_attr("/data", "train_tokens", d.train_tokens);
     f.set_attr("/data", "val_tokens", d.val_tokens);
@@ -131,11 +135,13 @@ void save_checkpoint(const fs::path& path, CheckpointData& d) {
       Tensor b = empty({static_cast<int64_t>(bytes.size())}, DType::Bool);
       std::memcpy(b.raw_data(), bytes.data(), bytes.size());
       f.write_tensor("/tokenizer/token_bytes", b);
-      f.write_tensor("/tokenizer/token_offsets", tensor(offsets, {static_cast<int64_t>(offsets.size())}, DType::I64));
+      f.write_tensor("/tokenizer/token_offsets",
+                     tensor(offsets, {static_cast<int64_t>(offsets.size())}, DType::I64));
       if (!d.tokenizer.merges.empty()) {
         std::vector<double> m;
         for (auto [a, c] : d.tokenizer.merges) m.push_back(a), m.push_back(c);
-        f.write_tensor("/tokenizer/merges", tensor(m, {static_cast<int64_t>(d.tokenizer.merges.size()), 2}, DType::I32));
+        f.write_tensor("/tokenizer/merges",
+                       tensor(m, {static_cast<int64_t>(d.tokenizer.merges.size()), 2}, DType::I32));
       }
     }
     f.set_attr("/meta", "format_version", kCheckpointFormatVersion);
@@ -163,13 +169,19 @@ CheckpointData load_checkpoint(const fs::path& path) {
     ATTEND_CHECK(f.exists(g), path.string(), ": not an attend checkpoint (no ", g, " group)");
   CheckpointData d;
   const int64_t version = f.attr_int("/meta", "format_version");
-  ATTEND_CHECK(version == kCheckpointFormatVersion, path.string(), ": checkpoint format version ", version,
-               " is not supported (this attend reads ", kCheckpointFormatVersion, ")");
+  ATTEND_CHECK(version == kCheckpointFormatVersion, path.string(), ": checkpoint format version ",
+               version, " is not supported (this attend reads ", kCheckpointFormatVersion, ")");
   for (const std::string& name : f.attr_names("/config")) {
     switch (f.attr_kind("/config", name)) {
-      case 'i': d.config.emplace_back(name, f.attr_int("/config", name)); break;
-      case 'f': d.config.emplace_back(name, f.attr_double("/config", name)); break;
-      default: d.config.emplace_back(name, f.attr_string("/config", name)); break;
+      case 'i':
+        d.config.emplace_back(name, f.attr_int("/config", name));
+        break;
+      case 'f':
+        d.config.emplace_back(name, f.attr_double("/config", name));
+        break;
+      default:
+        d.config.emplace_back(name, f.attr_string("/config", name));
+        break;
     }
   }
   // Model: every name; hard links come back as the same tensor.
@@ -189,7 +201,8 @@ CheckpointData load_checkpoint(const fs::path& path) {
   d.optimizer_step = f.attr_int("/optimizer", "step");
   for (const std::string& slot : f.list("/optimizer"))
     for (const std::string& name : f.list("/optimizer/" + slot))
-      d.optimizer_state.emplace_back(slot + "." + name, f.read_tensor("/optimizer/" + slot + "/" + name, DType::F32));
+      d.optimizer_state.emplace_back(slot + "." + name,
+                                     f.read_tensor("/optimizer/" + slot + "/" + name, DType::F32));
   d.seed = f.attr_uint("/rng", "seed");
   d.data_dir = f.attr_string("/data", "data_dir");
   d.train_tokens = f.attr_int("/data", "train_tokens");
@@ -200,10 +213,12 @@ CheckpointData load_checkpoint(const fs::path& path) {
   d.tokenizer.name = f.attr_string("/tokenizer", "name");
   {
     Tensor bytes = f.read_tensor("/tokenizer/token_bytes", DType::Bool);
-    std::vector<int64_t> off = f.read_tensor("/tokenizer/token_offsets", DType::I64).to_vector<int64_t>();
+    std::vector<int64_t> off =
+        f.read_tensor("/tokenizer/token_offsets", DType::I64).to_vector<int64_t>();
     const char* b = static_cast<const char*>(bytes.raw_data());
     for (size_t i = 0; i + 1 < off.size(); ++i) {
-      ATTEND_CHECK(off[i] <= off[i + 1] && off[i + 1] <= bytes.numel(), path.string(), ": /tokenizer/token_offsets is inconsistent");
+      ATTEND_CHECK(off[i] <= off[i + 1] && off[i + 1] <= bytes.numel(), path.string(),
+                   ": /tokenizer/token_offsets is inconsistent");
       d.tokenizer.tokens.emplace_back(b + off[i], b + off[i + 1]);
     }
     if (f.exists("/tokenizer/merges")) {
@@ -218,8 +233,8 @@ CheckpointData load_checkpoint(const fs::path& path) {
   d.created = f.attr_string("/meta", "created");
   d.content_hash = f.attr_uint("/meta", "content_hash");
   const uint64_t h = content_hash(d);
-  ATTEND_CHECK(h == d.content_hash, path.string(), ": content hash mismatch (stored ", d.content_hash,
-               ", computed ", h, "): the file is corrupt");
+  ATTEND_CHECK(h == d.content_hash, path.string(), ": content hash mismatch (stored ",
+               d.content_hash, ", computed ", h, "): the file is corrupt");
   return d;
 }
 

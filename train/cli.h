@@ -34,7 +34,7 @@ struct PrepareArgs {
 int run_prepare(const PrepareArgs& args);
 
 struct TrainCli {
-  std::vector<std::string> values;      // one per train::config_fields() entry
+  std::vector<std::string> values;  // one per train::config_fields() entry
   std::vector<CLI::Option*> options;
   std::string out, resume, config_file;
 };

@@ -52,11 +52,14 @@ int run_prepare(const PrepareArgs& a) {
   o.out = a.out;
   o.val_fraction = a.val_fraction;
   data::PrepareResult r = data::prepare(o);
-  std::printf("read %lld bytes from %lld file(s)", static_cast<long long>(r.bytes), static_cast<long long>(r.files));
+  std::printf("read %lld bytes from %lld file(s)", static_cast<long long>(r.bytes),
+              static_cast<long long>(r.files));
   if (!r.skipped.empty()) std::printf(" (%zu skipped: not UTF-8 text)", r.skipped.size());
-  std::printf("\ntokenizer %s, vocab_size %lld\n", r.tokenizer.c_str(), static_cast<long long>(r.vocab_size));
-  std::printf("train.bin %lld tokens, val.bin %lld tokens, in %s\n", static_cast<long long>(r.train_tokens),
-              static_cast<long long>(r.val_tokens), a.out.c_str());
+  std::printf("\ntokenizer %s, vocab_size %lld\n", r.tokenizer.c_str(),
+              static_cast<long long>(r.vocab_size));
+  std::printf("train.bin %lld tokens, val.bin %lld tokens, in %s\n",
+              static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
+              a.out.c_str());
   return 0;
 }
 

@@ -37,7 +37,8 @@ int run_summary(const SummaryCli& a) {
     if (name == "dropout") c.dropout = std::stod(value);
     if (name == "bias") c.bias = value == "true" || value == "1";
   }
-  if (!a.overrides.count("n_kv_head") && a.overrides.count("n_head") && a.preset.empty() && a.checkpoint.empty())
+  if (!a.overrides.count("n_kv_head") && a.overrides.count("n_head") && a.preset.empty() &&
+      a.checkpoint.empty())
     c.n_kv_head = c.n_head;
   std::fputs(nn::format_summary(nn::summarize(c, a.batch, a.seq)).c_str(), stdout);
   return 0;
@@ -51,7 +52,8 @@ int run_attention(const AttentionCli& a) {
   if (a.head >= 0) sel.heads = {a.head};
   sel.decimals = a.decimals;
   sel.scores = a.scores;
-  ATTEND_CHECK(a.decimals >= 1 && a.decimals <= 6, "attention: --decimals must be in [1, 6], got ", a.decimals);
+  ATTEND_CHECK(a.decimals >= 1 && a.decimals <= 6, "attention: --decimals must be in [1, 6], got ",
+               a.decimals);
   const std::string ext = fs::path(a.out).extension().string();
   std::string text;
   if (ext == ".html") {
@@ -63,15 +65,18 @@ int run_attention(const AttentionCli& a) {
   } else if (ext == ".json") {
     text = train::attention_json(map, sel);
   } else {
-    throw Error(str("attention: --out ", a.out, ": expected a .html, .svg, .csv or .json file name"));
+    throw Error(
+        str("attention: --out ", a.out, ": expected a .html, .svg, .csv or .json file name"));
   }
   std::ofstream out(a.out, std::ios::binary | std::ios::trunc);
   ATTEND_CHECK(out.good(), a.out, ": cannot open for writing");
   out << text;
   out.close();
   ATTEND_CHECK(out.good(), a.out, ": write failed");
-  std::printf("wrote %s: %lld tokens, %zu layer(s) x %zu head(s)\n", a.out.c_str(), static_cast<long long>(map.T()),
-              sel.layers.empty() ? static_cast<size_t>(map.n_layer) : 1, sel.heads.empty() ? static_cast<size_t>(map.n_head) : 1);
+  std::printf("wrote %s: %lld tokens, %zu layer(s) x %zu head(s)\n", a.out.c_str(),
+              static_cast<long long>(map.T()),
+              sel.layers.empty() ? static_cast<size_t>(map.n_layer) : 1,
+              sel.heads.empty() ? static_cast<size_t>(map.n_head) : 1);
   return 0;
 }
 

@@ -20,8 +20,8 @@ int run_gradcheck(const GradcheckArgs& args) {
     GradcheckResult r = c.run(args.seed);
     ++ran;
     if (!r.passed) ++failed;
-    std::printf("%-34s %-38s %12.3g %12.3g  %s\n", c.name.c_str(), c.shapes.c_str(),
-                r.max_abs_err, r.max_rel_err, r.passed ? "pass" : "FAIL");
+    std::printf("%-34s %-38s %12.3g %12.3g  %s\n", c.name.c_str(), c.shapes.c_str(), r.max_abs_err,
+                r.max_rel_err, r.passed ? "pass" : "FAIL");
     if (!r.passed) std::printf("    %s\n", r.message().c_str());
   }
   ATTEND_CHECK(ran > 0, "gradcheck: no case matches --only '", args.only, "'");

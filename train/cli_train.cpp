@@ -1,6 +1,6 @@
 // `attend train`, `attend sample`, `attend eval`, `attend plot`.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -27,22 +27,26 @@ void add_train_options(CLI::App* cmd, TrainCli& t) {
     std::string names = "--" + std::string(f.name);
     if (dashed != f.name) names += ",--" + dashed;
     const std::string def = train::get_field(train::TrainConfig{}, f);
-    t.options.push_back(cmd->add_option(names, t.values[i], std::string(f.help) + " [default: " + def + "]"));
+    t.options.push_back(
+        cmd->add_option(names, t.values[i], std::string(f.help) + " [default: " + def + "]"));
   }
   cmd->add_option("--out", t.out, "the run folder: checkpoints, metrics.csv, loss.svg");
-  cmd->add_option("--resume", t.resume, "continue a run: its folder (newest valid checkpoint) or a checkpoint file");
+  cmd->add_option("--resume", t.resume,
+                  "continue a run: its folder (newest valid checkpoint) or a checkpoint file");
   cmd->add_option("--config", t.config_file, "a JSON file of settings (flags win over it)");
 }
 
 int run_train(const TrainCli& t) {
   train::TrainRequest req;
-  std::map<std::string, std::string> file = t.config_file.empty() ? std::map<std::string, std::string>{}
-                                                                    : train::read_config_file(t.config_file);
+  std::map<std::string, std::string> file = t.config_file.empty()
+                                                ? std::map<std::string, std::string>{}
+                                                : train::read_config_file(t.config_file);
   // Precedence: defaults < preset < config file < flags.
   std::string preset;
   if (file.count("preset")) preset = file["preset"];
   for (size_t i = 0; i < t.options.size(); ++i)
-    if (t.options[i]->count() && std::string(train::config_fields()[i].name) == "preset") preset = t.values[i];
+    if (t.options[i]->count() && std::string(train::config_fields()[i].name) == "preset")
+      preset = t.values[i];
   if (!preset.empty()) train::apply_preset(req.config, preset);
   for (const auto& [name, value] : file) {
     train::set_field(req.config, *train::find_field(name), value, t.config_file + ": " + name);
@@ -56,15 +60,16 @@ int run_train(const TrainCli& t) {
   }
   if (!preset.empty()) {
     // A preset's fields count as given, so that resuming with --preset checks them.
-    for (const char* n : {"n_layer", "n_head", "n_kv_head", "n_embd", "block_size", "dropout", "bias"})
+    for (const char* n :
+         {"n_layer", "n_head", "n_kv_head", "n_embd", "block_size", "dropout", "bias"})
       req.explicit_fields.insert(n);
   }
   req.run_dir = t.out;
   req.resume = t.resume;
   train::TrainSummary s = train::run_training(req);
   std::printf("trained steps %lld..%lld; final train loss %.4f, val loss %.4f; checkpoint %s\n",
-              static_cast<long long>(s.first_step), static_cast<long long>(s.last_step), s.final_train_loss,
-              s.final_val_loss, s.last_checkpoint.c_str());
+              static_cast<long long>(s.first_step), static_cast<long long>(s.last_step),
+              s.final_train_loss, s.final_val_loss, s.last_checkpoint.c_str());
   return 0;
 }
 
@@ -124,8 +129,10 @@ int run_plot(const PlotCli& a) {
   ATTEND_CHECK(in.good(), csv.string(), ": cannot open (is this a run folder?)");
   std::string line;
   std::getline(in, line);
-  ATTEND_CHECK(line.rfind("step,train_loss,val_loss", 0) == 0, csv.string(), ": unexpected header '", line, "'");
-  train::Series tr{"train loss (per step)", "#1f77b4", {}, {}, false}, va{"val loss (evaluation)", "#d62728", {}, {}, true};
+  ATTEND_CHECK(line.rfind("step,train_loss,val_loss", 0) == 0, csv.string(),
+               ": unexpected header '", line, "'");
+  train::Series tr{"train loss (per step)", "#1f77b4", {}, {}, false},
+      va{"val loss (evaluation)", "#d62728", {}, {}, true};
   int64_t row = 1;
   while (std::getline(in, line)) {
     ++row;
@@ -133,7 +140,8 @@ int run_plot(const PlotCli& a) {
     std::stringstream ss(line);
     std::string cell;
     while (std::getline(ss, cell, ',')) cells.push_back(cell);
-    ATTEND_CHECK(cells.size() >= 3, csv.string(), ": line ", row, " has ", cells.size(), " fields, expected 7");
+    ATTEND_CHECK(cells.size() >= 3, csv.string(), ": line ", row, " has ", cells.size(),
+                 " fields, expected 7");
     try {
       const double step = std::stod(cells[0]);
       if (!cells[1].empty()) tr.x.push_back(step), tr.y.push_back(std::stod(cells[1]));
@@ -143,7 +151,8 @@ int run_plot(const PlotCli& a) {
     }
   }
   const fs::path out = fs::path(a.run_dir) / "loss.svg";
-  std::ofstream(out) << train::line_plot_svg({tr, va}, {"attend: loss", "step", "cross-entropy loss (nats)", a.log_y});
+  std::ofstream(out) << train::line_plot_svg(
+      {tr, va}, {"attend: loss", "step", "cross-entropy loss (nats)", a.log_y});
   std::printf("wrote %s\n", out.c_str());
   return 0;
 }

@@ -24,9 +24,11 @@ const std::vector<ConfigField>& config_fields() {
   using C = TrainConfig;
   using R = OnResume;
   static const std::vector<ConfigField> fields = {
-      {"data", "prepared folder (train.bin, val.bin), or a text file or folder to prepare", R::Free, &C::data},
+      {"data", "prepared folder (train.bin, val.bin), or a text file or folder to prepare", R::Free,
+       &C::data},
       {"tokenizer", "tokenizer when preparing text: char | gpt2 | bpe:N", R::Refuse, &C::tokenizer},
-      {"preset", "model preset: cpu-char, shakespeare-char, gpt2, ... (sets the model fields)", R::Free, &C::preset},
+      {"preset", "model preset: cpu-char, shakespeare-char, gpt2, ... (sets the model fields)",
+       R::Free, &C::preset},
       {"n_layer", "transformer blocks", R::Refuse, &C::n_layer},
       {"n_head", "query heads NH", R::Refuse, &C::n_head},
       {"n_kv_head", "key/value heads KVH (0: n_head, MHA; 1: MQA)", R::Refuse, &C::n_kv_head},
@@ -36,7 +38,8 @@ const std::vector<ConfigField>& config_fields() {
       {"bias", "biases in Linear layers and LayerNorms (true/false)", R::Refuse, &C::bias},
       {"optimizer", "adamw | sgd", R::Refuse, &C::optimizer},
       {"batch_size", "sequences per micro-step B", R::Refuse, &C::batch_size},
-      {"gradient_accumulation_steps", "micro-steps per optimizer step", R::Refuse, &C::gradient_accumulation_steps},
+      {"gradient_accumulation_steps", "micro-steps per optimizer step", R::Refuse,
+       &C::gradient_accumulation_steps},
       {"max_iters", "optimizer steps in all", R::Free, &C::max_iters},
       {"learning_rate", "peak learning rate", R::Warn, &C::learning_rate},
       {"decay_lr", "warmup then cosine decay (true) or constant (false)", R::Warn, &C::decay_lr},
@@ -45,15 +48,18 @@ const std::vector<ConfigField>& config_fields() {
       {"min_lr", "learning rate at and after lr_decay_iters", R::Warn, &C::min_lr},
       {"beta1", "AdamW beta1", R::Refuse, &C::beta1},
       {"beta2", "AdamW beta2", R::Refuse, &C::beta2},
-      {"weight_decay", "decoupled weight decay (matrices and embeddings only)", R::Refuse, &C::weight_decay},
+      {"weight_decay", "decoupled weight decay (matrices and embeddings only)", R::Refuse,
+       &C::weight_decay},
       {"momentum", "SGD momentum", R::Refuse, &C::momentum},
       {"grad_clip", "clip the global gradient norm to this (0: off)", R::Refuse, &C::grad_clip},
       {"seed", "seed of initialisation, batches and dropout", R::Refuse, &C::seed},
       {"eval_interval", "evaluate every this many steps", R::Free, &C::eval_interval},
       {"eval_iters", "batches per split in an evaluation", R::Free, &C::eval_iters},
       {"log_interval", "print and record every this many steps", R::Free, &C::log_interval},
-      {"checkpoint_interval", "write a checkpoint every this many steps", R::Free, &C::checkpoint_interval},
-      {"keep_checkpoints", "newest checkpoints kept (the best-val one is kept too)", R::Free, &C::keep_checkpoints},
+      {"checkpoint_interval", "write a checkpoint every this many steps", R::Free,
+       &C::checkpoint_interval},
+      {"keep_checkpoints", "newest checkpoints kept (the best-val one is kept too)", R::Free,
+       &C::keep_checkpoints},
   };
   return fields;
 }
@@ -65,7 +71,8 @@ const ConfigField* find_field(const std::string& name) {
   return nullptr;
 }
 
-void set_field(TrainConfig& c, const ConfigField& f, const std::string& value, const std::string& source) {
+void set_field(TrainConfig& c, const ConfigField& f, const std::string& value,
+               const std::string& source) {
   auto bad = [&](const char* what) {
     throw Error(str(source, ": expected ", what, ", got '", value, "'"));
   };
@@ -132,20 +139,22 @@ void TrainConfig::validate() const {
   check(n_head > 0, "n_head", n_head, "must be positive");
   check(n_kv_head >= 0, "n_kv_head", n_kv_head, "must be 0 (= n_head) or positive");
   check(n_embd > 0, "n_embd", n_embd, "must be positive");
-  ATTEND_CHECK(n_embd % n_head == 0, "--n_embd ", n_embd, " must be divisible by --n_head ", n_head);
+  ATTEND_CHECK(n_embd % n_head == 0, "--n_embd ", n_embd, " must be divisible by --n_head ",
+               n_head);
   const int64_t kvh = n_kv_head == 0 ? n_head : n_kv_head;
   ATTEND_CHECK(n_head % kvh == 0, "--n_head ", n_head, " must be divisible by --n_kv_head ", kvh);
   check(block_size > 0, "block_size", block_size, "must be positive");
   check(dropout >= 0 && dropout < 1, "dropout", dropout, "must be in [0, 1)");
   check(optimizer == "adamw" || optimizer == "sgd", "optimizer", optimizer, "must be adamw or sgd");
   check(batch_size > 0, "batch_size", batch_size, "must be positive");
-  check(gradient_accumulation_steps > 0 && gradient_accumulation_steps <= 65535, "gradient_accumulation_steps",
-        gradient_accumulation_steps, "must be in [1, 65535]");
+  check(gradient_accumulation_steps > 0 && gradient_accumulation_steps <= 65535,
+        "gradient_accumulation_steps", gradient_accumulation_steps, "must be in [1, 65535]");
   check(max_iters >= 0, "max_iters", max_iters, "must be >= 0");
   check(learning_rate > 0, "learning_rate", learning_rate, "must be positive");
   check(min_lr >= 0, "min_lr", min_lr, "must be >= 0");
   check(warmup_iters >= 0, "warmup_iters", warmup_iters, "must be >= 0");
-  check(lr_decay_iters >= warmup_iters, "lr_decay_iters", lr_decay_iters, "must be >= warmup_iters");
+  check(lr_decay_iters >= warmup_iters, "lr_decay_iters", lr_decay_iters,
+        "must be >= warmup_iters");
   check(beta1 >= 0 && beta1 < 1, "beta1", beta1, "must be in [0, 1)");
   check(beta2 >= 0 && beta2 < 1, "beta2", beta2, "must be in [0, 1)");
   check(weight_decay >= 0, "weight_decay", weight_decay, "must be >= 0");
@@ -161,7 +170,7 @@ void TrainConfig::validate() const {
 
 nn::GPTConfig TrainConfig::model(int64_t vocab_size) const {
   return nn::GPTConfig{vocab_size, block_size, n_layer, n_head, n_kv_head == 0 ? n_head : n_kv_head,
-                       n_embd, dropout, bias};
+                       n_embd,     dropout,    bias};
 }
 
 void apply_preset(TrainConfig& c, const std::string& name) {

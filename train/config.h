@@ -22,10 +22,10 @@ struct TrainConfig {
   // model (defaults: nanoGPT's CPU recipe, preset cpu-char)
   std::string preset = "cpu-char";
   int64_t n_layer = 4;
-  int64_t n_head = 4;      // NH
-  int64_t n_kv_head = 0;   // KVH; 0 means n_head (MHA)
-  int64_t n_embd = 128;    // C
-  int64_t block_size = 64; // T
+  int64_t n_head = 4;       // NH
+  int64_t n_kv_head = 0;    // KVH; 0 means n_head (MHA)
+  int64_t n_embd = 128;     // C
+  int64_t block_size = 64;  // T
   double dropout = 0.0;
   bool bias = true;
   // optimisation
@@ -41,7 +41,7 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.99;
   double weight_decay = 0.1;
-  double momentum = 0.9;  // sgd
+  double momentum = 0.9;   // sgd
   double grad_clip = 1.0;  // 0: no clipping
   int64_t seed = 1337;
   // evaluation, logging, checkpoints
@@ -67,13 +67,16 @@ struct ConfigField {
   const char* name;
   const char* help;
   OnResume on_resume;
-  std::variant<int64_t TrainConfig::*, double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*> member;
+  std::variant<int64_t TrainConfig::*, double TrainConfig::*, bool TrainConfig::*,
+               std::string TrainConfig::*>
+      member;
 };
 const std::vector<ConfigField>& config_fields();
 const ConfigField* find_field(const std::string& name);  // dashes and underscores alike
 
 // Sets a field from its text form; errors name the flag and the value.
-void set_field(TrainConfig& c, const ConfigField& f, const std::string& value, const std::string& source);
+void set_field(TrainConfig& c, const ConfigField& f, const std::string& value,
+               const std::string& source);
 std::string get_field(const TrainConfig& c, const ConfigField& f);
 
 // Applies a preset's model fields (and, for cpu-char, nanoGPT's training recipe).

@@ -17,19 +17,21 @@
 namespace attend::train {
 
 struct AttentionMap {
-  std::string model;                 // a one-line description
+  std::string model;  // a one-line description
   std::vector<int32_t> ids;
-  std::vector<std::string> tokens;   // display text: whitespace made visible
+  std::vector<std::string> tokens;  // display text: whitespace made visible
   int64_t n_layer = 0, n_head = 0, head_size = 0;
   bool causal = true;
   // [layer][head] -> T*T row-major (query i, key j)
   std::vector<std::vector<std::vector<double>>> weights;
-  std::vector<std::vector<std::vector<double>>> scores;  // q_i . k_j, before / sqrt(HS) and the mask
+  std::vector<std::vector<std::vector<double>>>
+      scores;  // q_i . k_j, before / sqrt(HS) and the mask
   int64_t T() const { return static_cast<int64_t>(tokens.size()); }
 };
 
 // Throws if the prompt is empty or longer than block_size (giving both numbers).
-AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tokenizer, const std::string& prompt);
+AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tokenizer,
+                               const std::string& prompt);
 
 // Largest-remainder rounding of a row that sums to 1: integer units of 10^-decimals that
 // sum to exactly 10^decimals. Each weight gets floor(w * 10^d); the units left go to the

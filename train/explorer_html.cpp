@@ -184,9 +184,12 @@ std::string attention_html(const AttentionMap& m, const AttentionSelection& sel)
   d["model"] = m.model;
   char cap[700];
   std::snprintf(cap, sizeof cap,
-                "Rows are query positions i, columns are key positions j. Each row is a softmax over the keys, so each "
-                "row of true weights sums to 1; masked (future) cells are exactly 0 and drawn hatched grey. Numbers are "
-                "the weights rounded to %d decimals by largest-remainder rounding, so each row's shown numbers add up to "
+                "Rows are query positions i, columns are key positions j. Each row is a softmax "
+                "over the keys, so each "
+                "row of true weights sums to 1; masked (future) cells are exactly 0 and drawn "
+                "hatched grey. Numbers are "
+                "the weights rounded to %d decimals by largest-remainder rounding, so each row's "
+                "shown numbers add up to "
                 "exactly 1. Colour encodes the true weight.",
                 sel.decimals);
   d["caption"] = cap;
@@ -203,14 +206,19 @@ std::string attention_html(const AttentionMap& m, const AttentionSelection& sel)
     for (int64_t h = 0; h < m.n_head; ++h) heads.push_back(h);
   nlohmann::json lj = nlohmann::json::array();
   for (int64_t l : layers) {
-    ATTEND_CHECK(l >= 0 && l < m.n_layer, "attention: --layer ", l, " is out of range [0, ", m.n_layer, ")");
+    ATTEND_CHECK(l >= 0 && l < m.n_layer, "attention: --layer ", l, " is out of range [0, ",
+                 m.n_layer, ")");
     nlohmann::json hj = nlohmann::json::array();
     for (int64_t h : heads) {
-      ATTEND_CHECK(h >= 0 && h < m.n_head, "attention: --head ", h, " is out of range [0, ", m.n_head, ")");
-      nlohmann::json w = nlohmann::json::array(), s = nlohmann::json::array(), shown = nlohmann::json::array();
+      ATTEND_CHECK(h >= 0 && h < m.n_head, "attention: --head ", h, " is out of range [0, ",
+                   m.n_head, ")");
+      nlohmann::json w = nlohmann::json::array(), s = nlohmann::json::array(),
+                     shown = nlohmann::json::array();
       for (int64_t i = 0; i < T; ++i) {
-        std::vector<double> row(m.weights[l][h].begin() + i * T, m.weights[l][h].begin() + (i + 1) * T);
-        std::vector<double> srow(m.scores[l][h].begin() + i * T, m.scores[l][h].begin() + (i + 1) * T);
+        std::vector<double> row(m.weights[l][h].begin() + i * T,
+                                m.weights[l][h].begin() + (i + 1) * T);
+        std::vector<double> srow(m.scores[l][h].begin() + i * T,
+                                 m.scores[l][h].begin() + (i + 1) * T);
         w.push_back(row);
         s.push_back(srow);
         shown.push_back(round_row(row, sel.decimals));
@@ -223,7 +231,8 @@ std::string attention_html(const AttentionMap& m, const AttentionSelection& sel)
   std::string page = kPage;
   std::string data = d.dump();
   // Keep "</script>" out of the embedded data.
-  for (size_t p = 0; (p = data.find("</", p)) != std::string::npos; p += 3) data.replace(p, 2, "<\\/");
+  for (size_t p = 0; (p = data.find("</", p)) != std::string::npos; p += 3)
+    data.replace(p, 2, "<\\/");
   page.replace(page.find("__DATA__"), 8, data);
   return page;
 }

@@ -66,10 +66,12 @@ std::vector<std::string> File::list(const std::string& group) const {
   if (H5Gget_info(g.get(), &info) < 0) fail("cannot read group " + group);
   std::vector<std::string> names;
   for (hsize_t i = 0; i < info.nlinks; ++i) {
-    ssize_t n = H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    ssize_t n =
+        H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
     if (n < 0) fail("cannot list group " + group);
     std::string s(static_cast<size_t>(n), '\0');
-    H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size() + 1, H5P_DEFAULT);
+    H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size() + 1,
+                       H5P_DEFAULT);
     names.push_back(s);
   }
   return names;
@@ -79,22 +81,32 @@ namespace {
 
 hid_t file_type(DType d) {
   switch (d) {
-    case DType::F32: return H5T_IEEE_F32LE;
-    case DType::F64: return H5T_IEEE_F64LE;
-    case DType::I32: return H5T_STD_I32LE;
-    case DType::I64: return H5T_STD_I64LE;
-    case DType::Bool: return H5T_STD_U8LE;
+    case DType::F32:
+      return H5T_IEEE_F32LE;
+    case DType::F64:
+      return H5T_IEEE_F64LE;
+    case DType::I32:
+      return H5T_STD_I32LE;
+    case DType::I64:
+      return H5T_STD_I64LE;
+    case DType::Bool:
+      return H5T_STD_U8LE;
   }
   return -1;
 }
 
 hid_t mem_type(DType d) {
   switch (d) {
-    case DType::F32: return H5T_NATIVE_FLOAT;
-    case DType::F64: return H5T_NATIVE_DOUBLE;
-    case DType::I32: return H5T_NATIVE_INT32;
-    case DType::I64: return H5T_NATIVE_INT64;
-    case DType::Bool: return H5T_NATIVE_UINT8;
+    case DType::F32:
+      return H5T_NATIVE_FLOAT;
+    case DType::F64:
+      return H5T_NATIVE_DOUBLE;
+    case DType::I32:
+      return H5T_NATIVE_INT32;
+    case DType::I64:
+      return H5T_NATIVE_INT64;
+    case DType::Bool:
+      return H5T_NATIVE_UINT8;
   }
   return -1;
 }
@@ -110,16 +122,19 @@ void File::write_tensor(const std::string& name, const Tensor& t) {
   hsize_t row = dtype_size(c.dtype());
   for (int i = 1; i < rank; ++i) row *= dims[i];
   for (int i = 0; i < rank; ++i) chunk[i] = std::max<hsize_t>(1, dims[i]);
-  chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], (hsize_t{1} << 20) / std::max<hsize_t>(1, row)));
+  chunk[0] = std::max<hsize_t>(
+      1, std::min<hsize_t>(dims[0], (hsize_t{1} << 20) / std::max<hsize_t>(1, row)));
   Handle space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   if (space.get() < 0 || dcpl.get() < 0 || H5Pset_chunk(dcpl.get(), rank, chunk.data()) < 0 ||
       H5Pset_fletcher32(dcpl.get()) < 0)
     fail("cannot set up dataset " + name);
-  Handle d(H5Dcreate2(id(), name.c_str(), file_type(c.dtype()), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+  Handle d(H5Dcreate2(id(), name.c_str(), file_type(c.dtype()), space.get(), H5P_DEFAULT,
+                      dcpl.get(), H5P_DEFAULT),
            H5Dclose);
   if (d.get() < 0) fail("cannot create dataset " + name);
-  if (c.numel() > 0 && H5Dwrite(d.get(), mem_type(c.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT, c.raw_data()) < 0)
+  if (c.numel() > 0 &&
+      H5Dwrite(d.get(), mem_type(c.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT, c.raw_data()) < 0)
     fail("cannot write dataset " + name + " (disk full?)");
 }
 
@@ -150,9 +165,11 @@ Tensor File::read_tensor(const std::string& name, DType dtype, const Shape& shap
   if (rank >= 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   Shape got(dims.begin(), dims.end());
   Shape want = shape.empty() ? Shape{1} : shape;
-  if (got != want) fail(str("dataset ", name, " has shape ", shape_str(got), ", expected ", shape_str(want)));
+  if (got != want)
+    fail(str("dataset ", name, " has shape ", shape_str(got), ", expected ", shape_str(want)));
   Tensor t = empty(shape, dtype);
-  if (t.numel() > 0 && H5Dread(d.get(), mem_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) < 0)
+  if (t.numel() > 0 &&
+      H5Dread(d.get(), mem_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) < 0)
     fail("dataset " + name + " cannot be read: its checksum does not match (corrupt data)");
   return t;
 }
@@ -170,17 +187,19 @@ Handle open_object(hid_t file, const std::string& object, const std::string& pat
   return Handle(o, H5Oclose);
 }
 
-void write_attr(hid_t file, const std::string& path, const std::string& object, const std::string& name,
-                hid_t ftype, hid_t mtype, const void* value) {
+void write_attr(hid_t file, const std::string& path, const std::string& object,
+                const std::string& name, hid_t ftype, hid_t mtype, const void* value) {
   Handle o = open_object(file, object, path);
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   if (H5Aexists(o.get(), name.c_str()) > 0) H5Adelete(o.get(), name.c_str());
-  Handle a(H5Acreate2(o.get(), name.c_str(), ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  Handle a(H5Acreate2(o.get(), name.c_str(), ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+           H5Aclose);
   if (a.get() < 0 || H5Awrite(a.get(), mtype, value) < 0)
     throw Error(str(path, ": cannot write attribute ", object, "@", name));
 }
 
-Handle open_attr(hid_t file, const std::string& path, const std::string& object, const std::string& name) {
+Handle open_attr(hid_t file, const std::string& path, const std::string& object,
+                 const std::string& name) {
   Handle o = open_object(file, object, path);
   hid_t a = H5Aopen(o.get(), name.c_str(), H5P_DEFAULT);
   if (a < 0) throw Error(str(path, ": missing attribute ", object, "@", name));
@@ -218,10 +237,14 @@ char File::attr_kind(const std::string& o, const std::string& n) const {
   Handle a = open_attr(id(), path_, o, n);
   Handle t(H5Aget_type(a.get()), H5Tclose);
   switch (H5Tget_class(t.get())) {
-    case H5T_INTEGER: return 'i';
-    case H5T_FLOAT: return 'f';
-    case H5T_STRING: return 's';
-    default: fail("attribute " + o + "@" + n + " has an unsupported type");
+    case H5T_INTEGER:
+      return 'i';
+    case H5T_FLOAT:
+      return 'f';
+    case H5T_STRING:
+      return 's';
+    default:
+      fail("attribute " + o + "@" + n + " has an unsupported type");
   }
 }
 
@@ -254,7 +277,8 @@ std::string File::attr_string(const std::string& o, const std::string& n) const 
   if (attr_kind(o, n) != 's') fail("attribute " + o + "@" + n + " is not a string");
   Handle a = open_attr(id(), path_, o, n);
   Handle t(H5Aget_type(a.get()), H5Tclose);
-  if (H5Tis_variable_str(t.get()) > 0) fail("attribute " + o + "@" + n + " is a variable-length string");
+  if (H5Tis_variable_str(t.get()) > 0)
+    fail("attribute " + o + "@" + n + " is a variable-length string");
   std::string s(H5Tget_size(t.get()), '\0');
   if (H5Aread(a.get(), t.get(), s.data()) < 0) fail("cannot read attribute " + o + "@" + n);
   s.resize(std::strlen(s.c_str()));
@@ -267,9 +291,11 @@ std::vector<std::string> File::attr_names(const std::string& o) const {
   if (H5Oget_info2(obj.get(), &info, H5O_INFO_NUM_ATTRS) < 0) fail("cannot read " + o);
   std::vector<std::string> names;
   for (hsize_t i = 0; i < info.num_attrs; ++i) {
-    ssize_t len = H5Aget_name_by_idx(obj.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    ssize_t len =
+        H5Aget_name_by_idx(obj.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
     std::string s(static_cast<size_t>(len), '\0');
-    H5Aget_name_by_idx(obj.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size() + 1, H5P_DEFAULT);
+    H5Aget_name_by_idx(obj.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size() + 1,
+                       H5P_DEFAULT);
     names.push_back(s);
   }
   return names;

@@ -1,7 +1,7 @@
 // attend: the command-line program. Library code throws; only here are errors caught,
 // logged, and turned into an exit code (1 for a user error, 2 for an internal one).
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <csignal>
@@ -24,38 +24,58 @@ int main(int argc, char** argv) {
   gradcheck->add_option("--seed", gc.seed, "seed of the random inputs");
 
   attend::cli::TokenizeArgs tk;
-  CLI::App* tokenize = app.add_subcommand("tokenize", "print the token ids of a text (or, with --decode, the text of ids)");
-  tokenize->add_option("--tokenizer", tk.tokenizer, "gpt2 | char:PATH | bpe:PATH | a saved tokenizer folder")
+  CLI::App* tokenize = app.add_subcommand(
+      "tokenize", "print the token ids of a text (or, with --decode, the text of ids)");
+  tokenize
+      ->add_option("--tokenizer", tk.tokenizer,
+                   "gpt2 | char:PATH | bpe:PATH | a saved tokenizer folder")
       ->capture_default_str();
   tokenize->add_option("--text", tk.text, "the input (default: standard input)");
   tokenize->add_flag("--decode", tk.decode, "read ids, print text");
 
   attend::cli::PrepareArgs pr;
-  CLI::App* prepare = app.add_subcommand("prepare", "tokenize a corpus into train.bin, val.bin and its tokenizer");
+  CLI::App* prepare =
+      app.add_subcommand("prepare", "tokenize a corpus into train.bin, val.bin and its tokenizer");
   prepare->add_option("--data", pr.data, "a text file, or a folder of text files")->required();
-  prepare->add_option("--tokenizer", pr.tokenizer, "char | gpt2 | bpe:N (train N tokens) | a saved tokenizer")
+  prepare
+      ->add_option("--tokenizer", pr.tokenizer,
+                   "char | gpt2 | bpe:N (train N tokens) | a saved tokenizer")
       ->capture_default_str();
   prepare->add_option("--out", pr.out, "output folder")->required();
-  prepare->add_option("--val_fraction,--val-fraction", pr.val_fraction, "the last fraction of tokens kept for validation")
+  prepare
+      ->add_option("--val_fraction,--val-fraction", pr.val_fraction,
+                   "the last fraction of tokens kept for validation")
       ->capture_default_str();
 
   attend::cli::TrainCli tr;
-  CLI::App* train = app.add_subcommand("train", "train a GPT on a corpus (defaults: nanoGPT's CPU recipe)");
+  CLI::App* train =
+      app.add_subcommand("train", "train a GPT on a corpus (defaults: nanoGPT's CPU recipe)");
   attend::cli::add_train_options(train, tr);
 
   attend::cli::SampleCli sa;
-  CLI::App* sample = app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is drawn");
-  sample->add_option("--checkpoint", sa.checkpoint, "checkpoint file (.h5), or a run folder (its newest)")->required();
+  CLI::App* sample =
+      app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is drawn");
+  sample
+      ->add_option("--checkpoint", sa.checkpoint,
+                   "checkpoint file (.h5), or a run folder (its newest)")
+      ->required();
   sample->add_option("--prompt", sa.prompt, "text to continue")->capture_default_str();
-  sample->add_option("--max_new_tokens,--max-new-tokens", sa.max_new_tokens, "tokens to generate")->capture_default_str();
-  sample->add_option("--temperature", sa.temperature, "softmax temperature; 0 is greedy")->capture_default_str();
-  sample->add_option("--top_k,--top-k", sa.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
-  sample->add_option("--top_p,--top-p", sa.top_p, "keep the smallest set reaching this probability")->capture_default_str();
+  sample->add_option("--max_new_tokens,--max-new-tokens", sa.max_new_tokens, "tokens to generate")
+      ->capture_default_str();
+  sample->add_option("--temperature", sa.temperature, "softmax temperature; 0 is greedy")
+      ->capture_default_str();
+  sample->add_option("--top_k,--top-k", sa.top_k, "keep the k most likely tokens (0: all)")
+      ->capture_default_str();
+  sample->add_option("--top_p,--top-p", sa.top_p, "keep the smallest set reaching this probability")
+      ->capture_default_str();
   sample->add_option("--seed", sa.seed, "same seed, same text")->capture_default_str();
 
   attend::cli::EvalCli ev;
-  CLI::App* eval = app.add_subcommand("eval", "mean loss and perplexity over every non-overlapping window");
-  eval->add_option("--checkpoint", ev.checkpoint, "checkpoint file (.h5), or a run folder (its newest)")->required();
+  CLI::App* eval =
+      app.add_subcommand("eval", "mean loss and perplexity over every non-overlapping window");
+  eval->add_option("--checkpoint", ev.checkpoint,
+                   "checkpoint file (.h5), or a run folder (its newest)")
+      ->required();
   eval->add_option("--data", ev.data, "a token file (.bin) or a text file")->required();
 
   attend::cli::PlotCli pl;
@@ -64,33 +84,44 @@ int main(int argc, char** argv) {
   plot->add_flag("--log-y,--log_y", pl.log_y, "logarithmic loss axis");
 
   attend::cli::SummaryCli su;
-  CLI::App* summary = app.add_subcommand("summary", "modules, shapes, parameter counts, memory and FLOPs of a model");
-  summary->add_option("--preset", su.preset, "gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-175b, shakespeare-char, cpu-char");
+  CLI::App* summary = app.add_subcommand(
+      "summary", "modules, shapes, parameter counts, memory and FLOPs of a model");
+  summary->add_option(
+      "--preset", su.preset,
+      "gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-175b, shakespeare-char, cpu-char");
   summary->add_option("--checkpoint", su.checkpoint, "a checkpoint file or run folder");
   std::map<std::string, std::string> model_flags;
-  const char* model_fields[] = {"vocab_size", "block_size", "n_layer", "n_head", "n_kv_head", "n_embd", "dropout", "bias"};
+  const char* model_fields[] = {"vocab_size", "block_size", "n_layer", "n_head",
+                                "n_kv_head",  "n_embd",     "dropout", "bias"};
   std::vector<std::string> model_values(std::size(model_fields));
   std::vector<CLI::Option*> model_options;
   for (size_t i = 0; i < std::size(model_fields); ++i) {
     std::string n = model_fields[i], d = n;
     std::replace(d.begin(), d.end(), '_', '-');
-    model_options.push_back(summary->add_option("--" + n + (d != n ? ",--" + d : ""), model_values[i], "model setting"));
+    model_options.push_back(summary->add_option("--" + n + (d != n ? ",--" + d : ""),
+                                                model_values[i], "model setting"));
   }
-  summary->add_option("--batch", su.batch, "batch size B for memory figures")->capture_default_str();
+  summary->add_option("--batch", su.batch, "batch size B for memory figures")
+      ->capture_default_str();
   summary->add_option("--seq", su.seq, "sequence length T (default: block_size)");
 
   attend::cli::AttentionCli at;
-  CLI::App* attention = app.add_subcommand("attention", "attention weights of a prompt: .html explorer, .svg heatmaps, .csv or .json data");
+  CLI::App* attention = app.add_subcommand(
+      "attention",
+      "attention weights of a prompt: .html explorer, .svg heatmaps, .csv or .json data");
   attention->add_option("--checkpoint", at.checkpoint, "checkpoint file or run folder")->required();
   attention->add_option("--prompt", at.prompt, "the text whose attention to show")->required();
   attention->add_option("--layer", at.layer, "one layer (default: all)");
   attention->add_option("--head", at.head, "one head (default: all)");
   attention->add_option("--out", at.out, "FILE.html | FILE.svg | FILE.csv | FILE.json")->required();
-  attention->add_option("--decimals", at.decimals, "decimals of the numbers shown in cells")->capture_default_str();
-  attention->add_flag("--scores", at.scores, "CSV/JSON: also the scores q.k/sqrt(HS) before the mask and softmax");
+  attention->add_option("--decimals", at.decimals, "decimals of the numbers shown in cells")
+      ->capture_default_str();
+  attention->add_flag("--scores", at.scores,
+                      "CSV/JSON: also the scores q.k/sqrt(HS) before the mask and softmax");
 
   std::string log_level = "info";
-  app.add_option("--log-level,--log_level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  app.add_option("--log-level,--log_level", log_level, "trace, debug, info, warn, error, off")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);

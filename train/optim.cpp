@@ -9,7 +9,8 @@ namespace attend::train {
 
 namespace {
 
-void check_state(const std::map<std::string, Tensor>& state, const std::string& name, const Tensor& like) {
+void check_state(const std::map<std::string, Tensor>& state, const std::string& name,
+                 const Tensor& like) {
   auto it = state.find(name);
   ATTEND_CHECK(it != state.end(), "optimizer state: missing '", name, "'");
   ATTEND_CHECK(it->second.shape() == like.shape(), "optimizer state: '", name, "' has shape ",
@@ -107,19 +108,23 @@ void SGD::step(double lr) {
 
 nn::NamedTensors SGD::state() const {
   nn::NamedTensors out;
-  for (size_t i = 0; i < params_.size(); ++i) out.emplace_back("momentum_buffer." + params_[i].first, buf_[i]);
+  for (size_t i = 0; i < params_.size(); ++i)
+    out.emplace_back("momentum_buffer." + params_[i].first, buf_[i]);
   return out;
 }
 
 void SGD::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
-  for (size_t i = 0; i < params_.size(); ++i) check_state(state, "momentum_buffer." + params_[i].first, buf_[i]);
-  for (size_t i = 0; i < params_.size(); ++i) kernel::copy_(buf_[i], state.at("momentum_buffer." + params_[i].first));
+  for (size_t i = 0; i < params_.size(); ++i)
+    check_state(state, "momentum_buffer." + params_[i].first, buf_[i]);
+  for (size_t i = 0; i < params_.size(); ++i)
+    kernel::copy_(buf_[i], state.at("momentum_buffer." + params_[i].first));
   steps_ = steps;
 }
 
 double LrSchedule::at(int64_t it) const {
   if (!decay) return learning_rate;
-  if (it < warmup_iters) return learning_rate * static_cast<double>(it + 1) / static_cast<double>(warmup_iters + 1);
+  if (it < warmup_iters)
+    return learning_rate * static_cast<double>(it + 1) / static_cast<double>(warmup_iters + 1);
   if (it > lr_decay_iters) return min_lr;
   const double span = static_cast<double>(lr_decay_iters - warmup_iters);
   const double ratio = span > 0 ? static_cast<double>(it - warmup_iters) / span : 1.0;

@@ -11,11 +11,20 @@ std::string xml_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
     }
   }
   return o;
@@ -27,9 +36,13 @@ namespace {
 std::vector<double> nice_ticks(double lo, double hi, int n) {
   const double span = hi - lo > 0 ? hi - lo : 1.0;
   const double raw = span / n, mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double step = raw / mag < 1.5 ? mag : raw / mag < 3.5 ? 2 * mag : raw / mag < 7.5 ? 5 * mag : 10 * mag;
+  const double step = raw / mag < 1.5   ? mag
+                      : raw / mag < 3.5 ? 2 * mag
+                      : raw / mag < 7.5 ? 5 * mag
+                                        : 10 * mag;
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
   return t;
 }
 
@@ -62,18 +75,24 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
 
   std::string s;
   char b[256];
-  std::snprintf(b, sizeof b,
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-                "font-family=\"sans-serif\" font-size=\"12\">\n",
-                o.width, o.height, o.width, o.height);
+  std::snprintf(
+      b, sizeof b,
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n",
+      o.width, o.height, o.width, o.height);
   s += b;
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s += "<text x=\"" + fmt(o.width / 2.0) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" + xml_escape(o.title) + "</text>\n";
+  s += "<text x=\"" + fmt(o.width / 2.0) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" +
+       xml_escape(o.title) + "</text>\n";
   // Axes and ticks.
-  std::snprintf(b, sizeof b, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"#333\"/>\n", ml, mt, pw, ph);
+  std::snprintf(
+      b, sizeof b,
+      "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"#333\"/>\n", ml,
+      mt, pw, ph);
   s += b;
   for (double t : nice_ticks(x0, x1, 8)) {
-    std::snprintf(b, sizeof b, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#ddd\"/>"
+    std::snprintf(b, sizeof b,
+                  "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#ddd\"/>"
                   "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%s</text>\n",
                   px(t), mt, px(t), mt + ph, px(t), mt + ph + 16, fmt(t).c_str());
     s += b;
@@ -81,15 +100,17 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
   for (double t : nice_ticks(y0, y1, 6)) {
     const double yv = o.log_y ? std::pow(10.0, t) : t;
     const double yy = mt + ph - (t - y0) / (y1 - y0) * ph;
-    std::snprintf(b, sizeof b, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+    std::snprintf(b, sizeof b,
+                  "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                   "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
                   ml, yy, ml + pw, yy, ml - 6, yy + 4, fmt(yv).c_str());
     s += b;
   }
-  s += "<text x=\"" + fmt(ml + pw / 2) + "\" y=\"" + fmt(o.height - 12.0) + "\" text-anchor=\"middle\">" +
-       xml_escape(o.x_label) + "</text>\n";
-  s += "<text transform=\"translate(18," + fmt(mt + ph / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
-       xml_escape(o.y_label) + (o.log_y ? " (log scale)" : "") + "</text>\n";
+  s += "<text x=\"" + fmt(ml + pw / 2) + "\" y=\"" + fmt(o.height - 12.0) +
+       "\" text-anchor=\"middle\">" + xml_escape(o.x_label) + "</text>\n";
+  s += "<text transform=\"translate(18," + fmt(mt + ph / 2) +
+       ") rotate(-90)\" text-anchor=\"middle\">" + xml_escape(o.y_label) +
+       (o.log_y ? " (log scale)" : "") + "</text>\n";
   // Series.
   for (const Series& ser : series) {
     std::string pts;
@@ -98,12 +119,13 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
       std::snprintf(b, sizeof b, "%.1f,%.1f ", px(ser.x[i]), py(ser.y[i]));
       pts += b;
     }
-    s += "<polyline fill=\"none\" stroke=\"" + ser.color + "\" stroke-width=\"1.5\" points=\"" + pts + "\"/>\n";
+    s += "<polyline fill=\"none\" stroke=\"" + ser.color + "\" stroke-width=\"1.5\" points=\"" +
+         pts + "\"/>\n";
     if (ser.markers) {
       for (size_t i = 0; i < ser.x.size(); ++i) {
         if (!std::isfinite(ser.y[i]) || (o.log_y && ser.y[i] <= 0)) continue;
-        std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px(ser.x[i]), py(ser.y[i]),
-                      ser.color.c_str());
+        std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
+                      px(ser.x[i]), py(ser.y[i]), ser.color.c_str());
         s += b;
       }
     }
@@ -111,10 +133,13 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
   // Legend.
   for (size_t i = 0; i < series.size(); ++i) {
     const double lx = ml + pw - 150, ly = mt + 14 + 18.0 * i;
-    std::snprintf(b, sizeof b, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"3\"/>", lx, ly, lx + 24,
-                  ly, series[i].color.c_str());
+    std::snprintf(
+        b, sizeof b,
+        "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"3\"/>", lx, ly,
+        lx + 24, ly, series[i].color.c_str());
     s += b;
-    s += "<text x=\"" + fmt(lx + 30) + "\" y=\"" + fmt(ly + 4) + "\">" + xml_escape(series[i].name) + "</text>\n";
+    s += "<text x=\"" + fmt(lx + 30) + "\" y=\"" + fmt(ly + 4) + "\">" +
+         xml_escape(series[i].name) + "</text>\n";
   }
   s += "</svg>\n";
   return s;

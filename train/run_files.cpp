@@ -20,22 +20,23 @@ namespace attend::train {
 namespace fs = std::filesystem;
 
 RunLock::RunLock(const fs::path& dir) {
-    const fs::path p = dir / "lock";
-    fd_ = ::open(p.c_str(), O_RDWR | O_CREAT, 0644);
-    ATTEND_CHECK(fd_ >= 0, p.string(), ": cannot create the lock file: ", std::strerror(errno),
-                 " (is the run folder writable?)");
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      char buf[32] = {0};
-      ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
-      ::close(fd_);
-      fd_ = -1;
-      throw Error(str(dir.string(), ": another trainer is using this run folder (pid ",
-                      n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("unknown"), ")"));
-    }
-    const std::string pid = std::to_string(::getpid());
-    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
-      spdlog::warn("{}: cannot write the pid into the lock file", p.string());
-    }
+  const fs::path p = dir / "lock";
+  fd_ = ::open(p.c_str(), O_RDWR | O_CREAT, 0644);
+  ATTEND_CHECK(fd_ >= 0, p.string(), ": cannot create the lock file: ", std::strerror(errno),
+               " (is the run folder writable?)");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {0};
+    ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(str(dir.string(), ": another trainer is using this run folder (pid ",
+                    n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("unknown"),
+                    ")"));
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+    spdlog::warn("{}: cannot write the pid into the lock file", p.string());
+  }
 }
 
 RunLock::~RunLock() {
@@ -74,9 +75,9 @@ std::vector<MetricsRow> read_metrics(const fs::path& p) {
 void write_metrics(const fs::path& dir, const std::vector<MetricsRow>& rows) {
   std::string text = std::string(kMetricsHeader) + "\n";
   for (const MetricsRow& r : rows) {
-    text += std::to_string(r.step) + "," + csv_number(r.train_loss) + "," + csv_number(r.val_loss) + "," +
-            csv_number(r.lr) + "," + csv_number(r.grad_norm) + "," + csv_number(r.tokens_per_s) + "," +
-            csv_number(r.elapsed_s) + "\n";
+    text += std::to_string(r.step) + "," + csv_number(r.train_loss) + "," + csv_number(r.val_loss) +
+            "," + csv_number(r.lr) + "," + csv_number(r.grad_norm) + "," +
+            csv_number(r.tokens_per_s) + "," + csv_number(r.elapsed_s) + "\n";
   }
   std::ofstream out(dir / "metrics.csv.tmp", std::ios::trunc);
   out << text;
@@ -92,8 +93,10 @@ void write_loss_plot(const fs::path& dir, const std::vector<MetricsRow>& rows, b
   Series train{"train loss (per step)", "#1f77b4", {}, {}, false};
   Series val{"val loss (evaluation)", "#d62728", {}, {}, true};
   for (const MetricsRow& r : rows) {
-    if (!std::isnan(r.train_loss)) train.x.push_back(static_cast<double>(r.step)), train.y.push_back(r.train_loss);
-    if (!std::isnan(r.val_loss)) val.x.push_back(static_cast<double>(r.step)), val.y.push_back(r.val_loss);
+    if (!std::isnan(r.train_loss))
+      train.x.push_back(static_cast<double>(r.step)), train.y.push_back(r.train_loss);
+    if (!std::isnan(r.val_loss))
+      val.x.push_back(static_cast<double>(r.step)), val.y.push_back(r.val_loss);
   }
   PlotOptions o{"attend: loss", "step", "cross-entropy loss (nats)", log_y};
   std::ofstream(dir / "loss.svg", std::ios::trunc) << line_plot_svg({train, val}, o);

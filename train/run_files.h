@@ -31,6 +31,7 @@ std::vector<MetricsRow> read_metrics(const std::filesystem::path& csv);
 // Rewrites RUN_DIR/metrics.csv (through a temporary file and a rename).
 void write_metrics(const std::filesystem::path& dir, const std::vector<MetricsRow>& rows);
 // RUN_DIR/loss.svg: train loss per step and val loss at evaluations against step.
-void write_loss_plot(const std::filesystem::path& dir, const std::vector<MetricsRow>& rows, bool log_y);
+void write_loss_plot(const std::filesystem::path& dir, const std::vector<MetricsRow>& rows,
+                     bool log_y);
 
 }  // namespace attend::train

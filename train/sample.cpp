@@ -12,11 +12,13 @@
 namespace attend::train {
 
 int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, double u) {
-  if (o.temperature <= 0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+  if (o.temperature <= 0)
+    return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
   // Most likely first; ties by id, so the order is total.
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   int64_t keep = o.top_k > 0 ? std::min(o.top_k, V) : V;
   std::vector<double> p(keep);
   const double mx = logits[order[0]] / o.temperature;
@@ -42,7 +44,8 @@ int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, dou
 
 data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const SampleOptions& o,
                       const std::function<void(const std::string&)>& emit) {
-  ATTEND_CHECK(o.max_new_tokens >= 0, "sample: --max_new_tokens must be >= 0, got ", o.max_new_tokens);
+  ATTEND_CHECK(o.max_new_tokens >= 0, "sample: --max_new_tokens must be >= 0, got ",
+               o.max_new_tokens);
   ATTEND_CHECK(o.top_k >= 0, "sample: --top_k must be >= 0, got ", o.top_k);
   ATTEND_CHECK(o.top_p > 0 && o.top_p <= 1, "sample: --top_p must be in (0, 1], got ", o.top_p);
   ATTEND_CHECK(o.temperature >= 0, "sample: --temperature must be >= 0, got ", o.temperature);
@@ -50,7 +53,8 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   data::TokenIds seq = tok.encode(o.prompt);
   ATTEND_CHECK(!seq.empty(), "sample: the prompt is empty; give at least one character or token");
   if (static_cast<int64_t>(seq.size()) > T) {
-    spdlog::warn("sample: the prompt has {} tokens; keeping its last {} (block_size)", seq.size(), T);
+    spdlog::warn("sample: the prompt has {} tokens; keeping its last {} (block_size)", seq.size(),
+                 T);
     seq.erase(seq.begin(), seq.end() - T);
   }
   NoGradGuard no_grad;
@@ -63,8 +67,11 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   Tensor logits = model.forward(to_tensor(seq, 0), Tensor(), nullptr, &caches).logits;  // (1, t, V)
   data::TokenIds out;
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
-    Tensor last = kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
-    const PhiloxCounter r = philox4x32({static_cast<uint32_t>(i), static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32), 0, 0}, key);
+    Tensor last =
+        kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
+    const PhiloxCounter r = philox4x32(
+        {static_cast<uint32_t>(i), static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32), 0, 0},
+        key);
     const int32_t next = choose_token(last.data<float>(), V, o, u64_to_unit_double(r[0], r[1]));
     seq.push_back(next);
     out.push_back(next);

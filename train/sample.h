@@ -28,7 +28,8 @@ struct SampleOptions {
 };
 
 // Calls emit with the text of each new token as it is drawn; returns the new token ids.
-data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tokenizer, const SampleOptions& options,
+data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tokenizer,
+                      const SampleOptions& options,
                       const std::function<void(const std::string&)>& emit);
 
 // One draw from logits (V,) f32 with the options' filters; u in [0, 1).

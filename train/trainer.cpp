@@ -36,19 +36,26 @@ std::string fmt_duration(double s) {
   char b[32];
   if (s < 0 || !std::isfinite(s)) return "?";
   const int64_t t = static_cast<int64_t>(s);
-  if (t >= 3600) std::snprintf(b, sizeof b, "%lldh%02lldm", static_cast<long long>(t / 3600), static_cast<long long>(t % 3600 / 60));
-  else std::snprintf(b, sizeof b, "%lldm%02llds", static_cast<long long>(t / 60), static_cast<long long>(t % 60));
+  if (t >= 3600)
+    std::snprintf(b, sizeof b, "%lldh%02lldm", static_cast<long long>(t / 3600),
+                  static_cast<long long>(t % 3600 / 60));
+  else
+    std::snprintf(b, sizeof b, "%lldm%02llds", static_cast<long long>(t / 60),
+                  static_cast<long long>(t % 60));
   return b;
 }
 
 // The prepared data folder: the folder itself when it holds train.bin and val.bin, else
 // RUN_DIR/data prepared from the text (or reused when an earlier run prepared it).
 fs::path resolve_data(const TrainConfig& c, const fs::path& run_dir) {
-  ATTEND_CHECK(!c.data.empty(), "--data: required (a prepared folder, or a text file or folder of text)");
+  ATTEND_CHECK(!c.data.empty(),
+               "--data: required (a prepared folder, or a text file or folder of text)");
   std::error_code ec;
   const fs::path src(c.data);
   ATTEND_CHECK(fs::exists(src, ec), "--data: ", c.data, ": no such file or folder");
-  if (fs::is_directory(src, ec) && fs::exists(src / "train.bin", ec) && fs::exists(src / "val.bin", ec)) return src;
+  if (fs::is_directory(src, ec) && fs::exists(src / "train.bin", ec) &&
+      fs::exists(src / "val.bin", ec))
+    return src;
   const fs::path out = run_dir / "data";
   spdlog::info("preparing {} with tokenizer {} into {}", c.data, c.tokenizer, out.string());
   data::PrepareOptions o;
@@ -56,8 +63,8 @@ fs::path resolve_data(const TrainConfig& c, const fs::path& run_dir) {
   o.tokenizer = c.tokenizer;
   o.out = out;
   data::PrepareResult r = data::prepare(o);
-  spdlog::info("prepared {} bytes from {} file(s): {} train and {} val tokens, vocab_size {}", r.bytes, r.files,
-               r.train_tokens, r.val_tokens, r.vocab_size);
+  spdlog::info("prepared {} bytes from {} file(s): {} train and {} val tokens, vocab_size {}",
+               r.bytes, r.files, r.train_tokens, r.val_tokens, r.vocab_size);
   return out;
 }
 
@@ -65,13 +72,14 @@ void zero_grads(const std::vector<Tensor>& params) {
   for (const Tensor& p : params) p.zero_grad();
 }
 
-double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed, int64_t step, int64_t iters,
-                     int64_t batch_size) {
+double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed, int64_t step,
+                     int64_t iters, int64_t batch_size) {
   NoGradGuard no_grad;
   model.eval();
   double total = 0;
   for (int64_t k = 0; k < iters; ++k) {
-    data::Batch b = ds.random_batch(seed, static_cast<uint64_t>(step), static_cast<uint32_t>(k), batch_size);
+    data::Batch b =
+        ds.random_batch(seed, static_cast<uint64_t>(step), static_cast<uint32_t>(k), batch_size);
     total += model.forward(b.x, b.y).loss.item();
   }
   model.train();
@@ -91,7 +99,8 @@ std::vector<fs::path> list_checkpoints(const fs::path& run_dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(run_dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind("ckpt_", 0) == 0 && n.size() > 8 && n.substr(n.size() - 3) == ".h5") out.push_back(e.path());
+    if (n.rfind("ckpt_", 0) == 0 && n.size() > 8 && n.substr(n.size() - 3) == ".h5")
+      out.push_back(e.path());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -168,7 +177,9 @@ TrainSummary run_training(const TrainRequest& req) {
       if (f.on_resume == OnResume::Refuse) {
         refused.push_back(str(f.name, " (checkpoint ", had, ", now ", want, ")"));
       } else if (f.on_resume == OnResume::Warn) {
-        spdlog::warn("resume: {} changes from {} to {}; the run will not match an uninterrupted one", f.name, had, want);
+        spdlog::warn(
+            "resume: {} changes from {} to {}; the run will not match an uninterrupted one", f.name,
+            had, want);
       } else {
         spdlog::info("resume: {} changes from {} to {}", f.name, had, want);
       }
@@ -189,30 +200,37 @@ TrainSummary run_training(const TrainRequest& req) {
   ATTEND_CHECK(!ec, run_dir.string(), ": cannot create the run folder: ", ec.message());
   RunLock lock(run_dir);
   if (!resumed && !list_checkpoints(run_dir).empty())
-    throw Error(str(run_dir.string(), ": already holds checkpoints; use --resume ", run_dir.string(),
-                    " to continue, or choose another --out"));
+    throw Error(str(run_dir.string(), ": already holds checkpoints; use --resume ",
+                    run_dir.string(), " to continue, or choose another --out"));
 
   // On resume the data is the checkpoint's prepared folder, or a prepared folder given
   // with --data (moved, say); either way its hashes must match the checkpoint's.
   fs::path data_dir;
   if (!resumed) {
     data_dir = resolve_data(c, run_dir);
-  } else if (req.explicit_fields.count("data") && fs::exists(fs::path(req.config.data) / "train.bin", ec)) {
+  } else if (req.explicit_fields.count("data") &&
+             fs::exists(fs::path(req.config.data) / "train.bin", ec)) {
     data_dir = req.config.data;
   } else {
-    ATTEND_CHECK(!req.explicit_fields.count("data"), "--data: on resume, give a prepared folder (train.bin, val.bin); ",
+    ATTEND_CHECK(!req.explicit_fields.count("data"),
+                 "--data: on resume, give a prepared folder (train.bin, val.bin); ",
                  req.config.data, " is not one");
     data_dir = resumed->data_dir;
   }
-  auto tokenizer = resumed ? data::make_tokenizer(resumed->tokenizer) : data::load_tokenizer(data_dir);
-  data::TokenDataset train_ds(data_dir / "train.bin", c.block_size), val_ds(data_dir / "val.bin", c.block_size);
-  const uint64_t train_hash = train_ds.file().content_hash(), val_hash = val_ds.file().content_hash();
+  auto tokenizer =
+      resumed ? data::make_tokenizer(resumed->tokenizer) : data::load_tokenizer(data_dir);
+  data::TokenDataset train_ds(data_dir / "train.bin", c.block_size),
+      val_ds(data_dir / "val.bin", c.block_size);
+  const uint64_t train_hash = train_ds.file().content_hash(),
+                 val_hash = val_ds.file().content_hash();
   if (resumed) {
-    ATTEND_CHECK(train_hash == resumed->train_hash && val_hash == resumed->val_hash, data_dir.string(),
+    ATTEND_CHECK(train_hash == resumed->train_hash && val_hash == resumed->val_hash,
+                 data_dir.string(),
                  ": train.bin or val.bin differs from the data the checkpoint was trained on");
   }
-  ATTEND_CHECK(train_ds.file().vocab_size() == tokenizer->vocab_size(), data_dir.string(), ": train.bin has vocab_size ",
-               train_ds.file().vocab_size(), " but the tokenizer has ", tokenizer->vocab_size());
+  ATTEND_CHECK(train_ds.file().vocab_size() == tokenizer->vocab_size(), data_dir.string(),
+               ": train.bin has vocab_size ", train_ds.file().vocab_size(),
+               " but the tokenizer has ", tokenizer->vocab_size());
 
   const nn::GPTConfig mc = c.model(tokenizer->vocab_size());
   nn::GPT model(mc, static_cast<uint64_t>(c.seed));
@@ -226,7 +244,8 @@ TrainSummary run_training(const TrainRequest& req) {
   } else {
     opt = std::make_unique<AdamW>(named, AdamWOptions{c.beta1, c.beta2, 1e-8, c.weight_decay});
   }
-  const LrSchedule schedule{c.learning_rate, c.min_lr, c.warmup_iters, c.lr_decay_iters, c.decay_lr};
+  const LrSchedule schedule{c.learning_rate, c.min_lr, c.warmup_iters, c.lr_decay_iters,
+                            c.decay_lr};
 
   int64_t step = 0, tokens_seen = 0, best_step = -1;
   double best_val = 0;
@@ -234,9 +253,10 @@ TrainSummary run_training(const TrainRequest& req) {
   if (resumed) {
     std::map<std::string, Tensor> state(resumed->model.begin(), resumed->model.end());
     model.load_state_dict(state);
-    std::map<std::string, Tensor> ostate(resumed->optimizer_state.begin(), resumed->optimizer_state.end());
-    ATTEND_CHECK(resumed->optimizer == c.optimizer, resume_file.string(), ": optimizer ", resumed->optimizer,
-                 " in the checkpoint, ", c.optimizer, " requested");
+    std::map<std::string, Tensor> ostate(resumed->optimizer_state.begin(),
+                                         resumed->optimizer_state.end());
+    ATTEND_CHECK(resumed->optimizer == c.optimizer, resume_file.string(), ": optimizer ",
+                 resumed->optimizer, " in the checkpoint, ", c.optimizer, " requested");
     opt->load_state(ostate, resumed->optimizer_step);
     step = resumed->step;
     tokens_seen = resumed->tokens_seen;
@@ -248,9 +268,11 @@ TrainSummary run_training(const TrainRequest& req) {
   }
 
   const int64_t tokens_per_step = c.batch_size * c.block_size * c.gradient_accumulation_steps;
-  spdlog::info("model: {} parameters ({} layers, {} heads, {} kv heads, C {}, T {}, V {}); {} tokens per step",
-               model.num_parameters(), mc.n_layer, mc.n_head, mc.n_kv_head, mc.n_embd, mc.block_size, mc.vocab_size,
-               tokens_per_step);
+  spdlog::info(
+      "model: {} parameters ({} layers, {} heads, {} kv heads, C {}, T {}, V {}); {} tokens per "
+      "step",
+      model.num_parameters(), mc.n_layer, mc.n_head, mc.n_kv_head, mc.n_embd, mc.block_size,
+      mc.vocab_size, tokens_per_step);
 
   auto save = [&](int64_t at) {
     CheckpointData d;
@@ -302,13 +324,17 @@ TrainSummary run_training(const TrainRequest& req) {
   TrainSummary sum;
   sum.first_step = step;
   const auto t_start = std::chrono::steady_clock::now();
-  const double elapsed_before = metrics.empty() ? 0.0 : (std::isnan(metrics.back().elapsed_s) ? 0.0 : metrics.back().elapsed_s);
+  const double elapsed_before =
+      metrics.empty() ? 0.0
+                      : (std::isnan(metrics.back().elapsed_s) ? 0.0 : metrics.back().elapsed_s);
   auto elapsed = [&] {
-    return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    return elapsed_before +
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   };
   auto evaluate = [&](int64_t at) {
     const uint64_t s = static_cast<uint64_t>(c.seed);
-    const double tl = estimate_loss(model, train_ds, s ^ 0x7472616Eull, at, c.eval_iters, c.batch_size);
+    const double tl =
+        estimate_loss(model, train_ds, s ^ 0x7472616Eull, at, c.eval_iters, c.batch_size);
     const double vl = estimate_loss(model, val_ds, s ^ 0x76616Cull, at, c.eval_iters, c.batch_size);
     close_bar();
     spdlog::info("step {}: train loss {:.4f}, val loss {:.4f}", at, tl, vl);
@@ -338,13 +364,16 @@ TrainSummary run_training(const TrainRequest& req) {
     for (int64_t m = 0; m < c.gradient_accumulation_steps; ++m) {
       model.dropout_context->step = static_cast<uint64_t>(step);
       model.dropout_context->micro_step = static_cast<uint32_t>(m);
-      data::Batch b = train_ds.random_batch(static_cast<uint64_t>(c.seed), static_cast<uint64_t>(step),
-                                            static_cast<uint32_t>(m), c.batch_size);
+      data::Batch b =
+          train_ds.random_batch(static_cast<uint64_t>(c.seed), static_cast<uint64_t>(step),
+                                static_cast<uint32_t>(m), c.batch_size);
       Tensor loss = model.forward(b.x, b.y).loss;
       const double lv = loss.item();
       ATTEND_CHECK(std::isfinite(lv), "step ", step, ": the loss is ", lv, " (micro-step ", m,
                    "); stopping before the update, no checkpoint written",
-                   sum.last_checkpoint.empty() ? std::string() : "; the last good one is " + sum.last_checkpoint.string());
+                   sum.last_checkpoint.empty()
+                       ? std::string()
+                       : "; the last good one is " + sum.last_checkpoint.string());
       loss_sum += lv;
       mul(loss, 1.0 / static_cast<double>(c.gradient_accumulation_steps)).backward();
     }
@@ -368,8 +397,8 @@ TrainSummary run_training(const TrainRequest& req) {
       metrics.push_back({step, loss_mean, NAN, lr, norm, tok_s, elapsed()});
       if (!tty) {
         std::printf("step %lld/%lld loss %.4f lr %.3e grad_norm %.3f %.0f tok/s %.1f ms/step\n",
-                    static_cast<long long>(step), static_cast<long long>(c.max_iters), loss_mean, lr, norm, tok_s,
-                    1000.0 * window_time / window_steps);
+                    static_cast<long long>(step), static_cast<long long>(c.max_iters), loss_mean,
+                    lr, norm, tok_s, 1000.0 * window_time / window_steps);
         std::fflush(stdout);
       }
       window_time = 0;
@@ -377,11 +406,13 @@ TrainSummary run_training(const TrainRequest& req) {
     }
     if (tty) {
       const int width = 24;
-      const int filled = static_cast<int>(width * static_cast<double>(step) / std::max<int64_t>(1, c.max_iters));
+      const int filled =
+          static_cast<int>(width * static_cast<double>(step) / std::max<int64_t>(1, c.max_iters));
       const double eta = (c.max_iters - step) * dt;
-      std::printf("\r%lld/%lld [%s%s] loss %.4f lr %.2e %.0f tok/s ETA %s   ", static_cast<long long>(step),
-                  static_cast<long long>(c.max_iters), std::string(filled, '#').c_str(),
-                  std::string(width - filled, '.').c_str(), loss_mean, lr, tok_s, fmt_duration(eta).c_str());
+      std::printf("\r%lld/%lld [%s%s] loss %.4f lr %.2e %.0f tok/s ETA %s   ",
+                  static_cast<long long>(step), static_cast<long long>(c.max_iters),
+                  std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                  loss_mean, lr, tok_s, fmt_duration(eta).c_str());
       std::fflush(stdout);
       bar_open = true;
     }
@@ -394,8 +425,10 @@ TrainSummary run_training(const TrainRequest& req) {
     }
     if (stop) {
       close_bar();
-      spdlog::info("stopped by {} after step {}; checkpoint {}; continue with: attend train --resume {}",
-                   g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step, sum.last_checkpoint.string(), run_dir.string());
+      spdlog::info(
+          "stopped by {} after step {}; checkpoint {}; continue with: attend train --resume {}",
+          g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step, sum.last_checkpoint.string(),
+          run_dir.string());
       sum.interrupted = true;
       break;
     }

@@ -50,11 +50,13 @@ LoadedModel load_model(const std::filesystem::path& checkpoint);
 // The newest checkpoint in a run folder that loads; corrupt ones are skipped with a
 // warning. Throws if there is none.
 std::filesystem::path newest_valid_checkpoint(const std::filesystem::path& run_dir);
-std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& run_dir);  // oldest first
+std::vector<std::filesystem::path> list_checkpoints(
+    const std::filesystem::path& run_dir);  // oldest first
 // A checkpoint file as given, or a run folder's newest valid checkpoint.
 std::filesystem::path resolve_checkpoint(const std::string& file_or_run_dir);
 
 // Mean loss over every non-overlapping window of a token file (see TokenDataset::windows).
-double evaluate_windows(const nn::GPT& model, const std::filesystem::path& token_file, int64_t batch_size = 8);
+double evaluate_windows(const nn::GPT& model, const std::filesystem::path& token_file,
+                        int64_t batch_size = 8);
 
 }  // namespace attend::train

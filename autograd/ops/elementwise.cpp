@@ -24,49 +24,55 @@ Tensor un(Unary op, const Tensor& x, double p = 0, double q = 0) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = bin(Binary::Add, a, b);
-  autograd::record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g, const Needs& n) {
-    // see Note [Broadcast gradients]
-    return std::vector<Tensor>{n[0] ? kernel::sum_to(g, sa) : Tensor(),
-                               n[1] ? kernel::sum_to(g, sb) : Tensor()};
-  });
+  autograd::record("add", {a, b}, out,
+                   [sa = a.shape(), sb = b.shape()](const Tensor& g, const Needs& n) {
+                     // see Note [Broadcast gradients]
+                     return std::vector<Tensor>{n[0] ? kernel::sum_to(g, sa) : Tensor(),
+                                                n[1] ? kernel::sum_to(g, sb) : Tensor()};
+                   });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = bin(Binary::Sub, a, b);
-  autograd::record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g, const Needs& n) {
-    return std::vector<Tensor>{n[0] ? kernel::sum_to(g, sa) : Tensor(),
-                               n[1] ? kernel::sum_to(un(Unary::Neg, g), sb) : Tensor()};
-  });
+  autograd::record(
+      "sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const Tensor& g, const Needs& n) {
+        return std::vector<Tensor>{n[0] ? kernel::sum_to(g, sa) : Tensor(),
+                                   n[1] ? kernel::sum_to(un(Unary::Neg, g), sb) : Tensor()};
+      });
   return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = bin(Binary::Mul, a, b);
-  autograd::record("mul", {a, b}, out, [a = a.detach(), b = b.detach()](const Tensor& g, const Needs& n) {
-    return std::vector<Tensor>{n[0] ? kernel::sum_to(bin(Binary::Mul, g, b), a.shape()) : Tensor(),
-                               n[1] ? kernel::sum_to(bin(Binary::Mul, g, a), b.shape()) : Tensor()};
-  });
+  autograd::record("mul", {a, b}, out,
+                   [a = a.detach(), b = b.detach()](const Tensor& g, const Needs& n) {
+                     return std::vector<Tensor>{
+                         n[0] ? kernel::sum_to(bin(Binary::Mul, g, b), a.shape()) : Tensor(),
+                         n[1] ? kernel::sum_to(bin(Binary::Mul, g, a), b.shape()) : Tensor()};
+                   });
   return out;
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = bin(Binary::Div, a, b);
   // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
-  autograd::record("div", {a, b}, out,
-                   [a = a.detach(), b = b.detach(), y = out.detach()](const Tensor& g, const Needs& n) {
-                     Tensor ga, gb;
-                     Tensor g_over_b = bin(Binary::Div, g, b);
-                     if (n[0]) ga = kernel::sum_to(g_over_b, a.shape());
-                     if (n[1]) gb = kernel::sum_to(un(Unary::Neg, bin(Binary::Mul, g_over_b, y)), b.shape());
-                     return std::vector<Tensor>{ga, gb};
-                   });
+  autograd::record(
+      "div", {a, b}, out,
+      [a = a.detach(), b = b.detach(), y = out.detach()](const Tensor& g, const Needs& n) {
+        Tensor ga, gb;
+        Tensor g_over_b = bin(Binary::Div, g, b);
+        if (n[0]) ga = kernel::sum_to(g_over_b, a.shape());
+        if (n[1]) gb = kernel::sum_to(un(Unary::Neg, bin(Binary::Mul, g_over_b, y)), b.shape());
+        return std::vector<Tensor>{ga, gb};
+      });
   return out;
 }
 
 Tensor add(const Tensor& a, double s) {
   Tensor out = un(Unary::Affine, a, 1.0, s);
-  autograd::record("add", {a}, out, [](const Tensor& g, const Needs&) { return std::vector<Tensor>{g}; });
+  autograd::record("add", {a}, out,
+                   [](const Tensor& g, const Needs&) { return std::vector<Tensor>{g}; });
   return out;
 }
 
@@ -96,9 +102,10 @@ Tensor div(const Tensor& a, double s) {
 Tensor div(double s, const Tensor& a) {
   Tensor out = un(Unary::Rdiv, a, s);
   // d(s/a)/da = -s/a^2 = -out/a
-  autograd::record("rdiv", {a}, out, [a = a.detach(), y = out.detach()](const Tensor& g, const Needs&) {
-    return std::vector<Tensor>{un(Unary::Neg, bin(Binary::Div, bin(Binary::Mul, g, y), a))};
-  });
+  autograd::record(
+      "rdiv", {a}, out, [a = a.detach(), y = out.detach()](const Tensor& g, const Needs&) {
+        return std::vector<Tensor>{un(Unary::Neg, bin(Binary::Div, bin(Binary::Mul, g, y), a))};
+      });
   return out;
 }
 

@@ -57,12 +57,14 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor out = kernel::where(cond, a, b);
-  autograd::record("where", {a, b}, out, [cond, sa = a.shape(), sb = b.shape()](const Tensor& g, const Needs& n) {
-    Tensor zero = scalar_tensor(0.0, g.dtype());
-    // see Note [Broadcast gradients]
-    return std::vector<Tensor>{n[0] ? kernel::sum_to(kernel::where(cond, g, zero), sa) : Tensor(),
-                               n[1] ? kernel::sum_to(kernel::where(cond, zero, g), sb) : Tensor()};
-  });
+  autograd::record("where", {a, b}, out,
+                   [cond, sa = a.shape(), sb = b.shape()](const Tensor& g, const Needs& n) {
+                     Tensor zero = scalar_tensor(0.0, g.dtype());
+                     // see Note [Broadcast gradients]
+                     return std::vector<Tensor>{
+                         n[0] ? kernel::sum_to(kernel::where(cond, g, zero), sa) : Tensor(),
+                         n[1] ? kernel::sum_to(kernel::where(cond, zero, g), sb) : Tensor()};
+                   });
   return out;
 }
 

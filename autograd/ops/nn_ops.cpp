@@ -43,7 +43,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  ATTEND_CHECK(logits.dim() >= 1, "cross_entropy: expected logits of shape (..., V), got a 0-dim tensor");
+  ATTEND_CHECK(logits.dim() >= 1,
+               "cross_entropy: expected logits of shape (..., V), got a 0-dim tensor");
   Shape lead(logits.shape().begin(), logits.shape().end() - 1);
   ATTEND_CHECK(targets.shape() == lead, "cross_entropy: expected targets of shape ",
                shape_str(lead), " for logits ", shape_str(logits.shape()), ", got ",
@@ -53,7 +54,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   auto r = kernel::cross_entropy(flat, t, ignore_index);
   // saves: the logits, the targets and each row's log-sum-exp
   autograd::record("cross_entropy", {flat}, r.loss,
-                   [l = flat.detach(), t, lse = r.lse, count = r.count, ignore_index](const Tensor& g, const Needs&) {
+                   [l = flat.detach(), t, lse = r.lse, count = r.count, ignore_index](
+                       const Tensor& g, const Needs&) {
                      return std::vector<Tensor>{
                          kernel::cross_entropy_backward(g, l, t, lse, count, ignore_index)};
                    });
@@ -63,9 +65,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = kernel::embedding(weight, ids);
   // saves: the ids
-  autograd::record("embedding", {weight}, out, [ids, rows = weight.size(0)](const Tensor& g, const Needs&) {
-    return std::vector<Tensor>{kernel::embedding_backward(g, ids, rows)};
-  });
+  autograd::record("embedding", {weight}, out,
+                   [ids, rows = weight.size(0)](const Tensor& g, const Needs&) {
+                     return std::vector<Tensor>{kernel::embedding_backward(g, ids, rows)};
+                   });
   return out;
 }
 

@@ -49,11 +49,12 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   Tensor out = kernel::narrow(x, dim, start, length);
   const int64_t d = wrap_dim(dim, x.dim(), "narrow");
   const int64_t s = start < 0 ? start + x.shape()[d] : start;
-  autograd::record("narrow", {x}, out, [in = x.shape(), d, s, length](const Tensor& g, const Needs&) {
-    Tensor gx = zeros(in, g.dtype());
-    kernel::copy_(kernel::narrow(gx, d, s, length), g);
-    return std::vector<Tensor>{gx};
-  });
+  autograd::record("narrow", {x}, out,
+                   [in = x.shape(), d, s, length](const Tensor& g, const Needs&) {
+                     Tensor gx = zeros(in, g.dtype());
+                     kernel::copy_(kernel::narrow(gx, d, s, length), g);
+                     return std::vector<Tensor>{gx};
+                   });
   return out;
 }
 
@@ -68,8 +69,8 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end) {
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   const int64_t d = wrap_dim(dim, x.dim(), "select");
   const int64_t i = index < 0 ? index + x.shape()[d] : index;
-  ATTEND_CHECK(i >= 0 && i < x.shape()[d], "select: index ", index, " is out of range for dim ",
-               d, " of size ", x.shape()[d]);
+  ATTEND_CHECK(i >= 0 && i < x.shape()[d], "select: index ", index, " is out of range for dim ", d,
+               " of size ", x.shape()[d]);
   return squeeze(narrow(x, d, i, 1), d);
 }
 

@@ -44,9 +44,8 @@ void add_(const Tensor& dst, const Tensor& src) {
   check_broadcastable_to(src, dst.shape(), "add_");
   ATTEND_CHECK(dst.dtype() == src.dtype(), "add_: expected operands of one dtype, got ",
                dtype_name(dst.dtype()), " += ", dtype_name(src.dtype()));
-  dispatch_float(dst.dtype(), "add_", [&]<typename T>() {
-    map_into<T, T>(dst, src, [](T a, T b) { return a + b; });
-  });
+  dispatch_float(dst.dtype(), "add_",
+                 [&]<typename T>() { map_into<T, T>(dst, src, [](T a, T b) { return a + b; }); });
 }
 
 void fill_(const Tensor& dst, double value) { copy_(dst, scalar_tensor(value, DType::F64)); }
@@ -98,8 +97,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
                dtype_name(cond.dtype()));
   ATTEND_CHECK(a.dtype() == b.dtype(), "where: expected a and b of one dtype, got ",
                dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
-  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(),
-                                 "where");
+  Shape shape =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = empty(shape, a.dtype());
   StridedLoop<4> loop(shape, {out.strides(), broadcast_strides(cond.shape(), cond.strides(), shape),
                               broadcast_strides(a.shape(), a.strides(), shape),

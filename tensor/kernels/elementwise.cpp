@@ -31,7 +31,9 @@ constexpr double kGeluA = 0.044715;
   x = std::min(std::max(x, -87.3f), 88.3f);
   const float n = std::floor(x * 1.44269504f + 0.5f);
   const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+  const float p =
+      1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 +
+                                          r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
@@ -62,17 +64,28 @@ template <typename T>
 
 const char* unary_name(Unary op) {
   switch (op) {
-    case Unary::Neg: return "neg";
-    case Unary::Exp: return "exp";
-    case Unary::Log: return "log";
-    case Unary::Sqrt: return "sqrt";
-    case Unary::Tanh: return "tanh";
-    case Unary::Relu: return "relu";
-    case Unary::Gelu: return "gelu";
-    case Unary::Pow: return "pow";
-    case Unary::Affine: return "affine";
-    case Unary::Rdiv: return "rdiv";
-    case Unary::Abs: return "abs";
+    case Unary::Neg:
+      return "neg";
+    case Unary::Exp:
+      return "exp";
+    case Unary::Log:
+      return "log";
+    case Unary::Sqrt:
+      return "sqrt";
+    case Unary::Tanh:
+      return "tanh";
+    case Unary::Relu:
+      return "relu";
+    case Unary::Gelu:
+      return "gelu";
+    case Unary::Pow:
+      return "pow";
+    case Unary::Affine:
+      return "affine";
+    case Unary::Rdiv:
+      return "rdiv";
+    case Unary::Abs:
+      return "abs";
   }
   return "?";
 }
@@ -95,9 +108,9 @@ void unary_loop(const Tensor& out, const Tensor& x, F f) {
 
 template <typename T, typename F>
 void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
-  StridedLoop<3> loop(out.shape(), {out.strides(),
-                                    broadcast_strides(a.shape(), a.strides(), out.shape()),
-                                    broadcast_strides(b.shape(), b.strides(), out.shape())});
+  StridedLoop<3> loop(out.shape(),
+                      {out.strides(), broadcast_strides(a.shape(), a.strides(), out.shape()),
+                       broadcast_strides(b.shape(), b.strides(), out.shape())});
   T* o = out.data<T>();
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
@@ -124,14 +137,30 @@ Tensor unary(Unary op, const Tensor& x, double p, double q) {
     Tensor out = empty(x.shape(), x.dtype());
     const T tp = static_cast<T>(p), tq = static_cast<T>(q);
     switch (op) {
-      case Unary::Neg: unary_loop<T>(out, x, [](T v) { return -v; }); break;
-      case Unary::Exp: unary_loop<T>(out, x, [](T v) { return std::exp(v); }); break;
-      case Unary::Log: unary_loop<T>(out, x, [](T v) { return std::log(v); }); break;
-      case Unary::Sqrt: unary_loop<T>(out, x, [](T v) { return std::sqrt(v); }); break;
-      case Unary::Tanh: unary_loop<T>(out, x, [](T v) { return std::tanh(v); }); break;
-      case Unary::Relu: unary_loop<T>(out, x, [](T v) { return v > T(0) ? v : T(0); }); break;
-      case Unary::Gelu: unary_loop<T>(out, x, [](T v) { return gelu(v); }); break;
-      case Unary::Abs: unary_loop<T>(out, x, [](T v) { return std::abs(v); }); break;
+      case Unary::Neg:
+        unary_loop<T>(out, x, [](T v) { return -v; });
+        break;
+      case Unary::Exp:
+        unary_loop<T>(out, x, [](T v) { return std::exp(v); });
+        break;
+      case Unary::Log:
+        unary_loop<T>(out, x, [](T v) { return std::log(v); });
+        break;
+      case Unary::Sqrt:
+        unary_loop<T>(out, x, [](T v) { return std::sqrt(v); });
+        break;
+      case Unary::Tanh:
+        unary_loop<T>(out, x, [](T v) { return std::tanh(v); });
+        break;
+      case Unary::Relu:
+        unary_loop<T>(out, x, [](T v) { return v > T(0) ? v : T(0); });
+        break;
+      case Unary::Gelu:
+        unary_loop<T>(out, x, [](T v) { return gelu(v); });
+        break;
+      case Unary::Abs:
+        unary_loop<T>(out, x, [](T v) { return std::abs(v); });
+        break;
       case Unary::Pow:
         if (p == 2.0) {
           unary_loop<T>(out, x, [](T v) { return v * v; });
@@ -139,8 +168,12 @@ Tensor unary(Unary op, const Tensor& x, double p, double q) {
           unary_loop<T>(out, x, [tp](T v) { return std::pow(v, tp); });
         }
         break;
-      case Unary::Affine: unary_loop<T>(out, x, [tp, tq](T v) { return v * tp + tq; }); break;
-      case Unary::Rdiv: unary_loop<T>(out, x, [tp](T v) { return tp / v; }); break;
+      case Unary::Affine:
+        unary_loop<T>(out, x, [tp, tq](T v) { return v * tp + tq; });
+        break;
+      case Unary::Rdiv:
+        unary_loop<T>(out, x, [tp](T v) { return tp / v; });
+        break;
     }
     return out;
   });
@@ -148,13 +181,20 @@ Tensor unary(Unary op, const Tensor& x, double p, double q) {
 
 const char* binary_name(Binary op) {
   switch (op) {
-    case Binary::Add: return "add";
-    case Binary::Sub: return "sub";
-    case Binary::Mul: return "mul";
-    case Binary::Div: return "div";
-    case Binary::ReluGrad: return "relu_backward";
-    case Binary::GeluGrad: return "gelu_backward";
-    case Binary::TanhGrad: return "tanh_backward";
+    case Binary::Add:
+      return "add";
+    case Binary::Sub:
+      return "sub";
+    case Binary::Mul:
+      return "mul";
+    case Binary::Div:
+      return "div";
+    case Binary::ReluGrad:
+      return "relu_backward";
+    case Binary::GeluGrad:
+      return "gelu_backward";
+    case Binary::TanhGrad:
+      return "tanh_backward";
   }
   return "?";
 }
@@ -167,10 +207,18 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   return dispatch_float(a.dtype(), name, [&]<typename T>() {
     Tensor out = empty(shape, a.dtype());
     switch (op) {
-      case Binary::Add: binary_loop<T>(out, a, b, [](T x, T y) { return x + y; }); break;
-      case Binary::Sub: binary_loop<T>(out, a, b, [](T x, T y) { return x - y; }); break;
-      case Binary::Mul: binary_loop<T>(out, a, b, [](T x, T y) { return x * y; }); break;
-      case Binary::Div: binary_loop<T>(out, a, b, [](T x, T y) { return x / y; }); break;
+      case Binary::Add:
+        binary_loop<T>(out, a, b, [](T x, T y) { return x + y; });
+        break;
+      case Binary::Sub:
+        binary_loop<T>(out, a, b, [](T x, T y) { return x - y; });
+        break;
+      case Binary::Mul:
+        binary_loop<T>(out, a, b, [](T x, T y) { return x * y; });
+        break;
+      case Binary::Div:
+        binary_loop<T>(out, a, b, [](T x, T y) { return x / y; });
+        break;
       case Binary::ReluGrad:
         binary_loop<T>(out, a, b, [](T g, T x) { return x > T(0) ? g : T(0); });
         break;

@@ -21,9 +21,9 @@ namespace attend::kernel {
 
 namespace {
 
-constexpr int64_t MR = 6;       // rows of a micro-tile
-constexpr int64_t KC = 256;     // shared-dim block: an A and a B panel stay in L1/L2
-constexpr int64_t NC = 3072;    // columns per packed B block
+constexpr int64_t MR = 6;     // rows of a micro-tile
+constexpr int64_t KC = 256;   // shared-dim block: an A and a B panel stay in L1/L2
+constexpr int64_t NC = 3072;  // columns per packed B block
 
 template <typename T>
 constexpr int64_t nr() {
@@ -64,7 +64,7 @@ void micro_portable(int64_t kc, const T* a, const T* b, T* acc) {
 }
 
 __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, const float* b,
-                                                     float* acc) {
+                                                    float* acc) {
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
   __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
   __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -95,7 +95,7 @@ __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, 
 }
 
 __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const double* a, const double* b,
-                                                     double* acc) {
+                                                    double* acc) {
   __m256d c00 = _mm256_setzero_pd(), c01 = _mm256_setzero_pd();
   __m256d c10 = _mm256_setzero_pd(), c11 = _mm256_setzero_pd();
   __m256d c20 = _mm256_setzero_pd(), c21 = _mm256_setzero_pd();
@@ -156,13 +156,15 @@ void pack_a(int64_t M, int64_t kc, int64_t pc, MatrixRef<T> A, T* out, bool para
       }
     }
   };
-  if (parallel) parallel_for(panels, 4, body); else body(0, panels);
+  if (parallel)
+    parallel_for(panels, 4, body);
+  else
+    body(0, panels);
 }
 
 // B[pc:pc+kc, jc:jc+nc] -> ceil(nc/NR) panels, each kc x NR (k-major), zero-padded columns.
 template <typename T>
-void pack_b(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<T> B, T* out,
-            bool parallel) {
+void pack_b(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<T> B, T* out, bool parallel) {
   constexpr int64_t NR = nr<T>();
   const int64_t panels = (nc + NR - 1) / NR;
   auto body = [&](int64_t b, int64_t e) {
@@ -181,7 +183,10 @@ void pack_b(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<T> B, T* o
       }
     }
   };
-  if (parallel) parallel_for(panels, 4, body); else body(0, panels);
+  if (parallel)
+    parallel_for(panels, 4, body);
+  else
+    body(0, panels);
 }
 
 }  // namespace
@@ -233,7 +238,10 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
           }
         }
       };
-      if (parallel) parallel_for(n_panels * m_panels, 2, tiles); else tiles(0, n_panels * m_panels);
+      if (parallel)
+        parallel_for(n_panels * m_panels, 2, tiles);
+      else
+        tiles(0, n_panels * m_panels);
     }
   }
 }
@@ -253,8 +261,8 @@ void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B,
 
 template void gemm<float>(int64_t, int64_t, int64_t, MatrixRef<float>, MatrixRef<float>, float*,
                           int64_t, bool);
-template void gemm<double>(int64_t, int64_t, int64_t, MatrixRef<double>, MatrixRef<double>,
-                           double*, int64_t, bool);
+template void gemm<double>(int64_t, int64_t, int64_t, MatrixRef<double>, MatrixRef<double>, double*,
+                           int64_t, bool);
 template void gemm_naive<float>(int64_t, int64_t, int64_t, MatrixRef<float>, MatrixRef<float>,
                                 float*, int64_t);
 template void gemm_naive<double>(int64_t, int64_t, int64_t, MatrixRef<double>, MatrixRef<double>,

@@ -23,8 +23,7 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
 
 // The plain triple loop, accumulating in double: the test oracle.
 template <typename T>
-void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
-                int64_t ldc);
+void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc);
 
 bool gemm_uses_avx2();
 

@@ -30,7 +30,8 @@ MatmulPlan plan(const Tensor& a, const Tensor& b) {
   p.K = a.size(-1);
   p.N = b.size(-1);
   Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
-  Strides as(a.strides().begin(), a.strides().end() - 2), bs(b.strides().begin(), b.strides().end() - 2);
+  Strides as(a.strides().begin(), a.strides().end() - 2),
+      bs(b.strides().begin(), b.strides().end() - 2);
   p.batch = broadcast_shapes(ab, bb, "matmul");
   p.a_batch = broadcast_strides(ab, as, p.batch);
   p.b_batch = broadcast_strides(bb, bs, p.batch);

@@ -201,9 +201,9 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
                shape_str(logits.shape()));
   ATTEND_CHECK(is_integer(targets.dtype()), "cross_entropy: expected integer targets, got ",
                dtype_name(targets.dtype()));
-  ATTEND_CHECK(targets.shape() == Shape{logits.size(0)}, "cross_entropy: expected targets of shape (",
-               logits.size(0), ",) for logits ", shape_str(logits.shape()), ", got ",
-               shape_str(targets.shape()));
+  ATTEND_CHECK(targets.shape() == Shape{logits.size(0)},
+               "cross_entropy: expected targets of shape (", logits.size(0), ",) for logits ",
+               shape_str(logits.shape()), ", got ", shape_str(targets.shape()));
   const int64_t N = logits.size(0), V = logits.size(1);
   Tensor lc = contiguous(logits), tc = contiguous(targets);
   int64_t count = 0;

@@ -76,12 +76,12 @@ void row_sums(const T* x, int64_t rows, int64_t len, T* out) {
   std::vector<double> partial(rows * chunks);
   const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::min(len, kReduceChunk));
   parallel_for(rows * chunks, grain, [&](int64_t b, int64_t e) {
-                 for (int64_t t = b; t < e; ++t) {
-                   int64_t r = t / chunks, c = t % chunks;
-                   int64_t lo = c * kReduceChunk, hi = std::min(len, lo + kReduceChunk);
-                   partial[t] = lane_sum(x + r * len + lo, hi - lo);
-                 }
-               });
+    for (int64_t t = b; t < e; ++t) {
+      int64_t r = t / chunks, c = t % chunks;
+      int64_t lo = c * kReduceChunk, hi = std::min(len, lo + kReduceChunk);
+      partial[t] = lane_sum(x + r * len + lo, hi - lo);
+    }
+  });
   for (int64_t r = 0; r < rows; ++r) {
     double s = 0;
     for (int64_t c = 0; c < chunks; ++c) s += partial[r * chunks + c];
@@ -139,16 +139,17 @@ std::pair<Tensor, Tensor> max(const Tensor& x, const std::vector<int64_t>& dims,
     const T* p = xc.data<T>();
     T* v = values.data<T>();
     int64_t* ix = indices.data<int64_t>();
-    parallel_for(L.rows, std::max<int64_t>(1, kElementwiseGrain / L.len), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const T* row = p + r * L.len;
-        int64_t best = 0;
-        for (int64_t i = 1; i < L.len && !std::isnan(row[best]); ++i)
-          if (row[i] > row[best] || std::isnan(row[i])) best = i;
-        v[r] = row[best];
-        ix[r] = best;
-      }
-    });
+    parallel_for(L.rows, std::max<int64_t>(1, kElementwiseGrain / L.len),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t r = b; r < e; ++r) {
+                     const T* row = p + r * L.len;
+                     int64_t best = 0;
+                     for (int64_t i = 1; i < L.len && !std::isnan(row[best]); ++i)
+                       if (row[i] > row[best] || std::isnan(row[i])) best = i;
+                     v[r] = row[best];
+                     ix[r] = best;
+                   }
+                 });
     return std::make_pair(values, indices);
   });
 }

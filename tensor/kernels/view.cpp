@@ -22,8 +22,8 @@ Shape infer_shape(const Shape& shape, int64_t n, const char* op) {
                  " is invalid for a tensor of ", n, " elements");
     out[infer] = n / known;
   }
-  ATTEND_CHECK(numel(out) == n, op, ": shape ", shape_str(shape), " is invalid for a tensor of ",
-               n, " elements");
+  ATTEND_CHECK(numel(out) == n, op, ": shape ", shape_str(shape), " is invalid for a tensor of ", n,
+               " elements");
   return out;
 }
 

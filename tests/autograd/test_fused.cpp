@@ -59,15 +59,15 @@ TEST_CASE("log_softmax equals x - max - log(sum(exp(x - max)))") {
 
 TEST_CASE("layer_norm equals its formula from primitives") {
   Generator g(5);
-  check_same([](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2], 1e-5); },
-             [](const std::vector<Tensor>& x) {
-               Tensor mu = mean(x[0], {-1}, true);
-               Tensor c = sub(x[0], mu);
-               Tensor var = mean(mul(c, c), {-1}, true);
-               return add(mul(div(c, sqrt(add(var, 1e-5))), x[1]), x[2]);
-             },
-             {randn({3, 5, 8}, g, DType::F64), randn({8}, g, DType::F64), randn({8}, g, DType::F64)},
-             6);
+  check_same(
+      [](const std::vector<Tensor>& x) { return layer_norm(x[0], x[1], x[2], 1e-5); },
+      [](const std::vector<Tensor>& x) {
+        Tensor mu = mean(x[0], {-1}, true);
+        Tensor c = sub(x[0], mu);
+        Tensor var = mean(mul(c, c), {-1}, true);
+        return add(mul(div(c, sqrt(add(var, 1e-5))), x[1]), x[2]);
+      },
+      {randn({3, 5, 8}, g, DType::F64), randn({8}, g, DType::F64), randn({8}, g, DType::F64)}, 6);
 }
 
 TEST_CASE("cross_entropy equals the mean of -log_softmax at the targets") {

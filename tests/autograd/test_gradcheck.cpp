@@ -22,9 +22,11 @@ namespace {
 // exp whose backward is off by 1% on every element.
 Tensor bad_exp(const Tensor& x) {
   Tensor out = kernel::unary(kernel::Unary::Exp, x);
-  autograd::record("bad_exp", {x}, out, [y = out.detach()](const Tensor& g, const autograd::Needs&) {
-    return std::vector<Tensor>{kernel::unary(kernel::Unary::Affine, kernel::binary(kernel::Binary::Mul, g, y), 1.01, 0)};
-  });
+  autograd::record(
+      "bad_exp", {x}, out, [y = out.detach()](const Tensor& g, const autograd::Needs&) {
+        return std::vector<Tensor>{kernel::unary(
+            kernel::Unary::Affine, kernel::binary(kernel::Binary::Mul, g, y), 1.01, 0)};
+      });
   return out;
 }
 }  // namespace
@@ -49,10 +51,12 @@ TEST_CASE("gradcheck samples large inputs and refuses f32") {
   Tensor big = randn({40, 50}, gen, DType::F64).requires_grad_();
   GradcheckOptions opt;
   opt.max_elements = 100;
-  GradcheckResult r = gradcheck([](const std::vector<Tensor>& in) { return tanh(in[0]); }, {big}, opt);
+  GradcheckResult r =
+      gradcheck([](const std::vector<Tensor>& in) { return tanh(in[0]); }, {big}, opt);
   CHECK(r.passed);
   CHECK(r.checked == 100);
   Tensor f = randn({3}, gen).requires_grad_();
-  test::check_error([&] { gradcheck([](const std::vector<Tensor>& in) { return exp(in[0]); }, {f}); },
-                    "gradcheck: input 0 has dtype f32; gradcheck needs f64 inputs");
+  test::check_error(
+      [&] { gradcheck([](const std::vector<Tensor>& in) { return exp(in[0]); }, {f}); },
+      "gradcheck: input 0 has dtype f32; gradcheck needs f64 inputs");
 }

@@ -8,12 +8,11 @@
 
 using namespace attend;
 using namespace attend::data;
-using attend::test::temp_dir;
 using attend::test::check_error;
+using attend::test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
-
 
 TokenIds iota_tokens(int n, int vocab) {
   TokenIds t;
@@ -57,16 +56,20 @@ TEST_CASE("bad token files are refused naming the file and the problem") {
   put_bytes(p, v);
   check_error([&] { TokenFile f(p); }, "t.bin: unsupported token file version 9");
   put_bytes(p, good.substr(0, good.size() - 3));
-  check_error([&] { TokenFile f(p); }, "t.bin: truncated or padded: the header says 100 tokens of 2 bytes (232 bytes in all), the file has 229 bytes");
+  check_error([&] { TokenFile f(p); },
+              "t.bin: truncated or padded: the header says 100 tokens of 2 bytes (232 bytes in "
+              "all), the file has 229 bytes");
   std::string big = good;
   big[32 + 2 * 17] = 60;  // token 17 := 60 >= 50
   put_bytes(p, big);
-  check_error([&] { TokenFile f(p); }, "t.bin: token 60 at position 17 is out of range for vocab_size 50");
+  check_error([&] { TokenFile f(p); },
+              "t.bin: token 60 at position 17 is out of range for vocab_size 50");
   put_bytes(p, "short");
   check_error([&] { TokenFile f(p); }, "too short for a token file");
   check_error([&] { TokenFile f(dir / "missing.bin"); }, "missing.bin: cannot open token file");
   write_token_file(p, iota_tokens(10, 50), 50);
-  check_error([&] { TokenDataset d(p, 10); }, "t.bin: 10 tokens is too short for block_size 10 (need at least 11)");
+  check_error([&] { TokenDataset d(p, 10); },
+              "t.bin: 10 tokens is too short for block_size 10 (need at least 11)");
   fs::remove_all(dir);
 }
 
@@ -97,7 +100,8 @@ TEST_CASE("sequential windows cover every target once") {
   Batch w = d.windows(0, 10);
   CHECK(w.x.at({3, 0}) == 30);
   CHECK(w.y.at({9, 9}) == 100);
-  check_error([&] { d.windows(5, 6); }, "dataset: windows [5, 11) out of range; the file has 10 windows of 10");
+  check_error([&] { d.windows(5, 6); },
+              "dataset: windows [5, 11) out of range; the file has 10 windows of 10");
   fs::remove_all(dir);
 }
 

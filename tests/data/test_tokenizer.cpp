@@ -13,8 +13,8 @@
 
 using namespace attend;
 using namespace attend::data;
-using attend::test::temp_dir;
 using attend::test::check_error;
+using attend::test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -32,14 +32,14 @@ std::unique_ptr<Tokenizer> gpt2() {
   return load_bpe_files(d / "gpt2" / "encoder.json", d / "gpt2" / "vocab.bpe", "gpt2");
 }
 
-
 void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 
 // Random valid UTF-8: ASCII, Latin, Cyrillic, CJK, emoji, whitespace of several kinds.
 std::string random_unicode(Generator& g, int n) {
-  static const uint32_t pool[] = {'a', 'Z', '0', '9', ' ', ' ', '\n', '\t', '\'', '.', ',', '!', 0xE9, 0xDF,
-                                  0x416, 0x44F, 0x65E5, 0x672C, 0x1F600, 0x1F44D, 0x1F3FD, 0xA0, 0x3000,
-                                  0x661, 0x966, 0x2028, 0x301, 0x200D};
+  static const uint32_t pool[] = {'a',   'Z',    '0',    '9',    ' ',     ' ',     '\n',
+                                  '\t',  '\'',   '.',    ',',    '!',     0xE9,    0xDF,
+                                  0x416, 0x44F,  0x65E5, 0x672C, 0x1F600, 0x1F44D, 0x1F3FD,
+                                  0xA0,  0x3000, 0x661,  0x966,  0x2028,  0x301,   0x200D};
   std::string s;
   for (int i = 0; i < n; ++i) {
     PhiloxCounter r = g.block(g.advance(1));
@@ -174,11 +174,17 @@ TEST_CASE("tokenizers save and load in their file formats") {
 TEST_CASE("char tokenizer errors: unknown character with its position, invalid UTF-8 offset") {
   auto tok = build_char_tokenizer("abc\n");
   check_error([&] { tok->encode("ab\nz"); },
-              "char tokenizer: character 'z' at position 3 (byte offset 3) is not in the vocabulary of 4 characters");
+              "char tokenizer: character 'z' at position 3 (byte offset 3) is not in the "
+              "vocabulary of 4 characters");
   check_error([&] { tok->encode("a\xc3"); }, "char tokenizer: invalid UTF-8 at byte offset 1");
-  check_error([] { build_char_tokenizer("ok\xff"); }, "the corpus is not valid UTF-8 at byte offset 2");
+  check_error([] { build_char_tokenizer("ok\xff"); },
+              "the corpus is not valid UTF-8 at byte offset 2");
   check_error([] { build_char_tokenizer(""); }, "char tokenizer: the corpus is empty");
-  check_error([&] { tok->decode({0, 9}); }, "decode: id 9 at position 1 is out of range for a vocabulary of 4");
+  check_error(
+      [&] {
+        tok->decode({0, 9});
+      },
+      "decode: id 9 at position 1 is out of range for a vocabulary of 4");
 }
 
 TEST_CASE("malformed tokenizer files are refused with the file and the reason") {
@@ -192,13 +198,16 @@ TEST_CASE("malformed tokenizer files are refused with the file and the reason") 
   check_error([&] { load_tokenizer(dir); }, "encoder.json: invalid JSON at byte");
   base->save(dir);
   write(bpe, "#version: 0.2\na b c\n");
-  check_error([&] { load_tokenizer(dir); }, "vocab.bpe: line 2 is 'a b c', expected two tokens separated by one space");
+  check_error([&] { load_tokenizer(dir); },
+              "vocab.bpe: line 2 is 'a b c', expected two tokens separated by one space");
   write(bpe, "#version: 0.2\na zz\n");
   check_error([&] { load_tokenizer(dir); }, "vocab.bpe: line 2: merge of unknown token 'zz'");
   write(bpe, good_bpe);
-  write(dir / "tokenizer.json", "{\"format\": \"attend-tokenizer\", \"version\": 1, \"kind\": \"wordpiece\"}");
+  write(dir / "tokenizer.json",
+        "{\"format\": \"attend-tokenizer\", \"version\": 1, \"kind\": \"wordpiece\"}");
   check_error([&] { load_tokenizer(dir); }, "field \"kind\" is 'wordpiece', expected char or bpe");
-  write(dir / "tokenizer.json", "{\"format\": \"attend-tokenizer\", \"version\": 7, \"kind\": \"bpe\"}");
+  write(dir / "tokenizer.json",
+        "{\"format\": \"attend-tokenizer\", \"version\": 7, \"kind\": \"bpe\"}");
   check_error([&] { load_tokenizer(dir); }, "unsupported version 7");
   check_error([&] { load_tokenizer(dir / "nowhere"); }, "tokenizer.json: no such file");
   check_error([] { train_bpe_tokenizer("abc", 100); }, "bpe: vocab_size must be at least 256");

@@ -23,7 +23,7 @@ Tensor reference_attention(const Tensor& x, const Tensor& ctx, const Tensor& Wq,
   const int64_t C = x.size(2), HS = C / NH;
   std::vector<Tensor> heads;
   for (int64_t h = 0; h < NH; ++h) {
-    Tensor q = matmul(x, transpose(narrow(Wq, 0, h * HS, HS), 0, 1));    // (B, Tq, HS)
+    Tensor q = matmul(x, transpose(narrow(Wq, 0, h * HS, HS), 0, 1));     // (B, Tq, HS)
     Tensor kk = matmul(ctx, transpose(narrow(Wk, 0, h * HS, HS), 0, 1));  // (B, Tk, HS)
     Tensor v = matmul(ctx, transpose(narrow(Wv, 0, h * HS, HS), 0, 1));
     Tensor s = div(matmul(q, transpose(kk, 1, 2)), std::sqrt(static_cast<double>(HS)));
@@ -94,8 +94,10 @@ TEST_CASE("the loss at position i has exactly zero gradient wrt inputs at positi
       double norm = 0;
       for (int64_t c = 0; c < 8; ++c) norm += std::abs(gx.at({b, t, c}));
       CAPTURE(t);
-      if (t > i) CHECK(norm == 0.0);
-      else CHECK(norm > 0.0);
+      if (t > i)
+        CHECK(norm == 0.0);
+      else
+        CHECK(norm > 0.0);
     }
 }
 
@@ -156,13 +158,15 @@ TEST_CASE("concat-then-c_proj equals the sum over heads of each head's slice of 
   // Per-head outputs out_h, then sum_h out_h Wo[:, h*HS:(h+1)*HS]^T + bo.
   Tensor q = add(matmul(x, transpose(narrow(W, 0, 0, C), 0, 1)), narrow(a.c_attn->bias, 0, 0, C));
   Tensor kk = add(matmul(x, transpose(narrow(W, 0, C, C), 0, 1)), narrow(a.c_attn->bias, 0, C, C));
-  Tensor v = add(matmul(x, transpose(narrow(W, 0, 2 * C, C), 0, 1)), narrow(a.c_attn->bias, 0, 2 * C, C));
+  Tensor v =
+      add(matmul(x, transpose(narrow(W, 0, 2 * C, C), 0, 1)), narrow(a.c_attn->bias, 0, 2 * C, C));
   Tensor total = a.c_proj->bias;
   for (int64_t h = 0; h < NH; ++h) {
-    Tensor qh = narrow(q, 2, h * HS, HS), kh = narrow(kk, 2, h * HS, HS), vh = narrow(v, 2, h * HS, HS);
+    Tensor qh = narrow(q, 2, h * HS, HS), kh = narrow(kk, 2, h * HS, HS),
+           vh = narrow(v, 2, h * HS, HS);
     Tensor s = div(matmul(qh, transpose(kh, 1, 2)), 2.0);  // sqrt(HS) = 2
     s = masked_fill(s, k::triu_mask(5, 5, 1), -INFINITY);
-    Tensor out_h = matmul(softmax(s), vh);                         // (B, T, HS)
+    Tensor out_h = matmul(softmax(s), vh);                                          // (B, T, HS)
     total = add(total, matmul(out_h, transpose(narrow(Wo, 1, h * HS, HS), 0, 1)));  // (B, T, C)
   }
   test::check_close(a.forward(x).y, total, 1e-12, 1e-12);

@@ -28,11 +28,21 @@ TEST_CASE("an untrained GPT's loss on random tokens is ln(V) within 0.1") {
 
 TEST_CASE("sequences longer than block_size and ids outside the vocabulary are errors") {
   GPT m(GPTConfig{11, 8, 1, 2, 2, 8, 0.0, true});
-  check_error([&] { m.forward(zeros({1, 9}, DType::I64)); },
-              "GPT: sequence length 9 exceeds block_size 8");
-  check_error([&] { m.forward(tensor({1, 2, 11}, {1, 3}, DType::I64)); },
-              "GPT: token id 11 at (0, 2) is out of range for vocab_size 11");
-  check_error([&] { m.forward(zeros({1, 3})); }, "GPT: expected token ids of shape (B, T) and an integer dtype");
+  check_error(
+      [&] {
+        m.forward(zeros({1, 9}, DType::I64));
+      },
+      "GPT: sequence length 9 exceeds block_size 8");
+  check_error(
+      [&] {
+        m.forward(tensor({1, 2, 11}, {1, 3}, DType::I64));
+      },
+      "GPT: token id 11 at (0, 2) is out of range for vocab_size 11");
+  check_error(
+      [&] {
+        m.forward(zeros({1, 3}));
+      },
+      "GPT: expected token ids of shape (B, T) and an integer dtype");
 }
 
 TEST_CASE("dropout makes train mode stochastic and eval mode deterministic") {

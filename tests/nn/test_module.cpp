@@ -15,21 +15,35 @@ TEST_CASE("GPT parameters carry GPT-2's state_dict names, lm_head tied to wte") 
   GPT m(tiny());
   std::vector<std::string> names;
   for (auto& [n, _] : m.state_dict()) names.push_back(n);
-  const std::vector<std::string> want = {
-      "transformer.wte.weight", "transformer.wpe.weight",
-      "transformer.h.0.ln_1.weight", "transformer.h.0.ln_1.bias",
-      "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias",
-      "transformer.h.0.attn.c_proj.weight", "transformer.h.0.attn.c_proj.bias",
-      "transformer.h.0.ln_2.weight", "transformer.h.0.ln_2.bias",
-      "transformer.h.0.mlp.c_fc.weight", "transformer.h.0.mlp.c_fc.bias",
-      "transformer.h.0.mlp.c_proj.weight", "transformer.h.0.mlp.c_proj.bias",
-      "transformer.h.1.ln_1.weight", "transformer.h.1.ln_1.bias",
-      "transformer.h.1.attn.c_attn.weight", "transformer.h.1.attn.c_attn.bias",
-      "transformer.h.1.attn.c_proj.weight", "transformer.h.1.attn.c_proj.bias",
-      "transformer.h.1.ln_2.weight", "transformer.h.1.ln_2.bias",
-      "transformer.h.1.mlp.c_fc.weight", "transformer.h.1.mlp.c_fc.bias",
-      "transformer.h.1.mlp.c_proj.weight", "transformer.h.1.mlp.c_proj.bias",
-      "transformer.ln_f.weight", "transformer.ln_f.bias", "lm_head.weight"};
+  const std::vector<std::string> want = {"transformer.wte.weight",
+                                         "transformer.wpe.weight",
+                                         "transformer.h.0.ln_1.weight",
+                                         "transformer.h.0.ln_1.bias",
+                                         "transformer.h.0.attn.c_attn.weight",
+                                         "transformer.h.0.attn.c_attn.bias",
+                                         "transformer.h.0.attn.c_proj.weight",
+                                         "transformer.h.0.attn.c_proj.bias",
+                                         "transformer.h.0.ln_2.weight",
+                                         "transformer.h.0.ln_2.bias",
+                                         "transformer.h.0.mlp.c_fc.weight",
+                                         "transformer.h.0.mlp.c_fc.bias",
+                                         "transformer.h.0.mlp.c_proj.weight",
+                                         "transformer.h.0.mlp.c_proj.bias",
+                                         "transformer.h.1.ln_1.weight",
+                                         "transformer.h.1.ln_1.bias",
+                                         "transformer.h.1.attn.c_attn.weight",
+                                         "transformer.h.1.attn.c_attn.bias",
+                                         "transformer.h.1.attn.c_proj.weight",
+                                         "transformer.h.1.attn.c_proj.bias",
+                                         "transformer.h.1.ln_2.weight",
+                                         "transformer.h.1.ln_2.bias",
+                                         "transformer.h.1.mlp.c_fc.weight",
+                                         "transformer.h.1.mlp.c_fc.bias",
+                                         "transformer.h.1.mlp.c_proj.weight",
+                                         "transformer.h.1.mlp.c_proj.bias",
+                                         "transformer.ln_f.weight",
+                                         "transformer.ln_f.bias",
+                                         "lm_head.weight"};
   CHECK(names == want);
   auto sd = m.state_dict();
   CHECK(sd.front().second.is_same(sd.back().second));  // one tensor, two names
@@ -99,7 +113,9 @@ TEST_CASE("train/eval reach every submodule - to(f64) keeps ties") {
   CHECK(m.lm_head->weight.is_same(m.transformer->wte->weight));
 }
 
-TEST_CASE("GPT-2 initialisation: N(0, 0.02), c_proj N(0, 0.02/sqrt(2 n_layer)), zero biases, unit gains") {
+TEST_CASE(
+    "GPT-2 initialisation: N(0, 0.02), c_proj N(0, 0.02/sqrt(2 n_layer)), zero biases, unit "
+    "gains") {
   GPTConfig c{512, 64, 4, 4, 4, 128, 0.0, true};
   GPT m(c, 3);
   auto stddev = [](const Tensor& t) {
@@ -116,8 +132,10 @@ TEST_CASE("GPT-2 initialisation: N(0, 0.02), c_proj N(0, 0.02/sqrt(2 n_layer)), 
         doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
   CHECK(stddev(m.transformer->h->operator[](3).mlp->c_proj->weight) ==
         doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
-  CHECK(stddev(m.transformer->h->operator[](2).mlp->c_fc->weight) == doctest::Approx(0.02).epsilon(0.05));
-  CHECK(m.transformer->h->operator[](0).attn->c_attn->bias.to_vector<float>() == std::vector<float>(384, 0));
+  CHECK(stddev(m.transformer->h->operator[](2).mlp->c_fc->weight) ==
+        doctest::Approx(0.02).epsilon(0.05));
+  CHECK(m.transformer->h->operator[](0).attn->c_attn->bias.to_vector<float>() ==
+        std::vector<float>(384, 0));
   CHECK(m.transformer->ln_f->weight.to_vector<float>() == std::vector<float>(128, 1));
   // Same seed, same model.
   GPT again(c, 3);
@@ -125,13 +143,26 @@ TEST_CASE("GPT-2 initialisation: N(0, 0.02), c_proj N(0, 0.02/sqrt(2 n_layer)), 
 }
 
 TEST_CASE("config and preset errors name the field and the value") {
-  check_error([] { GPT m(GPTConfig{11, 8, 2, 3, 3, 8, 0.0, true}); },
-              "GPTConfig: n_embd 8 must be divisible by n_head 3");
-  check_error([] { GPT m(GPTConfig{11, 8, 2, 4, 3, 8, 0.0, true}); },
-              "GPTConfig: n_head 4 must be divisible by n_kv_head 3");
-  check_error([] { GPT m(GPTConfig{11, 8, 0, 2, 2, 8, 0.0, true}); },
-              "GPTConfig: n_layer must be positive, got 0");
-  check_error([] { GPT m(GPTConfig{11, 8, 1, 2, 2, 8, 1.0, true}); },
-              "GPTConfig: dropout must be in [0, 1), got 1");
-  check_error([] { gpt_preset("gpt5"); }, "unknown preset 'gpt5'; known presets: gpt2, gpt2-medium");
+  check_error(
+      [] {
+        GPT m(GPTConfig{11, 8, 2, 3, 3, 8, 0.0, true});
+      },
+      "GPTConfig: n_embd 8 must be divisible by n_head 3");
+  check_error(
+      [] {
+        GPT m(GPTConfig{11, 8, 2, 4, 3, 8, 0.0, true});
+      },
+      "GPTConfig: n_head 4 must be divisible by n_kv_head 3");
+  check_error(
+      [] {
+        GPT m(GPTConfig{11, 8, 0, 2, 2, 8, 0.0, true});
+      },
+      "GPTConfig: n_layer must be positive, got 0");
+  check_error(
+      [] {
+        GPT m(GPTConfig{11, 8, 1, 2, 2, 8, 1.0, true});
+      },
+      "GPTConfig: dropout must be in [0, 1), got 1");
+  check_error([] { gpt_preset("gpt5"); },
+              "unknown preset 'gpt5'; known presets: gpt2, gpt2-medium");
 }

@@ -8,34 +8,68 @@ using attend::test::check_error;
 namespace k = attend::kernel;
 
 TEST_CASE("shape and dim errors") {
-  check_error([] { k::matmul(zeros({2, 3}), zeros({4, 5})); },
-              "matmul: expected a.shape[-1] == b.shape[-2], got (2,3) @ (4,5)");
-  check_error([] { k::matmul(zeros({3}), zeros({3, 4})); },
-              "matmul: expected tensors with at least 2 dims, got (3,) @ (3,4)");
-  check_error([] { k::matmul(zeros({2, 2}), zeros({2, 2}, DType::F64)); },
-              "matmul: expected operands of one dtype, got f32 @ f64");
-  check_error([] { k::binary(k::Binary::Add, zeros({2, 3}), zeros({4})); },
-              "add: shapes (2,3) and (4,) cannot be broadcast together");
-  check_error([] { k::view(zeros({2, 3}), {4, 2}); },
-              "view: shape (4,2) is invalid for a tensor of 6 elements");
-  check_error([] { k::view(k::transpose(zeros({2, 3}), 0, 1), {6}); },
-              "view: cannot view a tensor of shape (3,2)");
+  check_error(
+      [] {
+        k::matmul(zeros({2, 3}), zeros({4, 5}));
+      },
+      "matmul: expected a.shape[-1] == b.shape[-2], got (2,3) @ (4,5)");
+  check_error(
+      [] {
+        k::matmul(zeros({3}), zeros({3, 4}));
+      },
+      "matmul: expected tensors with at least 2 dims, got (3,) @ (3,4)");
+  check_error(
+      [] {
+        k::matmul(zeros({2, 2}), zeros({2, 2}, DType::F64));
+      },
+      "matmul: expected operands of one dtype, got f32 @ f64");
+  check_error(
+      [] {
+        k::binary(k::Binary::Add, zeros({2, 3}), zeros({4}));
+      },
+      "add: shapes (2,3) and (4,) cannot be broadcast together");
+  check_error(
+      [] {
+        k::view(zeros({2, 3}), {4, 2});
+      },
+      "view: shape (4,2) is invalid for a tensor of 6 elements");
+  check_error(
+      [] {
+        k::view(k::transpose(zeros({2, 3}), 0, 1), {6});
+      },
+      "view: cannot view a tensor of shape (3,2)");
   check_error([] { k::reshape(zeros({6}), {-1, -1}); }, "reshape: only one dim can be -1");
-  check_error([] { k::transpose(zeros({2, 3}), 0, 2); },
-              "transpose: dim 2 is out of range for a tensor with 2 dims");
+  check_error(
+      [] {
+        k::transpose(zeros({2, 3}), 0, 2);
+      },
+      "transpose: dim 2 is out of range for a tensor with 2 dims");
   check_error([] { k::permute(zeros({2, 3}), {0, 0}); }, "permute: dim 0 appears twice");
   check_error([] { k::narrow(zeros({5}), 0, 3, 4); },
               "narrow: range [3, 7) is out of bounds for dim 0 of size 5");
-  check_error([] { k::expand(zeros({2, 3}), {4, 3}); }, "expand: cannot expand shape (2,3) to (4,3)");
+  check_error(
+      [] {
+        k::expand(zeros({2, 3}), {4, 3});
+      },
+      "expand: cannot expand shape (2,3) to (4,3)");
   check_error([] { k::squeeze(zeros({2, 3}), 1); }, "squeeze: dim 1 has size 3, expected 1");
   check_error([] { k::sum(zeros({2, 3}), {0, -2}, false); }, "sum: dim -2 appears twice");
-  check_error([] { k::cat({zeros({2, 3}), zeros({2, 4})}, 0); },
-              "cat: tensor 1 has shape (2,4), expected (2,3) in every dim but 0");
-  check_error([] { tensor({1, 2, 3}, {2, 2}); },
-              "tensor: shape (2,2) holds 4 elements, got 3 values");
+  check_error(
+      [] {
+        k::cat({zeros({2, 3}), zeros({2, 4})}, 0);
+      },
+      "cat: tensor 1 has shape (2,4), expected (2,3) in every dim but 0");
+  check_error(
+      [] {
+        tensor({1, 2, 3}, {2, 2});
+      },
+      "tensor: shape (2,2) holds 4 elements, got 3 values");
   check_error([] { zeros({2, 2}).at({2, 0}); }, "at: index 2 is out of range for dim 0 of size 2");
-  check_error([] { zeros({2, 2}).item(); },
-              "item: expected a tensor with one element, got shape (2,2)");
+  check_error(
+      [] {
+        zeros({2, 2}).item();
+      },
+      "item: expected a tensor with one element, got shape (2,2)");
 }
 
 TEST_CASE("dtype errors") {
@@ -43,22 +77,38 @@ TEST_CASE("dtype errors") {
               "exp: expected a floating dtype (f32 or f64), got i64");
   check_error([] { k::binary(k::Binary::Mul, zeros({2}), zeros({2}, DType::F64)); },
               "mul: expected operands of one dtype, got f32 and f64");
-  check_error([] { Tensor t = zeros({2}, DType::I32); t.requires_grad_(); },
-              "requires_grad_: only floating tensors can require grad, got i32");
+  check_error(
+      [] {
+        Tensor t = zeros({2}, DType::I32);
+        t.requires_grad_();
+      },
+      "requires_grad_: only floating tensors can require grad, got i32");
   check_error([] { zeros({2}).data<double>(); }, "data: tensor has dtype f32, asked for f64");
   check_error([] { k::masked_fill(zeros({2}), zeros({2}), 1.0); },
               "masked_fill: expected a bool mask, got f32");
 }
 
 TEST_CASE("nn kernel errors name the offending value and position") {
-  check_error([] { k::cross_entropy(zeros({3, 5}), tensor({0, 5, 1}, {3}, DType::I64), -100); },
-              "cross_entropy: target 5 at position 1 is out of range for 5 classes");
-  check_error([] { k::cross_entropy(zeros({3, 5}), zeros({3}), -100); },
-              "cross_entropy: expected integer targets, got f32");
-  check_error([] { k::embedding(zeros({4, 2}), tensor({1, 4}, {2}, DType::I64)); },
-              "embedding: id 4 at position 1 is out of range for a table of 4 rows");
-  check_error([] { k::layer_norm(zeros({2, 4}), zeros({3}), zeros({4}), 1e-5); },
-              "layer_norm: expected weight of shape (4,) for input (2,4), got (3,)");
+  check_error(
+      [] {
+        k::cross_entropy(zeros({3, 5}), tensor({0, 5, 1}, {3}, DType::I64), -100);
+      },
+      "cross_entropy: target 5 at position 1 is out of range for 5 classes");
+  check_error(
+      [] {
+        k::cross_entropy(zeros({3, 5}), zeros({3}), -100);
+      },
+      "cross_entropy: expected integer targets, got f32");
+  check_error(
+      [] {
+        k::embedding(zeros({4, 2}), tensor({1, 4}, {2}, DType::I64));
+      },
+      "embedding: id 4 at position 1 is out of range for a table of 4 rows");
+  check_error(
+      [] {
+        k::layer_norm(zeros({2, 4}), zeros({3}), zeros({4}), 1e-5);
+      },
+      "layer_norm: expected weight of shape (4,) for input (2,4), got (3,)");
   check_error([] { k::softmax(scalar_tensor(1)); },
               "softmax: expected at least 1 dim, got a 0-dim tensor");
   check_error([] { k::max(zeros({2, 0}), {1}, false); }, "max: cannot reduce over an empty dim");

@@ -64,7 +64,8 @@ TEST_CASE("sum, mean-like and max reductions over chosen dims") {
 TEST_CASE("a long f32 sum accumulates in double") {
   // 1e7 copies of 0.1f: a float accumulator drifts by percents, ours stays exact to ~1e-7.
   Tensor x = full({10000000}, 0.1);
-  CHECK(k::sum(x, {}, false).item() == doctest::Approx(1e7 * static_cast<double>(0.1f)).epsilon(1e-7));
+  CHECK(k::sum(x, {}, false).item() ==
+        doctest::Approx(1e7 * static_cast<double>(0.1f)).epsilon(1e-7));
 }
 
 TEST_CASE("softmax, log_softmax, layer_norm, cross_entropy and embedding values") {
@@ -81,17 +82,20 @@ TEST_CASE("softmax, log_softmax, layer_norm, cross_entropy and embedding values"
   CHECK(p.at({0, 0}) == 1.0);
 
   Tensor ln = k::layer_norm(tensor({1, 2, 3, 4}, {1, 4}, DType::F64), ones({4}, DType::F64),
-                            zeros({4}, DType::F64), 0.0).y;
+                            zeros({4}, DType::F64), 0.0)
+                  .y;
   // mean 2.5, biased var 1.25
   CHECK(ln.at({0, 0}) == doctest::Approx(-1.5 / std::sqrt(1.25)).epsilon(1e-14));
   CHECK(ln.at({0, 3}) == doctest::Approx(1.5 / std::sqrt(1.25)).epsilon(1e-14));
 
   // Uniform logits: the loss is ln V whatever the targets.
-  auto ce = k::cross_entropy(zeros({4, 7}, DType::F64), tensor({0, 6, 3, -100}, {4}, DType::I64), -100);
+  auto ce =
+      k::cross_entropy(zeros({4, 7}, DType::F64), tensor({0, 6, 3, -100}, {4}, DType::I64), -100);
   CHECK(ce.count == 3);
   CHECK(ce.loss.item() == doctest::Approx(std::log(7.0)).epsilon(1e-15));
   // Hand case: logits (1, 2), target 1: loss = log(e^1 + e^2) - 2.
-  auto ce2 = k::cross_entropy(tensor({1, 2}, {1, 2}, DType::F64), tensor({1}, {1}, DType::I64), -100);
+  auto ce2 =
+      k::cross_entropy(tensor({1, 2}, {1, 2}, DType::F64), tensor({1}, {1}, DType::I64), -100);
   CHECK(ce2.loss.item() == doctest::Approx(std::log(std::exp(1) + std::exp(2)) - 2).epsilon(1e-15));
 
   Tensor w = k::view(arange(0, 12), {4, 3});
@@ -126,13 +130,13 @@ TEST_CASE("f32 kernels agree with f64 within f32 precision") {
 TEST_CASE("sum and softmax are bit-identical with 1 and 2 threads") {
   const int saved = omp_get_max_threads();
   Generator g(9);
-  Tensor big = randn({3, 1000003}, g);     // long rows: chunked partial sums
-  Tensor many = randn({4096, 65}, g);      // many short rows
-  Tensor lead = randn({5000, 77}, g);      // leading-dim (column) path
+  Tensor big = randn({3, 1000003}, g);  // long rows: chunked partial sums
+  Tensor many = randn({4096, 65}, g);   // many short rows
+  Tensor lead = randn({5000, 77}, g);   // leading-dim (column) path
   auto run = [&] {
-    return std::vector<Tensor>{k::sum(big, {}, false), k::sum(big, {1}, false),
+    return std::vector<Tensor>{k::sum(big, {}, false),   k::sum(big, {1}, false),
                                k::sum(many, {1}, false), k::sum(lead, {0}, false),
-                               k::softmax(many), k::softmax(big)};
+                               k::softmax(many),         k::softmax(big)};
   };
   omp_set_num_threads(1);
   auto one = run();

@@ -41,8 +41,8 @@ TEST_CASE("transposed operands are read through their strides") {
   Tensor a = randn({65, 33}, g, DType::F64), b = randn({47, 65}, g, DType::F64);
   // a^T (33, 65) @ b^T (65, 47)
   Tensor at = k::transpose(a, 0, 1), bt = k::transpose(b, 0, 1);
-  test::check_close(k::matmul(at, bt), k::matmul_naive(k::contiguous(at), k::contiguous(bt)),
-                    1e-12, 1e-12);
+  test::check_close(k::matmul(at, bt), k::matmul_naive(k::contiguous(at), k::contiguous(bt)), 1e-12,
+                    1e-12);
 }
 
 TEST_CASE("batched matmul broadcasts batch dims") {
@@ -63,7 +63,7 @@ TEST_CASE("batched matmul broadcasts batch dims") {
 TEST_CASE("matmul is bit-identical with 1 and 2 threads") {
   const int saved = omp_get_max_threads();
   Generator g(14);
-  Tensor a = randn({300, 500}, g), b = randn({500, 260}, g);  // parallel inside one gemm
+  Tensor a = randn({300, 500}, g), b = randn({500, 260}, g);        // parallel inside one gemm
   Tensor qa = randn({24, 64, 32}, g), qb = randn({24, 32, 64}, g);  // parallel over batches
   omp_set_num_threads(1);
   Tensor c1 = k::matmul(a, b), d1 = k::matmul(qa, qb);

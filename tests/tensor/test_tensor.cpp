@@ -60,8 +60,7 @@ TEST_CASE("views: reshape, view, transpose, permute, narrow, expand, squeeze") {
 
   CHECK(k::unsqueeze(a, 1).shape() == Shape{2, 1, 3, 4});
   CHECK(k::squeeze(k::unsqueeze(a, -1), -1).shape() == Shape{2, 3, 4});
-  CHECK(k::select(a, 1, 2).to_vector<float>() ==
-        std::vector<float>{8, 9, 10, 11, 20, 21, 22, 23});
+  CHECK(k::select(a, 1, 2).to_vector<float>() == std::vector<float>{8, 9, 10, 11, 20, 21, 22, 23});
 
   // A view of a transposed tensor where strides allow it, a copy where they do not.
   Tensor m = k::transpose(k::view(arange(0, 6), {2, 3}), 0, 1);  // (3, 2), strides (1, 3)

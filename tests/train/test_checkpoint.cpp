@@ -1,7 +1,7 @@
 // Checkpoints: every group round-trips; corrupt, truncated and foreign files are refused.
-#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "nn/gpt.h"
@@ -19,10 +19,10 @@ using attend::test::temp_dir;
 
 namespace {
 
-
 CheckpointData make(nn::GPT& m, AdamW& opt) {
   CheckpointData d;
-  d.config = {{"vocab_size", int64_t{11}}, {"learning_rate", 1e-3}, {"optimizer", std::string("adamw")}};
+  d.config = {
+      {"vocab_size", int64_t{11}}, {"learning_rate", 1e-3}, {"optimizer", std::string("adamw")}};
   d.model = m.state_dict();
   d.optimizer = "adamw";
   d.optimizer_step = opt.steps();
@@ -53,7 +53,8 @@ TEST_CASE("a checkpoint round-trips every group") {
   fs::path dir = temp_dir("ckpt");
   nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
   AdamW opt(m.named_parameters(), {});
-  for (auto& p : m.parameters()) p.set_grad(kernel::unary(kernel::Unary::Affine, kernel::clone(p), 0.5, 0.1));
+  for (auto& p : m.parameters())
+    p.set_grad(kernel::unary(kernel::Unary::Affine, kernel::clone(p), 0.5, 0.1));
   opt.step(1e-3);
   CheckpointData d = make(m, opt);
   save_checkpoint(dir / "c.h5", d);
@@ -95,9 +96,13 @@ TEST_CASE("a checkpoint round-trips every group") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("h5py reads our checkpoint: groups, names, shapes, f32, Fletcher32, the hard link, the values") {
+TEST_CASE(
+    "h5py reads our checkpoint: groups, names, shapes, f32, Fletcher32, the hard link, the "
+    "values") {
   if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") != 0) {
-    MESSAGE("skipped: python3 with h5py not found (apt-get install python3-h5py; scripts/test.sh installs it)");
+    MESSAGE(
+        "skipped: python3 with h5py not found (apt-get install python3-h5py; scripts/test.sh "
+        "installs it)");
     return;
   }
   fs::path dir = temp_dir("h5py");
@@ -128,8 +133,8 @@ print('h5py ok')
 )PY";
   char total_s[64];
   std::snprintf(total_s, sizeof total_s, "%.17g", total);
-  const std::string cmd = "/usr/bin/python3 " + (dir / "check.py").string() + " " + (dir / "c.h5").string() + " " +
-                          total_s + " 2>&1";
+  const std::string cmd = "/usr/bin/python3 " + (dir / "check.py").string() + " " +
+                          (dir / "c.h5").string() + " " + total_s + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   char buf[4096];
@@ -166,7 +171,8 @@ TEST_CASE("corrupt, truncated and foreign checkpoints are refused naming the fil
   }
   fs::path cut = variant("cut.h5");
   fs::resize_file(cut, size / 2);
-  check_error([&] { load_checkpoint(cut); }, "cut.h5: cannot open as HDF5: the file is missing, truncated or corrupt");
+  check_error([&] { load_checkpoint(cut); },
+              "cut.h5: cannot open as HDF5: the file is missing, truncated or corrupt");
   std::ofstream(dir / "text.h5") << "not hdf5";
   check_error([&] { load_checkpoint(dir / "text.h5"); }, "text.h5: cannot open as HDF5");
   check_error([&] { load_checkpoint(dir / "none.h5"); }, "none.h5: no such checkpoint file");

@@ -41,20 +41,23 @@ Run attend_cmd(const std::string& args, const std::string& prefix = "") {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
-
 // A small corpus made here: verse with enough variety to learn from.
 fs::path make_corpus(const fs::path& dir) {
   std::string text;
-  const char* lines[] = {"Now is the winter of our discontent\n", "Made glorious summer by this sun of York;\n",
-                         "And all the clouds that lour'd upon our house\n", "In the deep bosom of the ocean buried.\n",
-                         "Shall I compare thee to a summer's day?\n", "Thou art more lovely and more temperate.\n"};
+  const char* lines[] = {"Now is the winter of our discontent\n",
+                         "Made glorious summer by this sun of York;\n",
+                         "And all the clouds that lour'd upon our house\n",
+                         "In the deep bosom of the ocean buried.\n",
+                         "Shall I compare thee to a summer's day?\n",
+                         "Thou art more lovely and more temperate.\n"};
   for (int i = 0; i < 120; ++i) text += lines[(i * 7 + i / 6) % 6];
   std::ofstream(dir / "corpus.txt") << text;
   return dir / "corpus.txt";
 }
 
 const std::string kTiny =
-    " --n_layer 2 --n_head 2 --n_kv_head 1 --n_embd 16 --block_size 16 --batch_size 4 --eval_iters 2";
+    " --n_layer 2 --n_head 2 --n_kv_head 1 --n_embd 16 --block_size 16 --batch_size 4 --eval_iters "
+    "2";
 
 std::vector<std::string> column(const fs::path& csv, int col) {
   std::ifstream in(csv);
@@ -81,9 +84,10 @@ TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for 
   fs::path dir = temp_dir("resume");
   fs::path corpus = make_corpus(dir);
   // Dropout on, warmup and cosine, gradient accumulation: everything that could drift.
-  const std::string common = "train --data " + corpus.string() + kTiny +
-                             " --dropout 0.1 --warmup_iters 2 --lr_decay_iters 8 --gradient_accumulation_steps 2"
-                             " --eval_interval 4 --log_interval 1 --checkpoint_interval 100";
+  const std::string common =
+      "train --data " + corpus.string() + kTiny +
+      " --dropout 0.1 --warmup_iters 2 --lr_decay_iters 8 --gradient_accumulation_steps 2"
+      " --eval_interval 4 --log_interval 1 --checkpoint_interval 100";
   Run a = attend_cmd(common + " --max_iters 8 --out " + (dir / "A").string());
   REQUIRE_MESSAGE(a.code == 0, a.out);
   Run b1 = attend_cmd(common + " --max_iters 3 --out " + (dir / "B").string());
@@ -107,7 +111,8 @@ TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for 
   CHECK(ca.content_hash == cb.content_hash);
   CHECK(ca.optimizer_step == 8);
   // Per-step losses, printed with 17 significant digits: identical strings.
-  std::vector<std::string> la = column(dir / "A" / "metrics.csv", 1), lb = column(dir / "B" / "metrics.csv", 1);
+  std::vector<std::string> la = column(dir / "A" / "metrics.csv", 1),
+                           lb = column(dir / "B" / "metrics.csv", 1);
   CHECK(la.size() == 8);
   CHECK(la == lb);
   fs::remove_all(dir);
@@ -126,12 +131,14 @@ TEST_CASE("kill -9 during checkpoint writes leaves every checkpoint loadable") {
       const int null = ::open("/dev/null", O_WRONLY);
       ::dup2(null, 1), ::dup2(null, 2);
       const std::string out = run.string(), data = corpus.string();
-      ::execl(ATTEND_BIN, "attend", "train", "--data", data.c_str(), "--out", out.c_str(), "--n_layer", "2",
-              "--n_embd", "64", "--n_head", "2", "--block_size", "16", "--batch_size", "2", "--max_iters", "100000",
-              "--checkpoint_interval", "1", "--keep_checkpoints", "2", "--eval_interval", "100000", nullptr);
+      ::execl(ATTEND_BIN, "attend", "train", "--data", data.c_str(), "--out", out.c_str(),
+              "--n_layer", "2", "--n_embd", "64", "--n_head", "2", "--block_size", "16",
+              "--batch_size", "2", "--max_iters", "100000", "--checkpoint_interval", "1",
+              "--keep_checkpoints", "2", "--eval_interval", "100000", nullptr);
       ::_exit(127);
     }
-    for (int waited = 0; waited < 30000 && train::list_checkpoints(run).empty(); waited += 5) ::usleep(5000);
+    for (int waited = 0; waited < 30000 && train::list_checkpoints(run).empty(); waited += 5)
+      ::usleep(5000);
     ::usleep(delay_ms * 1000);
     ::kill(pid, SIGKILL);
     int status = 0;
@@ -165,12 +172,14 @@ TEST_CASE("SIGTERM and SIGINT finish the step, write a checkpoint and exit 0 say
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1), ::dup2(fd, 2);
       const std::string out = run.string(), data = corpus.string();
-      ::execl(ATTEND_BIN, "attend", "train", "--data", data.c_str(), "--out", out.c_str(), "--n_layer", "1",
-              "--n_embd", "16", "--n_head", "2", "--block_size", "16", "--batch_size", "2", "--max_iters", "1000000",
-              "--checkpoint_interval", "50", "--eval_interval", "1000000", nullptr);
+      ::execl(ATTEND_BIN, "attend", "train", "--data", data.c_str(), "--out", out.c_str(),
+              "--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--block_size", "16",
+              "--batch_size", "2", "--max_iters", "1000000", "--checkpoint_interval", "50",
+              "--eval_interval", "1000000", nullptr);
       ::_exit(127);
     }
-    for (int waited = 0; waited < 30000 && train::list_checkpoints(run).empty(); waited += 5) ::usleep(5000);
+    for (int waited = 0; waited < 30000 && train::list_checkpoints(run).empty(); waited += 5)
+      ::usleep(5000);
     ::kill(pid, sig);
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -179,7 +188,8 @@ TEST_CASE("SIGTERM and SIGINT finish the step, write a checkpoint and exit 0 say
     CAPTURE(out);
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
-    CHECK(out.find(sig == SIGTERM ? "stopped by SIGTERM" : "stopped by SIGINT") != std::string::npos);
+    CHECK(out.find(sig == SIGTERM ? "stopped by SIGTERM" : "stopped by SIGINT") !=
+          std::string::npos);
     CHECK(out.find("continue with: attend train --resume") != std::string::npos);
     // The checkpoint is of the last finished step, not of the last interval.
     const fs::path newest = train::newest_valid_checkpoint(run);
@@ -191,16 +201,19 @@ TEST_CASE("SIGTERM and SIGINT finish the step, write a checkpoint and exit 0 say
   fs::remove_all(dir);
 }
 
-TEST_CASE("a non-finite loss stops the run naming the step - the last good checkpoint is untouched") {
+TEST_CASE(
+    "a non-finite loss stops the run naming the step - the last good checkpoint is untouched") {
   fs::path dir = temp_dir("nan");
   fs::path corpus = make_corpus(dir);
-  Run r = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "run").string() + kTiny +
-                     " --max_iters 50 --learning_rate 1e30 --decay_lr false --grad_clip 0 --checkpoint_interval 1"
-                     " --keep_checkpoints 100 --eval_interval 1000");
+  Run r = attend_cmd(
+      "train --data " + corpus.string() + " --out " + (dir / "run").string() + kTiny +
+      " --max_iters 50 --learning_rate 1e30 --decay_lr false --grad_clip 0 --checkpoint_interval 1"
+      " --keep_checkpoints 100 --eval_interval 1000");
   CHECK(r.code != 0);
   CAPTURE(r.out);
   CHECK(r.out.find("step ") != std::string::npos);
-  CHECK((r.out.find("the loss is") != std::string::npos || r.out.find("the gradient norm is") != std::string::npos));
+  CHECK((r.out.find("the loss is") != std::string::npos ||
+         r.out.find("the gradient norm is") != std::string::npos));
   CHECK(r.out.find("no checkpoint written") != std::string::npos);
   for (const fs::path& p : train::list_checkpoints(dir / "run")) {
     train::CheckpointData d = train::load_checkpoint(p);
@@ -216,9 +229,10 @@ TEST_CASE("a full disk during a checkpoint leaves the previous one byte-identica
   fs::path dir = temp_dir("full");
   fs::path corpus = make_corpus(dir);
   const fs::path run = dir / "run";
-  Run first = attend_cmd("train --data " + corpus.string() + " --out " + run.string() +
-                         " --n_layer 2 --n_embd 64 --n_head 2 --block_size 16 --batch_size 2 --max_iters 2"
-                         " --checkpoint_interval 2 --eval_interval 1000");
+  Run first =
+      attend_cmd("train --data " + corpus.string() + " --out " + run.string() +
+                 " --n_layer 2 --n_embd 64 --n_head 2 --block_size 16 --batch_size 2 --max_iters 2"
+                 " --checkpoint_interval 2 --eval_interval 1000");
   REQUIRE_MESSAGE(first.code == 0, first.out);
   const fs::path ckpt = run / "ckpt_00000002.h5";
   const std::string before = file_bytes(ckpt);
@@ -237,7 +251,9 @@ TEST_CASE("one trainer per run folder - settings that cannot change on resume ar
   fs::path dir = temp_dir("lock");
   fs::path corpus = make_corpus(dir);
   const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny + " --max_iters 2").code == 0);
+  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
+                     " --max_iters 2")
+              .code == 0);
   {
     const int fd = ::open((run / "lock").c_str(), O_RDWR);
     REQUIRE(fd >= 0);
@@ -246,14 +262,19 @@ TEST_CASE("one trainer per run folder - settings that cannot change on resume ar
     REQUIRE(::pwrite(fd, "424242", 6, 0) == 6);
     Run r = attend_cmd("train --resume " + run.string() + " --max_iters 4");
     CHECK(r.code != 0);
-    CHECK_MESSAGE(r.out.find("another trainer is using this run folder (pid 424242)") != std::string::npos, r.out);
+    CHECK_MESSAGE(
+        r.out.find("another trainer is using this run folder (pid 424242)") != std::string::npos,
+        r.out);
     ::close(fd);
   }
-  Run mismatch = attend_cmd("train --resume " + run.string() + " --max_iters 4 --n_embd 32 --n_layer 3");
+  Run mismatch =
+      attend_cmd("train --resume " + run.string() + " --max_iters 4 --n_embd 32 --n_layer 3");
   CHECK(mismatch.code != 0);
-  CHECK_MESSAGE(mismatch.out.find("n_layer (checkpoint 2, now 3)") != std::string::npos, mismatch.out);
+  CHECK_MESSAGE(mismatch.out.find("n_layer (checkpoint 2, now 3)") != std::string::npos,
+                mismatch.out);
   CHECK(mismatch.out.find("n_embd (checkpoint 16, now 32)") != std::string::npos);
-  Run again = attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny + " --max_iters 2");
+  Run again = attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
+                         " --max_iters 2");
   CHECK(again.code != 0);
   CHECK(again.out.find("already holds checkpoints; use --resume") != std::string::npos);
   // A corrupt newest checkpoint is skipped with a warning.
@@ -280,9 +301,12 @@ TEST_CASE("bad flags and data: an error naming the flag or file, and a non-zero 
       {base + " --n_head 4 --n_kv_head 3", "--n_head 4 must be divisible by --n_kv_head 3"},
       {base + " --bias maybe", "--bias: expected true or false, got 'maybe'"},
       {base + " --preset gpt5", "unknown preset 'gpt5'"},
-      {"train --data " + (dir / "nothing").string() + " --out " + (dir / "r2").string(), "no such file or folder"},
-      {base + " --n_layer 1 --n_embd 16 --block_size 100000 --max_iters 1", "too short for block_size 100000"},
-      {"eval --checkpoint " + (dir / "none.h5").string() + " --data " + corpus.string(), "none.h5: no such checkpoint file"},
+      {"train --data " + (dir / "nothing").string() + " --out " + (dir / "r2").string(),
+       "no such file or folder"},
+      {base + " --n_layer 1 --n_embd 16 --block_size 100000 --max_iters 1",
+       "too short for block_size 100000"},
+      {"eval --checkpoint " + (dir / "none.h5").string() + " --data " + corpus.string(),
+       "none.h5: no such checkpoint file"},
       {"sample --checkpoint " + corpus.string(), "cannot open as HDF5"},
   };
   for (const Case& c : cases) {
@@ -302,19 +326,23 @@ TEST_CASE("bad flags and data: an error naming the flag or file, and a non-zero 
 TEST_CASE("tokenize and prepare from the command line") {
   fs::path dir = temp_dir("tokcli");
   fs::path corpus = make_corpus(dir);
-  Run p = attend_cmd("prepare --data " + corpus.string() + " --out " + (dir / "d").string() + " --tokenizer bpe:300");
+  Run p = attend_cmd("prepare --data " + corpus.string() + " --out " + (dir / "d").string() +
+                     " --tokenizer bpe:300");
   REQUIRE_MESSAGE(p.code == 0, p.out);
   CHECK(p.out.find("tokenizer bpe:300, vocab_size 300") != std::string::npos);
-  Run ids = attend_cmd("tokenize --tokenizer bpe:" + (dir / "d").string() + " --text 'Now is the winter'");
+  Run ids = attend_cmd("tokenize --tokenizer bpe:" + (dir / "d").string() +
+                       " --text 'Now is the winter'");
   REQUIRE_MESSAGE(ids.code == 0, ids.out);
-  Run back = attend_cmd("tokenize --decode --tokenizer " + (dir / "d").string() + " --text '" + ids.out.substr(0, ids.out.size() - 1) + "'");
+  Run back = attend_cmd("tokenize --decode --tokenizer " + (dir / "d").string() + " --text '" +
+                        ids.out.substr(0, ids.out.size() - 1) + "'");
   CHECK(back.out == "Now is the winter");
   Run bad = attend_cmd("tokenize --decode --tokenizer " + (dir / "d").string() + " --text '1 x 2'");
   CHECK(bad.code != 0);
   CHECK(bad.out.find("'x' at position 1 is not an integer id") != std::string::npos);
   const char* shared = std::getenv("ATTEND_SHARED_DATA");
   if (shared && fs::exists(fs::path(shared) / "gpt2" / "encoder.json")) {
-    Run g = attend_cmd("tokenize --tokenizer gpt2 --text 'Hello world'", "ATTEND_GPT2_DIR=" + std::string(shared) + "/gpt2 ");
+    Run g = attend_cmd("tokenize --tokenizer gpt2 --text 'Hello world'",
+                       "ATTEND_GPT2_DIR=" + std::string(shared) + "/gpt2 ");
     CHECK(g.out == "15496 995\n");
   } else {
     MESSAGE("gpt2 part skipped: ../shared/data/gpt2 not found");
@@ -322,13 +350,17 @@ TEST_CASE("tokenize and prepare from the command line") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("eval's loss equals the model's own forward over the same windows - sampling is reproducible") {
+TEST_CASE(
+    "eval's loss equals the model's own forward over the same windows - sampling is reproducible") {
   fs::path dir = temp_dir("eval");
   fs::path corpus = make_corpus(dir);
   const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny + " --max_iters 20").code == 0);
+  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
+                     " --max_iters 20")
+              .code == 0);
   const fs::path ckpt = train::newest_valid_checkpoint(run);
-  Run ev = attend_cmd("eval --checkpoint " + ckpt.string() + " --data " + (run / "data" / "val.bin").string());
+  Run ev = attend_cmd("eval --checkpoint " + ckpt.string() + " --data " +
+                      (run / "data" / "val.bin").string());
   REQUIRE_MESSAGE(ev.code == 0, ev.out);
   const double printed = std::stod(ev.out.substr(ev.out.find("loss ") + 5));
   CHECK(ev.out.find("perplexity ") != std::string::npos);
@@ -348,23 +380,28 @@ TEST_CASE("eval's loss equals the model's own forward over the same windows - sa
   Run summary = attend_cmd("summary --checkpoint " + run.string());
   CHECK_MESSAGE(summary.code == 0, summary.out);
   CHECK(summary.out.find("transformer.h.0.attn.c_attn") != std::string::npos);
-  Run att = attend_cmd("attention --checkpoint " + run.string() + " --prompt 'Now is' --out " + (dir / "a.csv").string());
+  Run att = attend_cmd("attention --checkpoint " + run.string() + " --prompt 'Now is' --out " +
+                       (dir / "a.csv").string());
   CHECK_MESSAGE(att.code == 0, att.out);
-  Run too_long = attend_cmd("attention --checkpoint " + run.string() + " --prompt '" + std::string(40, 'o') +
-                            "' --out " + (dir / "a.svg").string());
+  Run too_long = attend_cmd("attention --checkpoint " + run.string() + " --prompt '" +
+                            std::string(40, 'o') + "' --out " + (dir / "a.svg").string());
   CHECK(too_long.code != 0);
-  CHECK(too_long.out.find("the prompt is 40 tokens, longer than block_size 16") != std::string::npos);
+  CHECK(too_long.out.find("the prompt is 40 tokens, longer than block_size 16") !=
+        std::string::npos);
   // A text file is tokenized with the checkpoint's tokenizer.
   Run ev_text = attend_cmd("eval --checkpoint " + ckpt.string() + " --data " + corpus.string());
   CHECK_MESSAGE(ev_text.code == 0, ev_text.out);
 
-  const std::string s = "sample --checkpoint " + ckpt.string() + " --max_new_tokens 40 --prompt Now";
-  Run s1 = attend_cmd(s + " --seed 5"), s2 = attend_cmd(s + " --seed 5"), s3 = attend_cmd(s + " --seed 6");
+  const std::string s =
+      "sample --checkpoint " + ckpt.string() + " --max_new_tokens 40 --prompt Now";
+  Run s1 = attend_cmd(s + " --seed 5"), s2 = attend_cmd(s + " --seed 5"),
+      s3 = attend_cmd(s + " --seed 6");
   CHECK(s1.code == 0);
   CHECK(s1.out == s2.out);
   CHECK(s1.out != s3.out);
   CHECK(s1.out.rfind("Now", 0) == 0);
-  Run g1 = attend_cmd(s + " --temperature 0 --seed 1"), g2 = attend_cmd(s + " --temperature 0 --seed 2");
+  Run g1 = attend_cmd(s + " --temperature 0 --seed 1"),
+      g2 = attend_cmd(s + " --temperature 0 --seed 2");
   CHECK(g1.out == g2.out);  // greedy ignores the seed
   fs::remove_all(dir);
 }

@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "nn/summary.h"
-#include "test_util.h"
 #include "tensor/kernels.h"
 #include "tensor/random.h"
+#include "test_util.h"
 #include "train/explorer.h"
 #include "train/plot.h"
 
@@ -27,7 +27,8 @@ int64_t sum(const std::vector<int64_t>& v) {
 
 // A small trained-free model and a char tokenizer over a fixed alphabet.
 struct Fixture {
-  std::unique_ptr<data::Tokenizer> tok = data::build_char_tokenizer("abcdefgh ijklmnop\nqrstuvwxyz.,<&\"");
+  std::unique_ptr<data::Tokenizer> tok =
+      data::build_char_tokenizer("abcdefgh ijklmnop\nqrstuvwxyz.,<&\"");
   nn::GPT model{nn::GPTConfig{tok->vocab_size(), 32, 2, 4, 2, 16, 0.0, true}, 3};
   Fixture() { model.eval(); }
 };
@@ -42,7 +43,8 @@ std::string xml_problem(const std::string& x) {
       size_t e = x.find(';', i);
       if (e == std::string::npos) return "unterminated entity at " + std::to_string(i);
       const std::string ent = x.substr(i + 1, e - i - 1);
-      if (ent != "amp" && ent != "lt" && ent != "gt" && ent != "quot" && ent != "apos" && (ent.empty() || ent[0] != '#'))
+      if (ent != "amp" && ent != "lt" && ent != "gt" && ent != "quot" && ent != "apos" &&
+          (ent.empty() || ent[0] != '#'))
         return "unknown entity &" + ent + ";";
       i = e + 1;
       continue;
@@ -69,7 +71,8 @@ std::string xml_problem(const std::string& x) {
     if (tag.empty() || tag[0] == '?' || tag[0] == '!') continue;
     if (tag[0] == '/') {
       const std::string name = tag.substr(1);
-      if (open.empty() || open.back() != name) return "</" + name + "> closes <" + (open.empty() ? "" : open.back()) + ">";
+      if (open.empty() || open.back() != name)
+        return "</" + name + "> closes <" + (open.empty() ? "" : open.back()) + ">";
       open.pop_back();
     } else if (tag.back() != '/') {
       open.push_back(tag.substr(0, tag.find_first_of(" \t\n")));
@@ -95,7 +98,8 @@ TEST_CASE("largest-remainder rounding: adversarial rows sum to exactly 1") {
   for (int k = 0; k < 200; ++k) {
     const int n = 1 + k % 40;
     Tensor w = kernel::softmax(randn({n}, g, DType::F64));
-    for (int d : {1, 2, 3}) CHECK(sum(round_row(w.to_vector<double>(), d)) == (d == 1 ? 10 : d == 2 ? 100 : 1000));
+    for (int d : {1, 2, 3})
+      CHECK(sum(round_row(w.to_vector<double>(), d)) == (d == 1 ? 10 : d == 2 ? 100 : 1000));
   }
 }
 
@@ -109,7 +113,8 @@ TEST_CASE("the attention data: masked cells exactly 0, rows sum to 1, shown rows
   for (int64_t l = 0; l < m.n_layer; ++l)
     for (int64_t h = 0; h < m.n_head; ++h)
       for (int64_t i = 0; i < T; ++i) {
-        std::vector<double> row(m.weights[l][h].begin() + i * T, m.weights[l][h].begin() + (i + 1) * T);
+        std::vector<double> row(m.weights[l][h].begin() + i * T,
+                                m.weights[l][h].begin() + (i + 1) * T);
         double s = 0;
         for (int64_t j = 0; j < T; ++j) {
           if (j > i) REQUIRE(row[j] == 0.0);
@@ -136,8 +141,10 @@ TEST_CASE("the SVG is well-formed XML with axis titles, every token label and a 
   CHECK(svg.find("key position j (column)") != std::string::npos);
   for (int64_t i = 0; i < m.T(); ++i) {
     CAPTURE(i);
-    CHECK(svg.find(">" + xml_escape(std::to_string(i) + " " + m.tokens[i]) + "<") != std::string::npos);
-    CHECK(svg.find(">" + xml_escape(m.tokens[i] + " " + std::to_string(i)) + "<") != std::string::npos);
+    CHECK(svg.find(">" + xml_escape(std::to_string(i) + " " + m.tokens[i]) + "<") !=
+          std::string::npos);
+    CHECK(svg.find(">" + xml_escape(m.tokens[i] + " " + std::to_string(i)) + "<") !=
+          std::string::npos);
   }
   CHECK(svg.find("masked") != std::string::npos);
   CHECK(svg.find("each row's shown numbers add up to exactly 1") != std::string::npos);
@@ -151,7 +158,8 @@ TEST_CASE("CSV and JSON carry the raw weights with their token labels") {
   Fixture f;
   AttentionMap m = compute_attention(f.model, *f.tok, "abc");
   const std::string csv = attention_csv(m, {{0}, {1}, 2, true});
-  CHECK(csv.rfind("layer,head,query_index,query_token,key_index,key_token,masked,weight,score\n", 0) == 0);
+  CHECK(csv.rfind("layer,head,query_index,query_token,key_index,key_token,masked,weight,score\n",
+                  0) == 0);
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 9);
   CHECK(csv.find("0,1,0,\"a\",2,\"c\",1,0,") != std::string::npos);  // masked: exactly 0
   const std::string js = attention_json(m, {});
@@ -171,14 +179,19 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
   const char* chromium = std::getenv("ATTEND_CHROMIUM");
   const std::string exe = chromium ? chromium : "/usr/bin/chromium";
   if (!fs::exists(exe)) {
-    MESSAGE("skipped: Chromium not found at ", exe, " (apt-get install chromium; scripts/test.sh installs it)");
+    MESSAGE("skipped: Chromium not found at ", exe,
+            " (apt-get install chromium; scripts/test.sh installs it)");
     return;
   }
   const std::string flags =
-      " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking"
-      " --disable-component-update --disable-sync --user-data-dir=" + (fs::path(ATTEND_BUILD_DIR) / "chromium-profile").string();
+      " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+      "--disable-background-networking"
+      " --disable-component-update --disable-sync --user-data-dir=" +
+      (fs::path(ATTEND_BUILD_DIR) / "chromium-profile").string();
   const fs::path dom = fs::path(ATTEND_BUILD_DIR) / "attention_test.dom";
-  const int rc = std::system((exe + flags + " --dump-dom file://" + out.string() + " > " + dom.string() + " 2>/dev/null").c_str());
+  const int rc = std::system(
+      (exe + flags + " --dump-dom file://" + out.string() + " > " + dom.string() + " 2>/dev/null")
+          .c_str());
   CHECK(rc == 0);
   std::ifstream in(dom);
   const std::string page((std::istreambuf_iterator<char>(in)), {});
@@ -186,8 +199,9 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
   CHECK(page.find("data-status=\"ok\"") != std::string::npos);
   CHECK(page.find("How weight (") != std::string::npos);  // the chain panel was drawn
   const fs::path png = fs::path(ATTEND_BUILD_DIR) / "attention_test.png";
-  std::system((exe + flags + " --window-size=1400,1000 --screenshot=" + png.string() + " file://" + out.string() +
-               " > /dev/null 2>&1").c_str());
+  std::system((exe + flags + " --window-size=1400,1000 --screenshot=" + png.string() + " file://" +
+               out.string() + " > /dev/null 2>&1")
+                  .c_str());
   CHECK(fs::exists(png));
   MESSAGE("screenshot: ", png.string());
 }
@@ -196,7 +210,8 @@ TEST_CASE("loss plots are well-formed SVG with labelled axes and a legend") {
   Series train{"train loss (per step)", "#1f77b4", {1, 2, 3, 4}, {4.2, 3.1, 2.5, 2.2}, false};
   Series val{"val loss (evaluation)", "#d62728", {0, 4}, {4.2, 2.4}, true};
   for (bool log_y : {false, true}) {
-    const std::string svg = line_plot_svg({train, val}, {"attend: loss", "step", "cross-entropy loss (nats)", log_y});
+    const std::string svg =
+        line_plot_svg({train, val}, {"attend: loss", "step", "cross-entropy loss (nats)", log_y});
     CHECK(xml_problem(svg) == "");
     CHECK(svg.find(">step<") != std::string::npos);
     CHECK(svg.find("cross-entropy loss (nats)") != std::string::npos);

@@ -16,7 +16,8 @@ TEST_CASE("300 steps of the cpu-char recipe bring tinyshakespeare's val loss bel
     MESSAGE("skipped: ", text.string(), " not found");
     return;
   }
-  const fs::path dir = fs::temp_directory_path() / ("attend_learning_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("attend_learning_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   train::TrainRequest req;
   req.config.data = text.string();
