@@ -78,7 +78,7 @@ void set_field(TrainConfig& c, const ConfigField& f, const std::string& value,
   };
   std::visit(
       [&](auto member) {
-        using V = std::remove_reference_t<decltype(c.*member)>;
+        using V = std::remove_cvref_t<decltype(c.*member)>;
         if constexpr (std::is_same_v<V, int64_t>) {
           size_t used = 0;
           long long v = 0;
@@ -117,7 +117,7 @@ void set_field(TrainConfig& c, const ConfigField& f, const std::string& value,
 std::string get_field(const TrainConfig& c, const ConfigField& f) {
   return std::visit(
       [&](auto member) -> std::string {
-        using V = std::remove_reference_t<decltype(c.*member)>;
+        using V = std::remove_cvref_t<decltype(c.*member)>;
         if constexpr (std::is_same_v<V, bool>) {
           return c.*member ? "true" : "false";
         } else if constexpr (std::is_same_v<V, std::string>) {
@@ -233,7 +233,7 @@ ConfigValues to_values(const TrainConfig& c, int64_t vocab_size) {
   for (const ConfigField& f : config_fields()) {
     std::visit(
         [&](auto member) {
-          using V = std::remove_reference_t<decltype(c.*member)>;
+          using V = std::remove_cvref_t<decltype(c.*member)>;
           if constexpr (std::is_same_v<V, bool>) {
             v.emplace_back(f.name, static_cast<int64_t>(c.*member));
           } else {
