@@ -45,6 +45,9 @@ int run_summary(const SummaryCli& a) {
 }
 
 int run_attention(const AttentionCli& a) {
+  const std::string ext = fs::path(a.out).extension().string();
+  ATTEND_CHECK(ext == ".html" || ext == ".svg" || ext == ".csv" || ext == ".json",
+               "attention: --out ", a.out, ": expected a .html, .svg, .csv or .json file name");
   train::LoadedModel m = train::load_model(train::resolve_checkpoint(a.checkpoint));
   train::AttentionMap map = train::compute_attention(*m.model, *m.tokenizer, a.prompt);
   train::AttentionSelection sel;
@@ -54,7 +57,6 @@ int run_attention(const AttentionCli& a) {
   sel.scores = a.scores;
   ATTEND_CHECK(a.decimals >= 1 && a.decimals <= 6, "attention: --decimals must be in [1, 6], got ",
                a.decimals);
-  const std::string ext = fs::path(a.out).extension().string();
   std::string text;
   if (ext == ".html") {
     text = train::attention_html(map, sel);

@@ -82,6 +82,7 @@ int run_sample(const SampleCli& a) {
   o.top_k = a.top_k;
   o.top_p = a.top_p;
   o.seed = a.seed;
+  m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails before any output
   std::fputs(o.prompt.c_str(), stdout);
   train::sample(*m.model, *m.tokenizer, o, [](const std::string& piece) {
     std::fputs(piece.c_str(), stdout);
