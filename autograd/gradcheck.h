@@ -4,11 +4,13 @@
 //   |numeric - analytic| > atol + rtol * |numeric|
 // and the result names the worst element: input, index, numeric and analytic values.
 //
-// For a function with a non-scalar output we check the vector-Jacobian product with a
-// fixed random vector v (seeded): the scalar L(x) = sum(f(x) * v), whose gradient is
-// v^T J. An error anywhere in J shows up unless it is orthogonal to v, which happens with
-// probability zero (the idea of PyTorch's fast_mode). Inputs larger than max_elements are
-// checked on a seeded random subset of their elements.
+// Outputs of up to full_jacobian_max_outputs elements get the full Jacobian compared, as
+// torch.autograd.gradcheck does: one backward per output element against central
+// differences of every output. Larger outputs get the vector-Jacobian product with one
+// seeded random vector v (the gradient of sum(f(x) * v), i.e. v^T J): an error anywhere
+// in J shows unless it is orthogonal to v, which has probability zero (the idea of
+// PyTorch's fast_mode). Inputs larger than max_elements are checked on a seeded random
+// subset of their elements.
 #pragma once
 
 #include <functional>
@@ -23,17 +25,20 @@ struct GradcheckOptions {
   double eps = 1e-6;
   double atol = 1e-5;
   double rtol = 1e-3;
-  int64_t max_elements = 256;  // per input; larger inputs are sampled
+  int64_t max_elements = 256;              // per input; larger inputs are sampled
+  int64_t full_jacobian_max_outputs = 64;  // larger outputs: a random projection
   uint64_t seed = 0;
 };
 
 struct GradcheckResult {
   bool passed = true;
-  int64_t checked = 0;  // elements perturbed, over all inputs
+  int64_t checked = 0;  // Jacobian entries (or projected rows) compared
+  bool full_jacobian = false;
   double max_abs_err = 0, max_rel_err = 0;
   // The worst element (largest excess over the tolerance).
   int input = -1;
   std::vector<int64_t> index;
+  std::vector<int64_t> output_index;  // with the full Jacobian
   double numeric = 0, analytic = 0;
   std::string message() const;
 };

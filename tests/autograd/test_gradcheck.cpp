@@ -36,8 +36,11 @@ TEST_CASE("gradcheck catches a wrong backward and names the worst element") {
   Tensor x = randn({3, 4}, gen, DType::F64).requires_grad_();
   GradcheckResult r = gradcheck([](const std::vector<Tensor>& in) { return bad_exp(in[0]); }, {x});
   CHECK(!r.passed);
+  CHECK(r.full_jacobian);  // 12 outputs: every entry of the Jacobian compared
+  CHECK(r.checked == 12 * 12);
   CHECK(r.input == 0);
   CHECK(r.index.size() == 2);
+  CHECK(r.output_index == r.index);  // exp's Jacobian is diagonal
   CHECK(r.analytic == doctest::Approx(1.01 * r.numeric).epsilon(1e-6));
   CHECK(r.message().find("FAILED") != std::string::npos);
   // The same function with the right backward passes.
@@ -54,6 +57,7 @@ TEST_CASE("gradcheck samples large inputs and refuses f32") {
   GradcheckResult r =
       gradcheck([](const std::vector<Tensor>& in) { return tanh(in[0]); }, {big}, opt);
   CHECK(r.passed);
+  CHECK(!r.full_jacobian);  // 2000 outputs: one random projection
   CHECK(r.checked == 100);
   Tensor f = randn({3}, gen).requires_grad_();
   test::check_error(
