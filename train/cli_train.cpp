@@ -67,9 +67,12 @@ int run_train(const TrainCli& t) {
   req.run_dir = t.out;
   req.resume = t.resume;
   train::TrainSummary s = train::run_training(req);
-  std::printf("trained steps %lld..%lld; final train loss %.4f, val loss %.4f; checkpoint %s\n",
-              static_cast<long long>(s.first_step), static_cast<long long>(s.last_step),
-              s.final_train_loss, s.final_val_loss, s.last_checkpoint.c_str());
+  std::printf("trained steps %lld..%lld", static_cast<long long>(s.first_step),
+              static_cast<long long>(s.last_step));
+  if (s.evaluated)
+    std::printf("; final train loss %.4f, val loss %.4f", s.final_train_loss, s.final_val_loss);
+  if (!s.last_checkpoint.empty()) std::printf("; checkpoint %s", s.last_checkpoint.c_str());
+  std::printf("\n");
   return 0;
 }
 

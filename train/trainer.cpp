@@ -338,6 +338,7 @@ TrainSummary run_training(const TrainRequest& req) {
     const double vl = estimate_loss(model, val_ds, s ^ 0x76616Cull, at, c.eval_iters, c.batch_size);
     close_bar();
     spdlog::info("step {}: train loss {:.4f}, val loss {:.4f}", at, tl, vl);
+    sum.evaluated = true;
     sum.final_train_loss = tl;
     sum.final_val_loss = vl;
     // The untrained model at step 0 is no candidate for "best".
@@ -354,6 +355,12 @@ TrainSummary run_training(const TrainRequest& req) {
   };
 
   if (step == 0 && !resumed) evaluate(0);
+  if (step >= c.max_iters) {
+    spdlog::info(
+        "the run is at step {} and max_iters is {}: nothing to train (raise --max_iters to "
+        "continue)",
+        step, c.max_iters);
+  }
   double window_time = 0;
   int64_t window_steps = 0;
   while (step < c.max_iters) {

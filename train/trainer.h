@@ -31,6 +31,7 @@ struct TrainRequest {
 struct TrainSummary {
   int64_t first_step = 0, last_step = 0;  // steps done before and after this run
   std::vector<double> losses;             // per step of this run
+  bool evaluated = false;                 // final_*_loss hold this run's last evaluation
   double final_val_loss = 0, final_train_loss = 0;
   std::filesystem::path last_checkpoint;
   bool interrupted = false;
