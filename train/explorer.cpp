@@ -65,7 +65,7 @@ AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
   const auto& tr = *model.transformer;
   Tensor x =
       add(tr.wte->forward(idx), tr.wpe->forward(arange(0, static_cast<double>(T), 1, DType::I64)));
-  const int64_t C = c.n_embd, HS = m.head_size, kv = c.n_kv_head * HS, G = c.n_head / c.n_kv_head;
+  const int64_t C = c.n_embd, HS = m.head_size, G = c.n_head / c.n_kv_head;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const nn::Block& block = (*tr.h)[l];
     // q . k for every head, read off the layer's own projections.
@@ -77,7 +77,6 @@ AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
       sc[h] = kernel::cast(kernel::matmul(q, kernel::transpose(k, 0, 1)), DType::F64)
                   .to_vector<double>();
     }
-    (void)kv;
     Tensor w;
     x = block.forward(x, &w);  // w (1, NH, T, T)
     std::vector<std::vector<double>> wl(c.n_head);
