@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "train/sample.h"
+
 namespace CLI {
 class App;
 class Option;
@@ -42,10 +44,8 @@ void add_train_options(CLI::App* cmd, TrainCli& t);
 int run_train(const TrainCli& t);
 
 struct SampleCli {
-  std::string checkpoint, prompt = "\n";
-  int64_t max_new_tokens = 500, top_k = 200;
-  double temperature = 0.8, top_p = 1.0;
-  uint64_t seed = 1337;
+  std::string checkpoint;
+  train::SampleOptions options;
 };
 int run_sample(const SampleCli& a);
 

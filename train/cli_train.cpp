@@ -78,13 +78,7 @@ int run_train(const TrainCli& t) {
 
 int run_sample(const SampleCli& a) {
   train::LoadedModel m = train::load_model(train::resolve_checkpoint(a.checkpoint));
-  train::SampleOptions o;
-  o.prompt = a.prompt;
-  o.max_new_tokens = a.max_new_tokens;
-  o.temperature = a.temperature;
-  o.top_k = a.top_k;
-  o.top_p = a.top_p;
-  o.seed = a.seed;
+  const train::SampleOptions& o = a.options;
   m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails before any output
   std::fputs(o.prompt.c_str(), stdout);
   train::sample(*m.model, *m.tokenizer, o, [](const std::string& piece) {

@@ -59,16 +59,20 @@ int main(int argc, char** argv) {
       ->add_option("--checkpoint", sa.checkpoint,
                    "checkpoint file (.h5), or a run folder (its newest)")
       ->required();
-  sample->add_option("--prompt", sa.prompt, "text to continue")->capture_default_str();
-  sample->add_option("--max_new_tokens,--max-new-tokens", sa.max_new_tokens, "tokens to generate")
+  sample->add_option("--prompt", sa.options.prompt, "text to continue")->capture_default_str();
+  sample
+      ->add_option("--max_new_tokens,--max-new-tokens", sa.options.max_new_tokens,
+                   "tokens to generate")
       ->capture_default_str();
-  sample->add_option("--temperature", sa.temperature, "softmax temperature; 0 is greedy")
+  sample->add_option("--temperature", sa.options.temperature, "softmax temperature; 0 is greedy")
       ->capture_default_str();
-  sample->add_option("--top_k,--top-k", sa.top_k, "keep the k most likely tokens (0: all)")
+  sample->add_option("--top_k,--top-k", sa.options.top_k, "keep the k most likely tokens (0: all)")
       ->capture_default_str();
-  sample->add_option("--top_p,--top-p", sa.top_p, "keep the smallest set reaching this probability")
+  sample
+      ->add_option("--top_p,--top-p", sa.options.top_p,
+                   "keep the smallest set reaching this probability")
       ->capture_default_str();
-  sample->add_option("--seed", sa.seed, "same seed, same text")->capture_default_str();
+  sample->add_option("--seed", sa.options.seed, "same seed, same text")->capture_default_str();
 
   attend::cli::EvalCli ev;
   CLI::App* eval =
