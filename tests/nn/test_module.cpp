@@ -143,26 +143,17 @@ TEST_CASE(
 }
 
 TEST_CASE("config and preset errors name the field and the value") {
-  check_error(
-      [] {
-        GPT m(GPTConfig{11, 8, 2, 3, 3, 8, 0.0, true});
-      },
-      "GPTConfig: n_embd 8 must be divisible by n_head 3");
-  check_error(
-      [] {
-        GPT m(GPTConfig{11, 8, 2, 4, 3, 8, 0.0, true});
-      },
-      "GPTConfig: n_head 4 must be divisible by n_kv_head 3");
-  check_error(
-      [] {
-        GPT m(GPTConfig{11, 8, 0, 2, 2, 8, 0.0, true});
-      },
-      "GPTConfig: n_layer must be positive, got 0");
-  check_error(
-      [] {
-        GPT m(GPTConfig{11, 8, 1, 2, 2, 8, 1.0, true});
-      },
-      "GPTConfig: dropout must be in [0, 1), got 1");
+  struct Case {
+    GPTConfig config;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{11, 8, 2, 3, 3, 8, 0.0, true}, "GPTConfig: n_embd 8 must be divisible by n_head 3"},
+      {{11, 8, 2, 4, 3, 8, 0.0, true}, "GPTConfig: n_head 4 must be divisible by n_kv_head 3"},
+      {{11, 8, 0, 2, 2, 8, 0.0, true}, "GPTConfig: n_layer must be positive, got 0"},
+      {{11, 8, 1, 2, 2, 8, 1.0, true}, "GPTConfig: dropout must be in [0, 1), got 1"},
+  };
+  for (const Case& c : cases) check_error([&] { GPT m(c.config); }, c.message);
   check_error([] { gpt_preset("gpt5"); },
               "unknown preset 'gpt5'; known presets: gpt2, gpt2-medium");
 }
