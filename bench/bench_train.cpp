@@ -1,17 +1,20 @@
-// Training-step speed: ms per step (forward, backward, clipping, AdamW) and tokens/s for
-// a few model sizes, medians over several steps after warm-up. Prints each config.
+// Training-step speed: ms per step and tokens/s of train::train_step (the trainer's own
+// step: micro-steps, backward, clipping, AdamW) for a few model sizes, medians over
+// several steps after warm-up. Prints each config. Data: a random token file made here.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <vector>
 
-#include "nn/gpt.h"
+#include "data/token_file.h"
 #include "tensor/random.h"
-#include "train/optim.h"
+#include "train/step.h"
 
 using namespace attend;
+namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
@@ -30,27 +33,24 @@ int main(int argc, char** argv) {
               omp_get_max_threads(), steps);
   std::printf("%-44s %12s %8s %8s %10s %12s\n", "config", "params", "B", "T", "ms/step",
               "tokens/s");
+  const fs::path dir = fs::temp_directory_path() / ("attend_bench_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
   for (const Case& c : cases) {
+    Generator g(2);
+    const std::vector<int64_t> ids = randint({100000}, 0, c.cfg.vocab_size, g).to_vector<int64_t>();
+    const fs::path file = dir / "tokens.bin";
+    data::write_token_file(file, data::TokenIds(ids.begin(), ids.end()), c.cfg.vocab_size);
+    data::TokenDataset ds(file, c.cfg.block_size);
+    train::TrainConfig tc;
+    tc.model = c.cfg;
+    tc.batch_size = c.B;
     nn::GPT model(c.cfg, 1);
     model.train();
-    const auto named = model.named_parameters();
-    std::vector<Tensor> params;
-    for (auto& [_, p] : named) params.push_back(p);
-    train::AdamW opt(named, {0.9, 0.99, 1e-8, 0.1});
-    Generator g(2);
+    auto opt = train::make_optimizer(tc, model);
     std::vector<double> ms;
     for (int s = 0; s < steps + 2; ++s) {
-      Tensor x = randint({c.B, c.cfg.block_size}, 0, c.cfg.vocab_size, g);
-      Tensor y = randint({c.B, c.cfg.block_size}, 0, c.cfg.vocab_size, g);
       const auto t0 = std::chrono::steady_clock::now();
-      for (auto& p : params) p.zero_grad();
-      model.dropout_context->step = s;
-      model.forward(x, y).loss.backward();
-      train::clip_grad_norm(params, 1.0);
-      {
-        NoGradGuard ng;
-        opt.step(1e-3);
-      }
+      train::train_step(model, *opt, ds, tc, s, 1e-3);
       const double dt =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= 2) ms.push_back(dt);
@@ -62,5 +62,6 @@ int main(int argc, char** argv) {
                 static_cast<long long>(c.cfg.block_size), med,
                 static_cast<double>(c.B * c.cfg.block_size) / (med / 1000.0));
   }
+  fs::remove_all(dir);
   return 0;
 }

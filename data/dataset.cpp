@@ -13,19 +13,19 @@ TokenDataset::TokenDataset(const std::filesystem::path& path, int64_t block_size
                block_size + 1, ")");
 }
 
-Batch TokenDataset::random_batch(uint64_t seed, uint64_t step, uint32_t micro_step,
-                                 int64_t B) const {
-  ATTEND_CHECK(B > 0, "dataset: batch_size must be positive, got ", B);
+Batch TokenDataset::random_batch(uint64_t seed, uint64_t step, uint32_t micro_step, int64_t B,
+                                 Stream stream) const {
+  ATTEND_CHECK(B > 0 && B <= 0xffffffff, "dataset: batch_size must be in [1, 2^32), got ", B);
+  ATTEND_CHECK(step < (1ull << 56), "dataset: step ", step, " is past the batch stream's 2^56");
   const int64_t T = block_size_;
   const uint64_t range = static_cast<uint64_t>(file_->size() - T);  // offsets 0 .. N-T-1
   Batch out{empty({B, T}, DType::I64), empty({B, T}, DType::I64)};
   int64_t* x = out.x.data<int64_t>();
   int64_t* y = out.y.data<int64_t>();
-  const PhiloxKey key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  const PhiloxKey key = philox_key(seed);
   for (int64_t b = 0; b < B; ++b) {
-    PhiloxCounter r = philox4x32({static_cast<uint32_t>(b), micro_step, static_cast<uint32_t>(step),
-                                  static_cast<uint32_t>(step >> 32)},
-                                 key);
+    PhiloxCounter r =
+        philox4x32(batch_counter(stream, static_cast<uint32_t>(b), micro_step, step), key);
     const uint64_t bits = (static_cast<uint64_t>(r[0]) << 32) | r[1];
     const int64_t o = static_cast<int64_t>(bits % range);
     for (int64_t t = 0; t < T; ++t) {

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "tensor/error.h"
+#include "tensor/util.h"
 
 namespace attend::data {
 
@@ -38,18 +39,7 @@ void write_token_file(const fs::path& path, const std::vector<int32_t>& tokens,
       std::memcpy(body + 4 * i, &v, 4);
     }
   }
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    ATTEND_CHECK(out.good(), tmp.string(), ": cannot open for writing");
-    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
-    out.close();
-    ATTEND_CHECK(out.good(), tmp.string(), ": write failed (disk full?)");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  ATTEND_CHECK(!ec, path.string(), ": cannot rename the written file into place: ", ec.message());
+  write_file_atomic(path, std::string_view(buf.data(), buf.size()));
 }
 
 TokenFile::TokenFile(const fs::path& path) : path_(path) {
@@ -109,11 +99,6 @@ TokenFile::~TokenFile() {
   if (map_) ::munmap(map_, map_bytes_);
 }
 
-uint64_t TokenFile::content_hash() const {
-  uint64_t h = 1469598103934665603ull;
-  const auto* p = static_cast<const uint8_t*>(map_);
-  for (size_t i = 0; i < map_bytes_; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
+uint64_t TokenFile::content_hash() const { return fnv1a64(map_, map_bytes_); }
 
 }  // namespace attend::data

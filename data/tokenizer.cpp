@@ -11,23 +11,12 @@
 
 #include "data/utf8.h"
 #include "tensor/error.h"
+#include "tensor/util.h"
 
 namespace attend::data {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string read_file(const fs::path& path) {
-  std::error_code ec;
-  ATTEND_CHECK(fs::exists(path, ec), path.string(), ": no such file");
-  ATTEND_CHECK(!fs::is_directory(path, ec), path.string(), ": is a folder, expected a file");
-  std::ifstream in(path, std::ios::binary);
-  ATTEND_CHECK(in.good(), path.string(), ": cannot open for reading (check its permissions)");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  ATTEND_CHECK(!in.bad(), path.string(), ": read error");
-  return ss.str();
-}
 
 namespace {
 

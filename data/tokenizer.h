@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/util.h"
+
 namespace attend::data {
 
 using TokenIds = std::vector<int32_t>;
@@ -81,7 +83,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg);
 const std::string& byte_to_unicode(uint8_t b);  // UTF-8 of the mapped code point
 std::string bytes_to_unicode_string(std::string_view bytes);
 
-// Reads a whole file; errors name the path.
-std::string read_file(const std::filesystem::path& path);
+// Whole files are read with attend::read_file (tensor/util.h).
+using attend::read_file;
 
 }  // namespace attend::data

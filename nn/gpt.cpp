@@ -7,9 +7,11 @@
 
 namespace attend::nn {
 
-void GPTConfig::validate() const {
-  auto positive = [](const char* field, int64_t v) {
-    ATTEND_CHECK(v > 0, "GPTConfig: ", field, " must be positive, got ", v);
+void GPTConfig::validate(const std::string& flag) const {
+  // Without a flag prefix, messages name the struct: "GPTConfig: n_head ...".
+  const std::string who = flag.empty() ? "GPTConfig: " : "";
+  auto positive = [&](const char* field, int64_t v) {
+    ATTEND_CHECK(v > 0, who, flag, field, " must be positive, got ", v);
   };
   positive("vocab_size", vocab_size);
   positive("block_size", block_size);
@@ -17,11 +19,11 @@ void GPTConfig::validate() const {
   positive("n_head", n_head);
   positive("n_kv_head", n_kv_head);
   positive("n_embd", n_embd);
-  ATTEND_CHECK(n_embd % n_head == 0, "GPTConfig: n_embd ", n_embd, " must be divisible by n_head ",
-               n_head);
-  ATTEND_CHECK(n_head % n_kv_head == 0, "GPTConfig: n_head ", n_head,
-               " must be divisible by n_kv_head ", n_kv_head);
-  ATTEND_CHECK(dropout >= 0 && dropout < 1, "GPTConfig: dropout must be in [0, 1), got ", dropout);
+  ATTEND_CHECK(n_embd % n_head == 0, who, flag, "n_embd ", n_embd, " must be divisible by ", flag,
+               "n_head ", n_head);
+  ATTEND_CHECK(n_head % n_kv_head == 0, who, flag, "n_head ", n_head, " must be divisible by ",
+               flag, "n_kv_head ", n_kv_head);
+  ATTEND_CHECK(dropout >= 0 && dropout < 1, who, flag, "dropout must be in [0, 1), got ", dropout);
 }
 
 namespace {

@@ -28,8 +28,9 @@ struct GPTConfig {
   int64_t n_embd = 768;    // C
   double dropout = 0.0;
   bool bias = true;  // biases in Linear layers and LayerNorms
-  // Throws naming the first invalid field and its value.
-  void validate() const;
+  // Throws naming the first invalid field and its value; flag ("--") prefixes field names
+  // as the command line spells them.
+  void validate(const std::string& flag = "") const;
   bool operator==(const GPTConfig&) const = default;
 };
 

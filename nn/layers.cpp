@@ -43,13 +43,20 @@ Dropout::Dropout(double prob) : p(prob) {
   ATTEND_CHECK(p >= 0 && p < 1, "Dropout: expected 0 <= p < 1, got ", p);
 }
 
+PhiloxCounter dropout_counter(uint64_t blk, uint64_t step, uint32_t index, uint32_t micro_step) {
+  return stream_counter(Stream::Dropout, static_cast<uint32_t>(blk), static_cast<uint32_t>(step),
+                        (index << 16) | (micro_step & 0xffff), static_cast<uint32_t>(step >> 32));
+}
+
 Tensor Dropout::mask(const Shape& shape, DType dtype) const {
   Tensor m = empty(shape, dtype);
   const int64_t n = m.numel();
-  const PhiloxKey key{static_cast<uint32_t>(context->seed),
-                      static_cast<uint32_t>(context->seed >> 32)};
-  const uint32_t c2 = static_cast<uint32_t>(context->step);
-  const uint32_t c3 = (index << 16) | (context->micro_step & 0xffff);
+  const PhiloxKey key = philox_key(context->seed);
+  const uint64_t step = context->step;
+  const uint32_t micro = context->micro_step;
+  ATTEND_CHECK(index < 65536 && micro < 65536 && step < (1ull << 56) && n / 4 < (1ll << 32),
+               "dropout: index ", index, ", micro-step ", micro, ", step ", step, " or ", n,
+               " elements outside the dropout stream's ranges (2^16, 2^16, 2^56, 2^34)");
   const double scale = 1.0 / (1.0 - p);
   const float threshold = static_cast<float>(p);
   dispatch_float(dtype, "dropout", [&]<typename T>() {
@@ -58,9 +65,7 @@ Tensor Dropout::mask(const Shape& shape, DType dtype) const {
     parallel_for(blocks, kElementwiseGrain / 4, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk) {
         PhiloxCounter r =
-            philox4x32({static_cast<uint32_t>(blk),
-                        static_cast<uint32_t>(static_cast<uint64_t>(blk) >> 32), c2, c3},
-                       key);
+            philox4x32(dropout_counter(static_cast<uint64_t>(blk), step, index, micro), key);
         for (int64_t w = 0; w < 4 && blk * 4 + w < n; ++w)
           out[blk * 4 + w] = u32_to_unit_float(r[w]) < threshold ? T(0) : static_cast<T>(scale);
       }

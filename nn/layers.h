@@ -8,8 +8,9 @@
 //              1/(1-p); identity in eval mode or with p = 0
 //
 // Dropout masks are a pure function of (seed, step, micro-step, the dropout's index in
-// its model, element): element e of the mask uses word e % 4 of the Philox block with
-// counter (lo32(e/4), hi32(e/4), lo32(step), index << 16 | micro_step) and key seed. So
+// its model, element): element e of the mask uses word e % 4 of the Philox block
+// dropout_counter(e/4, step, index, micro_step) of stream Dropout (see Note [Random
+// streams] in tensor/random.h) with key seed. So
 // a run is reproducible and a resumed run draws exactly the masks an uninterrupted run
 // would have, whatever the thread count.
 #pragma once
@@ -68,6 +69,9 @@ class Dropout : public Module {
   std::shared_ptr<DropoutContext> context = std::make_shared<DropoutContext>();
   uint32_t index = 0;  // distinct per dropout in a model (assigned by the model)
 };
+
+// The Philox counter of mask block blk (elements 4 blk .. 4 blk + 3); see Note [Random streams].
+PhiloxCounter dropout_counter(uint64_t blk, uint64_t step, uint32_t index, uint32_t micro_step);
 
 // Gives every Dropout under `root` the shared context and its index (in module order).
 void attach_dropout_context(Module& root, const std::shared_ptr<DropoutContext>& ctx);

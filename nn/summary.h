@@ -32,10 +32,6 @@ struct ModelSummary {
 };
 
 ModelSummary summarize(const GPTConfig& config, int64_t batch, int64_t seq);
-std::string format_summary(const ModelSummary& s);
-
-// 1234567 -> "1,234,567"; bytes -> "1.23 GiB".
-std::string with_commas(int64_t v);
-std::string human_bytes(double bytes);
+// The text layout of a summary is viz::format_summary (viz/summary_text.h).
 
 }  // namespace attend::nn

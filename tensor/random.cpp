@@ -22,8 +22,7 @@ PhiloxCounter philox4x32(PhiloxCounter c, PhiloxKey k) {
 }
 
 PhiloxCounter Generator::block(uint64_t i) const {
-  return philox4x32({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0, 0},
-                    {static_cast<uint32_t>(state_.seed), static_cast<uint32_t>(state_.seed >> 32)});
+  return philox4x32(generator_counter(i), philox_key(state_.seed));
 }
 
 namespace {

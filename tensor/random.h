@@ -6,10 +6,21 @@
 // is two integers (seed, offset) that a checkpoint can save. There is no global generator:
 // everything random takes a Generator explicitly.
 //
-// Stream layout: element e of a fill that starts at offset o uses block number o + e, with
-// counter = (lo32(o+e), hi32(o+e), 0, 0) and key = (lo32(seed), hi32(seed)). A fill of n
-// elements advances the offset by n. Keyed uses (dropout masks: seed, step, module,
-// element) call philox4x32 directly with their own counter words.
+// Note [Random streams]
+// Every random number in attend is one word of a Philox block at (key, counter), with
+// key = philox_key(seed) of the run. The counter space is shared, so it is owned here:
+// the top byte of counter word 3 names the consumer (a Stream), and each consumer lays out
+// the other 120 bits as below. Two consumers can therefore never draw the same block,
+// whatever their arguments (tests/tensor/test_random.cpp checks this on real draws).
+//
+//   stream     words 0..2 and the low 24 bits of word 3               used by
+//   Generator  lo32(o), hi32(o), 0, 0 (o: the generator's offset)    init, tests, randint
+//   Batch      row b, micro-step, lo32(step), hi24(step)             data::TokenDataset
+//   Dropout    block, lo32(step), index<<16 | micro-step, hi24(step) nn::Dropout
+//   EvalTrain, EvalVal: as Batch, micro-step = evaluation batch k    the trainer's estimates
+//   Sample     lo32(i), hi32(i), 0, 0 (i: the new token's number)     train::sample
+//
+// (Before checkpoint format 2 the streams had no id and Batch collided with Dropout.)
 #pragma once
 
 #include <array>
@@ -24,6 +35,34 @@ using PhiloxKey = std::array<uint32_t, 2>;
 
 // Ten rounds of Philox 4x32.
 PhiloxCounter philox4x32(PhiloxCounter ctr, PhiloxKey key);
+
+// See Note [Random streams].
+enum class Stream : uint32_t {
+  Generator = 0,
+  Batch = 1,
+  Dropout = 2,
+  EvalTrain = 3,
+  EvalVal = 4,
+  Sample = 5
+};
+inline PhiloxKey philox_key(uint64_t seed) {
+  return {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+}
+// The counter of `stream` with its own words w0..w2 and the low 24 bits of word 3 (w3 must
+// be below 2^24; callers check their ranges where a user could exceed them).
+inline PhiloxCounter stream_counter(Stream stream, uint32_t w0, uint32_t w1, uint32_t w2,
+                                    uint32_t w3) {
+  return {w0, w1, w2, (static_cast<uint32_t>(stream) << 24) | (w3 & 0xffffffu)};
+}
+// Batch-like layout (Batch, EvalTrain, EvalVal): row b of micro-step m at a step < 2^56.
+inline PhiloxCounter batch_counter(Stream stream, uint32_t b, uint32_t m, uint64_t step) {
+  return stream_counter(stream, b, m, static_cast<uint32_t>(step),
+                        static_cast<uint32_t>(step >> 32));
+}
+inline PhiloxCounter generator_counter(uint64_t offset) {
+  return stream_counter(Stream::Generator, static_cast<uint32_t>(offset),
+                        static_cast<uint32_t>(offset >> 32), 0, 0);
+}
 
 // Uniform in [0, 1) from the top 24 (float) or 53 (double) bits.
 inline float u32_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * 0x1p-24f; }

@@ -1,10 +1,13 @@
-// doctest's main, plus one guard: a run whose filters match no test case fails. CTest
+// doctest's main, plus two guards. A run whose filters match no test case fails: CTest
 // runs each test case by name, so a name that CTest mangles (a ';' splits it) would
-// otherwise run nothing and pass.
+// otherwise run nothing and pass. A run in which a test called test::skip (its checker
+// is missing) and nothing failed exits 77, CTest's SKIP_RETURN_CODE: reported as skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdio>
+
+#include "test_util.h"
 
 namespace {
 
@@ -40,5 +43,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no test case matches the given filters: nothing was tested\n");
     return rc != 0 ? rc : 3;
   }
+  if (rc == 0 && attend::test::skip_flag()) return 77;
   return rc;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -15,6 +16,19 @@
 #include "tensor/tensor.h"
 
 namespace attend::test {
+
+// A test whose checker (a tool, a data file) is missing calls skip(reason) and returns.
+// tests/main.cpp then exits with 77, which CTest's SKIP_RETURN_CODE reports as skipped,
+// never as passed.
+inline bool& skip_flag() {
+  static bool skipped = false;
+  return skipped;
+}
+inline void skip(const std::string& reason) {
+  MESSAGE("skipped: " << reason);
+  std::fprintf(stderr, "SKIPPED: %s\n", reason.c_str());
+  skip_flag() = true;
+}
 
 // A fresh, empty folder under the system's temporary folder, unique to this process.
 inline std::filesystem::path temp_dir(const std::string& name) {

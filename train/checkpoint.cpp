@@ -10,6 +10,7 @@
 #include <set>
 
 #include "tensor/kernels.h"
+#include "tensor/util.h"
 #include "train/hdf5_file.h"
 #include "train/version.h"
 
@@ -20,11 +21,8 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Fnv {
-  uint64_t h = 1469598103934665603ull;
-  void add(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  }
+  uint64_t h = kFnvOffset;
+  void add(const void* p, size_t n) { h = fnv1a64(p, n, h); }
   void add(const std::string& s) { add(s.data(), s.size() + 1); }
   void add(const Tensor& t) {
     Tensor c = kernel::contiguous(t);
@@ -39,14 +37,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-void fsync_path(const fs::path& p, bool directory) {
-  int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  ATTEND_CHECK(fd >= 0, p.string(), ": cannot open to sync: ", std::strerror(errno));
-  const int r = ::fsync(fd);
-  ::close(fd);
-  ATTEND_CHECK(r == 0, p.string(), ": fsync failed: ", std::strerror(errno));
 }
 
 // "exp_avg.transformer.wte.weight" -> ("exp_avg", "transformer.wte.weight")
@@ -170,7 +160,11 @@ CheckpointData load_checkpoint(const fs::path& path) {
   CheckpointData d;
   const int64_t version = f.attr_int("/meta", "format_version");
   ATTEND_CHECK(version == kCheckpointFormatVersion, path.string(), ": checkpoint format version ",
-               version, " is not supported (this attend reads ", kCheckpointFormatVersion, ")");
+               version, " is not supported: this attend reads version ", kCheckpointFormatVersion,
+               version < kCheckpointFormatVersion
+                   ? " (version 2 changed the random streams; retrain, or use the attend that "
+                     "wrote it)"
+                   : " (written by a newer attend)");
   for (const std::string& name : f.attr_names("/config")) {
     switch (f.attr_kind("/config", name)) {
       case 'i':
@@ -185,13 +179,10 @@ CheckpointData load_checkpoint(const fs::path& path) {
     }
   }
   // Model: every name; hard links come back as the same tensor.
-  std::map<std::string, Tensor> by_object;
+  std::map<uint64_t, Tensor> by_object;
   for (const std::string& name : f.list("/model")) {
     const std::string full = "/model/" + name;
-    H5O_info_t info;
-    if (H5Oget_info_by_name2(f.id(), full.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
-      throw Error(str(path.string(), ": cannot read ", full));
-    const std::string key = std::to_string(info.addr);
+    const uint64_t key = f.object_address(full);
     auto it = by_object.find(key);
     Tensor t = it != by_object.end() ? it->second : f.read_tensor(full, DType::F32);
     by_object[key] = t;

@@ -55,7 +55,9 @@ struct CheckpointData {
   uint64_t content_hash = 0;  // filled by save and checked by load
 };
 
-inline constexpr int64_t kCheckpointFormatVersion = 1;
+// 2: named random streams (Note [Random streams]): batches, dropout, evaluation and
+// sampling draw other numbers than under 1, so a version-1 run cannot resume exactly.
+inline constexpr int64_t kCheckpointFormatVersion = 2;
 
 void save_checkpoint(const std::filesystem::path& path, CheckpointData& data);
 // Throws naming the file and the reason for a missing, truncated, corrupt or foreign file.

@@ -1,12 +1,13 @@
 #include "train/config.h"
 
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 
-#include "data/tokenizer.h"
+#include "tensor/util.h"
 
 namespace attend::train {
 
@@ -18,50 +19,103 @@ std::string normalize(std::string s) {
   return s;
 }
 
+// The field a member pointer names, in c or in c.model.
+template <typename T>
+T& at(TrainConfig& c, T TrainConfig::*m) {
+  return c.*m;
+}
+template <typename T>
+T& at(TrainConfig& c, T nn::GPTConfig::*m) {
+  return c.model.*m;
+}
+
+const char* value_type_name(const Value& v) {
+  static const char* names[] = {"an integer", "a number", "true or false", "text"};
+  return names[v.index()];
+}
+
 }  // namespace
 
 const std::vector<ConfigField>& config_fields() {
   using C = TrainConfig;
+  using M = nn::GPTConfig;
   using R = OnResume;
+  using G = Group;
   static const std::vector<ConfigField> fields = {
-      {"data", "prepared folder (train.bin, val.bin), or a text file or folder to prepare", R::Free,
-       &C::data},
-      {"tokenizer", "tokenizer when preparing text: char | gpt2 | bpe:N", R::Refuse, &C::tokenizer},
-      {"preset", "model preset: cpu-char, shakespeare-char, gpt2, ... (sets the model fields)",
-       R::Free, &C::preset},
-      {"n_layer", "transformer blocks", R::Refuse, &C::n_layer},
-      {"n_head", "query heads NH", R::Refuse, &C::n_head},
-      {"n_kv_head", "key/value heads KVH (0: n_head, MHA; 1: MQA)", R::Refuse, &C::n_kv_head},
-      {"n_embd", "channels C", R::Refuse, &C::n_embd},
-      {"block_size", "context length T", R::Refuse, &C::block_size},
-      {"dropout", "dropout probability", R::Refuse, &C::dropout},
-      {"bias", "biases in Linear layers and LayerNorms (true/false)", R::Refuse, &C::bias},
-      {"optimizer", "adamw | sgd", R::Refuse, &C::optimizer},
-      {"batch_size", "sequences per micro-step B", R::Refuse, &C::batch_size},
-      {"gradient_accumulation_steps", "micro-steps per optimizer step", R::Refuse,
+      {"data", "prepared folder (train.bin, val.bin), or a text file or folder to prepare", G::Data,
+       R::Free, &C::data},
+      {"tokenizer", "tokenizer when preparing text: char | gpt2 | bpe:N", G::Data, R::Refuse,
+       &C::tokenizer},
+      {"preset",
+       "model preset (sets the model fields; cpu-char and shakespeare-char also the recipe)",
+       G::Model, R::Free, &C::preset},
+      {"vocab_size", "vocabulary V (training: the tokenizer's)", G::Model, R::Refuse,
+       &M::vocab_size, false},
+      {"n_layer", "transformer blocks", G::Model, R::Refuse, &M::n_layer},
+      {"n_head", "query heads NH", G::Model, R::Refuse, &M::n_head},
+      {"n_kv_head", "key/value heads KVH (default: n_head, MHA; 1: MQA; between: GQA)", G::Model,
+       R::Refuse, &M::n_kv_head},
+      {"n_embd", "channels C", G::Model, R::Refuse, &M::n_embd},
+      {"block_size", "context length T", G::Model, R::Refuse, &M::block_size},
+      {"dropout", "dropout probability", G::Model, R::Refuse, &M::dropout},
+      {"bias", "biases in Linear layers and LayerNorms", G::Model, R::Refuse, &M::bias},
+      {"optimizer", "adamw | sgd", G::Optim, R::Refuse, &C::optimizer},
+      {"batch_size", "sequences per micro-step B", G::Optim, R::Refuse, &C::batch_size},
+      {"gradient_accumulation_steps", "micro-steps per optimizer step", G::Optim, R::Refuse,
        &C::gradient_accumulation_steps},
-      {"max_iters", "optimizer steps in all", R::Free, &C::max_iters},
-      {"learning_rate", "peak learning rate", R::Warn, &C::learning_rate},
-      {"decay_lr", "warmup then cosine decay (true) or constant (false)", R::Warn, &C::decay_lr},
-      {"warmup_iters", "linear warmup steps", R::Warn, &C::warmup_iters},
-      {"lr_decay_iters", "step where the cosine reaches min_lr", R::Warn, &C::lr_decay_iters},
-      {"min_lr", "learning rate at and after lr_decay_iters", R::Warn, &C::min_lr},
-      {"beta1", "AdamW beta1", R::Refuse, &C::beta1},
-      {"beta2", "AdamW beta2", R::Refuse, &C::beta2},
-      {"weight_decay", "decoupled weight decay (matrices and embeddings only)", R::Refuse,
+      {"max_iters", "optimizer steps in all", G::Run, R::Free, &C::max_iters},
+      {"learning_rate", "peak learning rate", G::Optim, R::Warn, &C::learning_rate},
+      {"decay_lr", "warmup then cosine decay (true) or constant (false)", G::Optim, R::Warn,
+       &C::decay_lr},
+      {"warmup_iters", "linear warmup steps", G::Optim, R::Warn, &C::warmup_iters},
+      {"lr_decay_iters", "step where the cosine reaches min_lr", G::Optim, R::Warn,
+       &C::lr_decay_iters},
+      {"min_lr", "learning rate at and after lr_decay_iters", G::Optim, R::Warn, &C::min_lr},
+      {"beta1", "AdamW beta1", G::Optim, R::Refuse, &C::beta1},
+      {"beta2", "AdamW beta2", G::Optim, R::Refuse, &C::beta2},
+      {"weight_decay", "decoupled weight decay (matrices and embeddings only)", G::Optim, R::Refuse,
        &C::weight_decay},
-      {"momentum", "SGD momentum", R::Refuse, &C::momentum},
-      {"grad_clip", "clip the global gradient norm to this (0: off)", R::Refuse, &C::grad_clip},
-      {"seed", "seed of initialisation, batches and dropout", R::Refuse, &C::seed},
-      {"eval_interval", "evaluate every this many steps", R::Free, &C::eval_interval},
-      {"eval_iters", "batches per split in an evaluation", R::Free, &C::eval_iters},
-      {"log_interval", "print and record every this many steps", R::Free, &C::log_interval},
-      {"checkpoint_interval", "write a checkpoint every this many steps", R::Free,
+      {"momentum", "SGD momentum", G::Optim, R::Refuse, &C::momentum},
+      {"grad_clip", "clip the global gradient norm to this (0: off)", G::Optim, R::Refuse,
+       &C::grad_clip},
+      {"seed", "seed of initialisation, batches and dropout", G::Optim, R::Refuse, &C::seed},
+      {"eval_interval", "evaluate every this many steps", G::Run, R::Free, &C::eval_interval},
+      {"eval_iters", "batches per split in an evaluation", G::Run, R::Free, &C::eval_iters},
+      {"log_interval", "print and record every this many steps", G::Run, R::Free, &C::log_interval},
+      {"checkpoint_interval", "write a checkpoint every this many steps", G::Run, R::Free,
        &C::checkpoint_interval},
-      {"keep_checkpoints", "newest checkpoints kept (the best-val one is kept too)", R::Free,
-       &C::keep_checkpoints},
+      {"keep_checkpoints", "newest checkpoints kept (the best-val one is kept too)", G::Run,
+       R::Free, &C::keep_checkpoints},
   };
   return fields;
+}
+
+Value ConfigField::get(const TrainConfig& c) const {
+  return std::visit([&](auto m) -> Value { return at(const_cast<TrainConfig&>(c), m); }, member);
+}
+
+void ConfigField::set(TrainConfig& c, const Value& v) const {
+  std::visit(
+      [&](auto m) {
+        using T = std::remove_reference_t<decltype(at(c, m))>;
+        const T* x = std::get_if<T>(&v);
+        ATTEND_CHECK(x, name, ": expected ", value_type_name(Value(T{})), ", got ",
+                     value_type_name(v), " ", format_value(v));
+        at(c, m) = *x;
+      },
+      member);
+}
+
+const char* ConfigField::type_name() const {
+  return std::visit(
+      [](auto m) {
+        using T = std::remove_reference_t<decltype(at(std::declval<TrainConfig&>(), m))>;
+        if constexpr (std::is_same_v<T, int64_t>) return "INT";
+        if constexpr (std::is_same_v<T, double>) return "FLOAT";
+        if constexpr (std::is_same_v<T, bool>) return "BOOL";
+        return "TEXT";
+      },
+      member);
 }
 
 const ConfigField* find_field(const std::string& name) {
@@ -71,80 +125,45 @@ const ConfigField* find_field(const std::string& name) {
   return nullptr;
 }
 
-void set_field(TrainConfig& c, const ConfigField& f, const std::string& value,
-               const std::string& source) {
-  auto bad = [&](const char* what) {
-    throw Error(str(source, ": expected ", what, ", got '", value, "'"));
-  };
-  std::visit(
-      [&](auto member) {
-        using V = std::remove_cvref_t<decltype(c.*member)>;
-        if constexpr (std::is_same_v<V, int64_t>) {
-          size_t used = 0;
-          long long v = 0;
-          try {
-            v = std::stoll(value, &used);
-          } catch (const std::exception&) {
-            bad("an integer");
-          }
-          if (used != value.size()) bad("an integer");
-          c.*member = v;
-        } else if constexpr (std::is_same_v<V, double>) {
-          size_t used = 0;
-          double v = 0;
-          try {
-            v = std::stod(value, &used);
-          } catch (const std::exception&) {
-            bad("a number");
-          }
-          if (used != value.size() || !std::isfinite(v)) bad("a finite number");
-          c.*member = v;
-        } else if constexpr (std::is_same_v<V, bool>) {
-          if (value == "true" || value == "1") {
-            c.*member = true;
-          } else if (value == "false" || value == "0") {
-            c.*member = false;
-          } else {
-            bad("true or false");
-          }
-        } else {
-          c.*member = value;
-        }
-      },
-      f.member);
+const ConfigField& field(const std::string& name) {
+  const ConfigField* f = find_field(name);
+  ATTEND_CHECK(f, "config: unknown setting '", name, "'");
+  return *f;
 }
 
-std::string get_field(const TrainConfig& c, const ConfigField& f) {
+Value parse_value(const ConfigField& f, const std::string& text, const std::string& source) {
+  const Value typed = f.get(TrainConfig{});
+  switch (typed.index()) {
+    case 0:
+      return parse_int(text, source);
+    case 1:
+      return parse_double(text, source);
+    case 2:
+      if (text == "true" || text == "1") return true;
+      if (text == "false" || text == "0") return false;
+      throw Error(str(source, ": expected true or false, got '", text, "'"));
+    default:
+      return text;
+  }
+}
+
+std::string format_value(const Value& v) {
   return std::visit(
-      [&](auto member) -> std::string {
-        using V = std::remove_cvref_t<decltype(c.*member)>;
-        if constexpr (std::is_same_v<V, bool>) {
-          return c.*member ? "true" : "false";
-        } else if constexpr (std::is_same_v<V, std::string>) {
-          return c.*member;
-        } else {
-          std::ostringstream os;
-          os << c.*member;
-          return os.str();
-        }
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string>) return x;
+        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
+        if constexpr (!std::is_same_v<T, std::string> && !std::is_same_v<T, bool>)
+          return fmt::format("{}", x);  // doubles: shortest round-trip text
       },
-      f.member);
+      v);
 }
 
 void TrainConfig::validate() const {
   auto check = [](bool ok, const char* flag, const auto& value, const char* want) {
     ATTEND_CHECK(ok, "--", flag, ": ", want, ", got ", value);
   };
-  check(n_layer > 0, "n_layer", n_layer, "must be positive");
-  check(n_head > 0, "n_head", n_head, "must be positive");
-  check(n_kv_head >= 0, "n_kv_head", n_kv_head, "must be 0 (= n_head) or positive");
-  check(n_embd > 0, "n_embd", n_embd, "must be positive");
-  ATTEND_CHECK(n_embd % n_head == 0, "--n_embd ", n_embd, " must be divisible by --n_head ",
-               n_head);
-  const int64_t kvh = n_kv_head == 0 ? n_head : n_kv_head;
-  ATTEND_CHECK(n_head % kvh == 0, "--n_head ", n_head, " must be divisible by --n_kv_head ", kvh);
-  check(block_size > 0, "block_size", block_size, "must be positive");
-  check(dropout >= 0 && dropout < 1, "dropout", dropout, "must be in [0, 1)");
+  model.validate("--");
   check(optimizer == "adamw" || optimizer == "sgd", "optimizer", optimizer, "must be adamw or sgd");
   check(batch_size > 0, "batch_size", batch_size, "must be positive");
   check(gradient_accumulation_steps > 0 && gradient_accumulation_steps <= 65535,
@@ -168,32 +187,77 @@ void TrainConfig::validate() const {
   check(keep_checkpoints > 0, "keep_checkpoints", keep_checkpoints, "must be positive");
 }
 
-nn::GPTConfig TrainConfig::model(int64_t vocab_size) const {
-  return nn::GPTConfig{vocab_size, block_size, n_layer, n_head, n_kv_head == 0 ? n_head : n_kv_head,
-                       n_embd,     dropout,    bias};
+const Preset& find_preset(const std::string& name) {
+  //                          name    model                       recipe: B, iters, warmup,
+  //                          decay iters, lr, min_lr, beta2
+  static const std::vector<Preset> presets = [] {
+    std::vector<Preset> p;
+    for (const std::string& n : nn::gpt_preset_names()) p.push_back({n, nn::gpt_preset(n)});
+    for (Preset& x : p) {
+      if (x.name == "cpu-char")  // nanoGPT's README CPU recipe
+        x = {x.name, x.model, true, 12, 2000, 100, 2000, 1e-3, 1e-4, 0.99};
+      if (x.name == "shakespeare-char")  // nanoGPT's train_shakespeare_char.py
+        x = {x.name, x.model, true, 64, 5000, 100, 5000, 1e-3, 1e-4, 0.99};
+    }
+    return p;
+  }();
+  for (const Preset& p : presets)
+    if (p.name == name) return p;
+  nn::gpt_preset(name);  // throws listing the known names
+  throw Error(str("unknown preset '", name, "'"));
 }
 
 void apply_preset(TrainConfig& c, const std::string& name) {
-  nn::GPTConfig p = nn::gpt_preset(name);
+  const Preset& p = find_preset(name);
   c.preset = name;
-  c.n_layer = p.n_layer;
-  c.n_head = p.n_head;
-  c.n_kv_head = p.n_kv_head;
-  c.n_embd = p.n_embd;
-  c.block_size = p.block_size;
-  c.dropout = p.dropout;
-  c.bias = p.bias;
-  if (name == "cpu-char") {  // nanoGPT's README CPU recipe
-    c.batch_size = 12, c.learning_rate = 1e-3, c.max_iters = 2000, c.warmup_iters = 100;
-    c.lr_decay_iters = 2000, c.min_lr = 1e-4, c.beta2 = 0.99;
-  } else if (name == "shakespeare-char") {  // nanoGPT's train_shakespeare_char.py
-    c.batch_size = 64, c.learning_rate = 1e-3, c.max_iters = 5000, c.warmup_iters = 100;
-    c.lr_decay_iters = 5000, c.min_lr = 1e-4, c.beta2 = 0.99;
-  }
+  c.model = p.model;
+  if (!p.has_recipe) return;
+  c.batch_size = p.batch_size, c.max_iters = p.max_iters, c.warmup_iters = p.warmup_iters;
+  c.lr_decay_iters = p.lr_decay_iters, c.learning_rate = p.learning_rate, c.min_lr = p.min_lr;
+  c.beta2 = p.beta2;
 }
 
-std::map<std::string, std::string> read_config_file(const std::string& path) {
-  const std::string text = data::read_file(path);
+ResolvedConfig resolve_config(const std::vector<SettingsLayer>& layers, const TrainConfig& base) {
+  ResolvedConfig r{base, {}};
+  std::string preset_source;
+  for (const SettingsLayer& l : layers) {
+    auto it = l.values.find("preset");
+    if (it != l.values.end())
+      r.config.preset = std::get<std::string>(it->second), preset_source = l.source;
+  }
+  if (!preset_source.empty()) apply_preset(r.config, r.config.preset);
+  const nn::GPTConfig before = r.config.model;
+  std::string head_source;
+  for (const SettingsLayer& l : layers) {
+    for (const auto& [name, value] : l.values) {
+      const ConfigField& f = field(name);
+      if (name == "preset") continue;
+      try {
+        f.set(r.config, value);
+      } catch (const Error& e) {
+        throw Error(str(l.source, ": ", e.what()));
+      }
+      r.explicit_fields.insert(f.name);
+      if (name == "n_head") head_source = l.source;
+    }
+  }
+  // n_kv_head follows n_head unless set: an MHA preset stays MHA whatever n_head is.
+  if (!head_source.empty() && !r.explicit_fields.count("n_kv_head")) {
+    ATTEND_CHECK(before.n_kv_head == before.n_head, head_source, ": n_head ", r.config.model.n_head,
+                 " on a model with n_head ", before.n_head, " and n_kv_head ", before.n_kv_head,
+                 " (", r.config.preset, "): give n_kv_head too, to say which attention you mean");
+    r.config.model.n_kv_head = r.config.model.n_head;
+  }
+  if (!preset_source.empty()) {
+    r.explicit_fields.insert("preset");
+    for (const ConfigField& f : config_fields())
+      if (f.group == Group::Model && f.train_flag) r.explicit_fields.insert(f.name);
+  }
+  return r;
+}
+
+SettingsLayer read_config_file(const std::string& path) {
+  const std::string text = read_file(path);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -201,72 +265,92 @@ std::map<std::string, std::string> read_config_file(const std::string& path) {
     throw Error(str(path, ": invalid JSON at byte ", e.byte));
   }
   ATTEND_CHECK(j.is_object(), path, ": expected a JSON object of flag -> value");
-  std::map<std::string, std::string> out;
+  SettingsLayer layer{path, {}};
   for (auto it = j.begin(); it != j.end(); ++it) {
     const ConfigField* f = find_field(it.key());
-    ATTEND_CHECK(f, path, ": unknown setting '", it.key(), "'");
+    ATTEND_CHECK(f && f->train_flag, path, ": unknown setting '", it.key(), "'");
+    const std::string where = str(path, ": ", f->name);
     const auto& v = it.value();
-    std::string s;
+    const Value want = f->get(TrainConfig{});
+    Value got;
     if (v.is_string()) {
-      s = v.get<std::string>();
-    } else if (v.is_boolean()) {
-      s = v.get<bool>() ? "true" : "false";
-    } else if (v.is_number_integer()) {
-      s = std::to_string(v.get<int64_t>());
-    } else if (v.is_number()) {
-      std::ostringstream os;
-      os.precision(17);
-      os << v.get<double>();
-      s = os.str();
+      got = parse_value(*f, v.get<std::string>(), where);
+    } else if (v.is_boolean() && want.index() == 2) {
+      got = v.get<bool>();
+    } else if (v.is_number_integer() && want.index() == 0) {
+      got = v.get<int64_t>();
+    } else if (v.is_number() && want.index() == 1) {
+      got = v.get<double>();
     } else {
-      throw Error(str(path, ": setting '", it.key(), "' must be a string, number or boolean"));
+      throw Error(str(where, ": expected ", value_type_name(want), ", got ", v.dump()));
     }
-    out[f->name] = s;
+    layer.values[f->name] = got;
+  }
+  return layer;
+}
+
+ConfigValues to_values(const TrainConfig& c) {
+  ConfigValues out;
+  for (const ConfigField& f : config_fields()) {
+    const Value v = f.get(c);
+    if (const bool* b = std::get_if<bool>(&v)) {
+      out.emplace_back(f.name, static_cast<int64_t>(*b));
+    } else {
+      std::visit(
+          [&](const auto& x) {
+            if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, bool>)
+              out.emplace_back(f.name, x);
+          },
+          v);
+    }
   }
   return out;
 }
 
-ConfigValues to_values(const TrainConfig& c, int64_t vocab_size) {
-  ConfigValues v;
-  const nn::GPTConfig m = c.model(vocab_size);
-  v.emplace_back("vocab_size", m.vocab_size);
-  for (const ConfigField& f : config_fields()) {
-    std::visit(
-        [&](auto member) {
-          using V = std::remove_cvref_t<decltype(c.*member)>;
-          if constexpr (std::is_same_v<V, bool>) {
-            v.emplace_back(f.name, static_cast<int64_t>(c.*member));
-          } else {
-            v.emplace_back(f.name, c.*member);
-          }
-        },
-        f.member);
-  }
-  // The resolved head count, as GPTConfig has it.
-  for (auto& [name, value] : v)
-    if (name == "n_kv_head") value = m.n_kv_head;
-  return v;
-}
-
 TrainConfig from_values(const ConfigValues& values) {
   TrainConfig c;
-  for (const auto& [name, value] : values) {
+  for (const auto& [name, stored] : values) {
     const ConfigField* f = find_field(name);
-    if (!f) continue;  // vocab_size, and fields of other versions
-    std::string s = std::visit(
-        [](const auto& x) -> std::string {
-          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) {
-            return x;
-          } else {
-            std::ostringstream os;
-            os.precision(17);
-            os << x;
-            return os.str();
-          }
-        },
-        value);
-    if (std::holds_alternative<bool TrainConfig::*>(f->member)) s = s == "0" ? "false" : "true";
-    set_field(c, *f, s, std::string("checkpoint /config ") + name);
+    if (!f) continue;  // fields of other versions
+    Value v = std::visit([](const auto& x) -> Value { return x; }, stored);
+    const bool want_bool = f->get(c).index() == 2;
+    if (want_bool) {
+      const int64_t* i = std::get_if<int64_t>(&stored);
+      ATTEND_CHECK(i && (*i == 0 || *i == 1), "checkpoint /config ", name,
+                   ": expected 0 or 1 (a boolean)");
+      v = *i == 1;
+    }
+    try {
+      f->set(c, v);
+    } catch (const Error& e) {
+      throw Error(str("checkpoint /config ", e.what()));
+    }
+  }
+  return c;
+}
+
+TrainConfig merge_resume(const ResolvedConfig& req, const TrainConfig& saved) {
+  TrainConfig c = saved;
+  std::vector<std::string> refused;
+  for (const ConfigField& f : config_fields()) {
+    const Value want = f.get(req.config), had = f.get(saved);
+    if (!req.explicit_fields.count(f.name) || want == had) continue;
+    const std::string change =
+        str(f.name, " (checkpoint ", format_value(had), ", now ", format_value(want), ")");
+    if (f.on_resume == OnResume::Refuse) {
+      refused.push_back(change);
+      continue;
+    }
+    if (f.on_resume == OnResume::Warn)
+      spdlog::warn("resume: {} changes; the run will not match an uninterrupted one", change);
+    else
+      spdlog::info("resume: {} changes", change);
+    f.set(c, want);
+  }
+  if (!refused.empty()) {
+    std::string msg = "resume: these settings differ from the checkpoint's and cannot change:";
+    for (const auto& r : refused) msg += "\n  " + r;
+    throw Error(msg);
   }
   return c;
 }

@@ -1,10 +1,22 @@
 // The training configuration: one typed struct with a typical value beside each field,
-// and one table of its fields from which the flags, the config file, the checkpoint's
-// /config attributes and the resume checks are all derived. Names are nanoGPT's.
+// holding the model's nn::GPTConfig, and one table of its fields from which the flags
+// (`train` and `summary`), the JSON config file, the checkpoint's /config attributes and
+// the resume rules are all derived. Names are nanoGPT's.
+//
+// Values are typed everywhere inside (Value: int, float, bool or text); they cross text
+// only at the edges: parse_value for a flag or a JSON string, format_value for messages
+// and --help. A double survives the checkpoint and the resume merge bit for bit.
+//
+// Layers, lowest first: the defaults (which are the cpu-char preset and nanoGPT's CPU
+// recipe), the preset named by the file or a flag (its model and, for the char presets,
+// its recipe), the config file, the flags. Key/value heads: n_kv_head follows n_head
+// unless some layer sets it, so `--preset X --n_head Y` builds the same model as
+// `--n_head Y`; a GQA preset given a new n_head without n_kv_head is refused.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <variant>
@@ -19,16 +31,10 @@ struct TrainConfig {
   // data
   std::string data;                // a prepared folder (train.bin, val.bin) or text to prepare
   std::string tokenizer = "char";  // when preparing text: char | gpt2 | bpe:N
-  // model (defaults: nanoGPT's CPU recipe, preset cpu-char)
+  // model: the cpu-char preset; vocab_size is the tokenizer's
   std::string preset = "cpu-char";
-  int64_t n_layer = 4;
-  int64_t n_head = 4;       // NH
-  int64_t n_kv_head = 0;    // KVH; 0 means n_head (MHA)
-  int64_t n_embd = 128;     // C
-  int64_t block_size = 64;  // T
-  double dropout = 0.0;
-  bool bias = true;
-  // optimisation
+  nn::GPTConfig model = nn::gpt_preset("cpu-char");
+  // optimisation (defaults: nanoGPT's CPU recipe)
   std::string optimizer = "adamw";  // adamw | sgd
   int64_t batch_size = 12;          // B
   int64_t gradient_accumulation_steps = 1;
@@ -53,7 +59,7 @@ struct TrainConfig {
 
   // Throws naming the flag and the value of the first invalid field.
   void validate() const;
-  nn::GPTConfig model(int64_t vocab_size) const;
+  bool operator==(const TrainConfig&) const = default;
 };
 
 // How a field may change when a run resumes.
@@ -63,28 +69,74 @@ enum class OnResume {
   Free,    // length, evaluation, logging and checkpoint settings
 };
 
+enum class Group { Data, Model, Optim, Run };
+
+using Value = std::variant<int64_t, double, bool, std::string>;
+
 struct ConfigField {
   const char* name;
   const char* help;
+  Group group;
   OnResume on_resume;
   std::variant<int64_t TrainConfig::*, double TrainConfig::*, bool TrainConfig::*,
-               std::string TrainConfig::*>
+               std::string TrainConfig::*, int64_t nn::GPTConfig::*, double nn::GPTConfig::*,
+               bool nn::GPTConfig::*>
       member;
+  bool train_flag = true;  // vocab_size is the tokenizer's: a summary flag only
+
+  Value get(const TrainConfig& c) const;
+  // Throws if v's type is not this field's.
+  void set(TrainConfig& c, const Value& v) const;
+  const char* type_name() const;  // INT, FLOAT, BOOL or TEXT (as --help shows it)
 };
 const std::vector<ConfigField>& config_fields();
 const ConfigField* find_field(const std::string& name);  // dashes and underscores alike
+const ConfigField& field(const std::string& name);       // throws for an unknown name
 
-// Sets a field from its text form; errors name the flag and the value.
-void set_field(TrainConfig& c, const ConfigField& f, const std::string& value,
-               const std::string& source);
-std::string get_field(const TrainConfig& c, const ConfigField& f);
+// The text edges. parse_value is strict (the whole text, finite numbers, true/false/1/0)
+// and its errors name `source` (a flag, a file and key) and the text.
+Value parse_value(const ConfigField& f, const std::string& text, const std::string& source);
+std::string format_value(const Value& v);  // doubles: the shortest text that reads back exact
 
-// Applies a preset's model fields (and, for cpu-char, nanoGPT's training recipe).
+// A named preset: the model, and for the char presets nanoGPT's training recipe.
+struct Preset {
+  std::string name;
+  nn::GPTConfig model;
+  bool has_recipe = false;
+  int64_t batch_size = 0, max_iters = 0, warmup_iters = 0, lr_decay_iters = 0;
+  double learning_rate = 0, min_lr = 0, beta2 = 0;
+};
+const Preset& find_preset(const std::string& name);  // throws listing the known names
 void apply_preset(TrainConfig& c, const std::string& name);
-// Reads a JSON object of field -> value; unknown fields are errors naming the file.
-std::map<std::string, std::string> read_config_file(const std::string& path);
 
-ConfigValues to_values(const TrainConfig& c, int64_t vocab_size);
+// One layer of settings: where it came from ("--flags", a file name) and its typed values.
+struct SettingsLayer {
+  std::string source;
+  std::map<std::string, Value> values;  // canonical field names
+};
+
+// The config a request means, and which fields it set (a named preset's model fields
+// count as set, so that resuming with --preset checks them).
+struct ResolvedConfig {
+  TrainConfig config;
+  std::set<std::string> explicit_fields;
+};
+// Applies base < preset < layers in order; see the header comment for n_kv_head. The base
+// is the defaults for `train`; `summary --checkpoint` starts from the checkpoint's config.
+ResolvedConfig resolve_config(const std::vector<SettingsLayer>& layers,
+                              const TrainConfig& base = TrainConfig{});
+
+// Reads a JSON object of field -> value; unknown fields and wrong types are errors
+// naming the file and the key. JSON strings are parsed as the flag would be.
+SettingsLayer read_config_file(const std::string& path);
+
+// /config in a checkpoint: every field typed (booleans as 0/1 integers, as HDF5 has no
+// boolean attribute). from_values refuses a value of the wrong type, naming it.
+ConfigValues to_values(const TrainConfig& c);
 TrainConfig from_values(const ConfigValues& values);
+
+// On resume: the checkpoint's settings, except explicit fields that differ and may change
+// (Warn: logged as breaking exactness; Free: logged). Refused changes throw, listing all.
+TrainConfig merge_resume(const ResolvedConfig& requested, const TrainConfig& saved);
 
 }  // namespace attend::train

@@ -43,7 +43,7 @@ void File::close() {
 }
 
 void File::create_group(const std::string& name) {
-  Handle g(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  Handle g(H5Gcreate2(file_.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
   if (g.get() < 0) fail("cannot create group " + name);
 }
 
@@ -53,14 +53,14 @@ bool File::exists(const std::string& name) const {
   while (true) {
     size_t next = name.find('/', pos);
     std::string part = name.substr(0, next);
-    if (H5Lexists(id(), part.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (H5Lexists(file_.get(), part.c_str(), H5P_DEFAULT) <= 0) return false;
     if (next == std::string::npos) return true;
     pos = next + 1;
   }
 }
 
 std::vector<std::string> File::list(const std::string& group) const {
-  Handle g(H5Gopen2(id(), group.c_str(), H5P_DEFAULT), H5Gclose);
+  Handle g(H5Gopen2(file_.get(), group.c_str(), H5P_DEFAULT), H5Gclose);
   if (g.get() < 0) fail("missing group " + group);
   H5G_info_t info;
   if (H5Gget_info(g.get(), &info) < 0) fail("cannot read group " + group);
@@ -129,7 +129,7 @@ void File::write_tensor(const std::string& name, const Tensor& t) {
   if (space.get() < 0 || dcpl.get() < 0 || H5Pset_chunk(dcpl.get(), rank, chunk.data()) < 0 ||
       H5Pset_fletcher32(dcpl.get()) < 0)
     fail("cannot set up dataset " + name);
-  Handle d(H5Dcreate2(id(), name.c_str(), file_type(c.dtype()), space.get(), H5P_DEFAULT,
+  Handle d(H5Dcreate2(file_.get(), name.c_str(), file_type(c.dtype()), space.get(), H5P_DEFAULT,
                       dcpl.get(), H5P_DEFAULT),
            H5Dclose);
   if (d.get() < 0) fail("cannot create dataset " + name);
@@ -139,7 +139,7 @@ void File::write_tensor(const std::string& name, const Tensor& t) {
 }
 
 Tensor File::read_tensor(const std::string& name, DType dtype) const {
-  Handle d(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle d(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (d.get() < 0) fail("missing dataset " + name);
   Handle space(H5Dget_space(d.get()), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(space.get());
@@ -151,7 +151,7 @@ Tensor File::read_tensor(const std::string& name, DType dtype) const {
 }
 
 Tensor File::read_tensor(const std::string& name, DType dtype, const Shape& shape) const {
-  Handle d(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle d(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (d.get() < 0) fail("missing dataset " + name);
   Handle type(H5Dget_type(d.get()), H5Tclose);
   const H5T_class_t cls = H5Tget_class(type.get());
@@ -175,7 +175,8 @@ Tensor File::read_tensor(const std::string& name, DType dtype, const Shape& shap
 }
 
 void File::hard_link(const std::string& target, const std::string& link) {
-  if (H5Lcreate_hard(id(), target.c_str(), id(), link.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
+  if (H5Lcreate_hard(file_.get(), target.c_str(), file_.get(), link.c_str(), H5P_DEFAULT,
+                     H5P_DEFAULT) < 0)
     fail("cannot link " + link + " to " + target);
 }
 
@@ -209,13 +210,13 @@ Handle open_attr(hid_t file, const std::string& path, const std::string& object,
 }  // namespace
 
 void File::set_attr(const std::string& o, const std::string& n, int64_t v) {
-  write_attr(id(), path_, o, n, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+  write_attr(file_.get(), path_, o, n, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
 }
 void File::set_attr(const std::string& o, const std::string& n, uint64_t v) {
-  write_attr(id(), path_, o, n, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
+  write_attr(file_.get(), path_, o, n, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
 }
 void File::set_attr(const std::string& o, const std::string& n, double v) {
-  write_attr(id(), path_, o, n, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+  write_attr(file_.get(), path_, o, n, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
 }
 void File::set_attr(const std::string& o, const std::string& n, const std::string& v) {
   Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
@@ -223,18 +224,18 @@ void File::set_attr(const std::string& o, const std::string& n, const std::strin
   H5Tset_strpad(t.get(), H5T_STR_NULLPAD);
   H5Tset_cset(t.get(), H5T_CSET_UTF8);
   std::string padded = v.empty() ? std::string(1, '\0') : v;
-  write_attr(id(), path_, o, n, t.get(), t.get(), padded.data());
+  write_attr(file_.get(), path_, o, n, t.get(), t.get(), padded.data());
 }
 
 bool File::has_attr(const std::string& o, const std::string& n) const {
-  hid_t obj = H5Oopen(id(), o.c_str(), H5P_DEFAULT);
+  hid_t obj = H5Oopen(file_.get(), o.c_str(), H5P_DEFAULT);
   if (obj < 0) return false;
   Handle h(obj, H5Oclose);
   return H5Aexists(obj, n.c_str()) > 0;
 }
 
 char File::attr_kind(const std::string& o, const std::string& n) const {
-  Handle a = open_attr(id(), path_, o, n);
+  Handle a = open_attr(file_.get(), path_, o, n);
   Handle t(H5Aget_type(a.get()), H5Tclose);
   switch (H5Tget_class(t.get())) {
     case H5T_INTEGER:
@@ -250,7 +251,7 @@ char File::attr_kind(const std::string& o, const std::string& n) const {
 
 int64_t File::attr_int(const std::string& o, const std::string& n) const {
   if (attr_kind(o, n) != 'i') fail("attribute " + o + "@" + n + " is not an integer");
-  Handle a = open_attr(id(), path_, o, n);
+  Handle a = open_attr(file_.get(), path_, o, n);
   int64_t v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) fail("cannot read attribute " + o + "@" + n);
   return v;
@@ -258,7 +259,7 @@ int64_t File::attr_int(const std::string& o, const std::string& n) const {
 
 uint64_t File::attr_uint(const std::string& o, const std::string& n) const {
   if (attr_kind(o, n) != 'i') fail("attribute " + o + "@" + n + " is not an integer");
-  Handle a = open_attr(id(), path_, o, n);
+  Handle a = open_attr(file_.get(), path_, o, n);
   uint64_t v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_UINT64, &v) < 0) fail("cannot read attribute " + o + "@" + n);
   return v;
@@ -267,7 +268,7 @@ uint64_t File::attr_uint(const std::string& o, const std::string& n) const {
 double File::attr_double(const std::string& o, const std::string& n) const {
   const char k = attr_kind(o, n);
   if (k != 'f' && k != 'i') fail("attribute " + o + "@" + n + " is not a number");
-  Handle a = open_attr(id(), path_, o, n);
+  Handle a = open_attr(file_.get(), path_, o, n);
   double v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) fail("cannot read attribute " + o + "@" + n);
   return v;
@@ -275,7 +276,7 @@ double File::attr_double(const std::string& o, const std::string& n) const {
 
 std::string File::attr_string(const std::string& o, const std::string& n) const {
   if (attr_kind(o, n) != 's') fail("attribute " + o + "@" + n + " is not a string");
-  Handle a = open_attr(id(), path_, o, n);
+  Handle a = open_attr(file_.get(), path_, o, n);
   Handle t(H5Aget_type(a.get()), H5Tclose);
   if (H5Tis_variable_str(t.get()) > 0)
     fail("attribute " + o + "@" + n + " is a variable-length string");
@@ -286,7 +287,7 @@ std::string File::attr_string(const std::string& o, const std::string& n) const 
 }
 
 std::vector<std::string> File::attr_names(const std::string& o) const {
-  Handle obj = open_object(id(), o, path_);
+  Handle obj = open_object(file_.get(), o, path_);
   H5O_info_t info;
   if (H5Oget_info2(obj.get(), &info, H5O_INFO_NUM_ATTRS) < 0) fail("cannot read " + o);
   std::vector<std::string> names;
@@ -299,6 +300,13 @@ std::vector<std::string> File::attr_names(const std::string& o) const {
     names.push_back(s);
   }
   return names;
+}
+
+uint64_t File::object_address(const std::string& name) const {
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(file_.get(), name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
+    fail("cannot read " + name);
+  return static_cast<uint64_t>(info.addr);
 }
 
 }  // namespace attend::train::h5

@@ -53,7 +53,6 @@ class File {
   static File create(const std::string& path);
   static File open(const std::string& path);
   void close();  // throws if HDF5 could not flush and close the file
-  hid_t id() const { return file_.get(); }
   const std::string& path() const { return path_; }
 
   void create_group(const std::string& name);
@@ -66,6 +65,8 @@ class File {
   Tensor read_tensor(const std::string& name, DType dtype, const Shape& shape) const;
   Tensor read_tensor(const std::string& name, DType dtype) const;  // any shape
   void hard_link(const std::string& target, const std::string& link);
+  // The file address of the object at `name`: equal for two hard links to one object.
+  uint64_t object_address(const std::string& name) const;
 
   void set_attr(const std::string& object, const std::string& name, int64_t v);
   void set_attr(const std::string& object, const std::string& name, uint64_t v);

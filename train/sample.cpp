@@ -58,7 +58,7 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
     seq.erase(seq.begin(), seq.end() - T);
   }
   NoGradGuard no_grad;
-  const PhiloxKey key{static_cast<uint32_t>(o.seed), static_cast<uint32_t>(o.seed >> 32)};
+  const PhiloxKey key = philox_key(o.seed);
   auto to_tensor = [](const data::TokenIds& ids, size_t from) {
     std::vector<double> v(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
     return tensor(v, {1, static_cast<int64_t>(v.size())}, DType::I64);
@@ -69,9 +69,7 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     Tensor last =
         kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
-    const PhiloxCounter r = philox4x32(
-        {static_cast<uint32_t>(i), static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32), 0, 0},
-        key);
+    const PhiloxCounter r = philox4x32(sample_counter(static_cast<uint64_t>(i)), key);
     const int32_t next = choose_token(last.data<float>(), V, o, u64_to_unit_double(r[0], r[1]));
     seq.push_back(next);
     out.push_back(next);

@@ -4,9 +4,10 @@
 // then costs one position. Tokens are drawn from softmax(logits / temperature) after
 // keeping the top_k most likely (0: all) and the smallest set whose probability reaches
 // top_p (1: all); temperature 0 takes the most likely token. Token i of a sample uses
-// the uniform number of Philox block (i, 0, 0, 0) keyed by the seed: same seed, same
-// text. The context is the last block_size tokens, as nanoGPT's: once the sequence
-// outgrows it, positions shift and each token recomputes the window (no cache).
+// the uniform number of Philox block sample_counter(i) keyed by the seed (stream Sample,
+// Note [Random streams]): same seed, same text. The context is the last block_size tokens, as
+// nanoGPT's: once the sequence outgrows it, positions shift and each token recomputes the window
+// (no cache).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
+#include "tensor/random.h"
 
 namespace attend::train {
 
@@ -31,6 +33,11 @@ struct SampleOptions {
 data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tokenizer,
                       const SampleOptions& options,
                       const std::function<void(const std::string&)>& emit);
+
+inline PhiloxCounter sample_counter(uint64_t i) {
+  return stream_counter(Stream::Sample, static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0,
+                        0);
+}
 
 // One draw from logits (V,) f32 with the options' filters; u in [0, 1).
 int32_t choose_token(const float* logits, int64_t V, const SampleOptions& options, double u);

@@ -73,7 +73,7 @@ TEST_CASE("pretokenize follows GPT-2's pattern") {
 TEST_CASE("GPT-2 ids equal the reference tokenizer's on tricky strings") {
   auto tok = gpt2();
   if (!tok) {
-    MESSAGE("skipped: ../shared/data/gpt2 not found");
+    test::skip("../shared/data/gpt2 not found");
     return;
   }
   // Reference ids made by tests/data/make_gpt2_reference.js (gpt-3-encoder 1.1.4).
@@ -93,7 +93,7 @@ TEST_CASE("GPT-2 ids equal the reference tokenizer's on tricky strings") {
 TEST_CASE("tinyshakespeare: 338,025 GPT-2 tokens and 65 characters") {
   fs::path d = shared_data();
   if (d.empty()) {
-    MESSAGE("skipped: ../shared/data not found");
+    test::skip("../shared/data not found");
     return;
   }
   const std::string text = read_file(d / "tinyshakespeare.txt");

@@ -100,9 +100,9 @@ TEST_CASE(
     "h5py reads our checkpoint: groups, names, shapes, f32, Fletcher32, the hard link, the "
     "values") {
   if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") != 0) {
-    MESSAGE(
-        "skipped: python3 with h5py not found (apt-get install python3-h5py; scripts/test.sh "
-        "installs it)");
+    test::skip(
+        "python3 with h5py not found (apt-get install python3-h5py; scripts/test.sh installs "
+        "it)");
     return;
   }
   fs::path dir = temp_dir("h5py");

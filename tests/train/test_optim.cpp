@@ -75,25 +75,3 @@ TEST_CASE("clip_grad_norm returns the norm before clipping and scales to max_nor
   CHECK(std::sqrt(a.grad().at({0}) * a.grad().at({0}) + b.grad().at({0}) * b.grad().at({0})) ==
         doctest::Approx(1.0).epsilon(1e-6));
 }
-
-TEST_CASE("gradient accumulation: 2 micro-steps of B equal 1 step of 2B") {
-  nn::GPT m(nn::GPTConfig{13, 8, 2, 2, 2, 16, 0.0, true}, 4);
-  Generator g(5);
-  Tensor x = randint({4, 8}, 0, 13, g), y = randint({4, 8}, 0, 13, g);
-  auto grads_of = [&](int micro) {
-    m.zero_grad();
-    const int64_t B = 4 / micro;
-    for (int k = 0; k < micro; ++k) {
-      Tensor l = m.forward(kernel::narrow(x, 0, k * B, B), kernel::narrow(y, 0, k * B, B)).loss;
-      mul(l, 1.0 / micro).backward();
-    }
-    std::vector<Tensor> out;
-    for (auto& p : m.parameters()) out.push_back(kernel::clone(p.grad()));
-    return out;
-  };
-  auto one = grads_of(1), two = grads_of(2);
-  // f32: the two sums associate differently, so they differ by rounding only: the largest
-  // difference measured is 4.5e-8 (gradients here are below 1 in size; f32's epsilon is
-  // 1.2e-7). A missing 1/micro-steps factor would be off by 2x.
-  for (size_t i = 0; i < one.size(); ++i) test::check_close(two[i], one[i], 2e-7, 1e-6);
-}

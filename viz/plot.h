@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace attend::train {
+namespace attend::viz {
 
 struct Series {
   std::string name;
@@ -25,4 +25,4 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
 // Escapes &, <, >, " for XML text and attributes.
 std::string xml_escape(const std::string& s);
 
-}  // namespace attend::train
+}  // namespace attend::viz

@@ -14,7 +14,7 @@
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
 
-namespace attend::train {
+namespace attend::viz {
 
 struct AttentionMap {
   std::string model;  // a one-line description
@@ -53,4 +53,4 @@ std::string attention_json(const AttentionMap& m, const AttentionSelection& sel)
 std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel);
 std::string attention_html(const AttentionMap& m, const AttentionSelection& sel);
 
-}  // namespace attend::train
+}  // namespace attend::viz

@@ -1,13 +1,25 @@
-// `attend gradcheck`: every differentiable op through gradcheck (f64), one row each.
+// `attend gradcheck`: every differentiable op and module through gradcheck (f64), one row
+// each; exit 1 if any fails.
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "app/commands.h"
 #include "autograd/gradcheck_cases.h"
 #include "nn/gradcheck_cases.h"
-#include "train/cli.h"
+#include "tensor/error.h"
 
 namespace attend::cli {
+
+namespace {
+
+struct GradcheckArgs {
+  std::string only;   // run the cases whose name contains this
+  uint64_t seed = 0;  // input values
+};
 
 int run_gradcheck(const GradcheckArgs& args) {
   int failed = 0, ran = 0;
@@ -27,6 +39,17 @@ int run_gradcheck(const GradcheckArgs& args) {
   ATTEND_CHECK(ran > 0, "gradcheck: no case matches --only '", args.only, "'");
   std::printf("%d passed, %d failed\n", ran - failed, failed);
   return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_gradcheck(CLI::App& app, int& rc) {
+  auto a = std::make_shared<GradcheckArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "gradcheck", "check every op's backward against central finite differences (f64)");
+  cmd->add_option("--only", a->only, "run only the cases whose name contains this");
+  cmd->add_option("--seed", a->seed, "seed of the random inputs")->capture_default_str();
+  cmd->callback([a, &rc] { rc = run_gradcheck(*a); });
 }
 
 }  // namespace attend::cli

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "train/explorer.h"
+#include "viz/explorer.h"
 
-namespace attend::train {
+namespace attend::viz {
 
 namespace {
 
@@ -237,4 +237,4 @@ std::string attention_html(const AttentionMap& m, const AttentionSelection& sel)
   return page;
 }
 
-}  // namespace attend::train
+}  // namespace attend::viz

@@ -1,11 +1,11 @@
-#include "train/plot.h"
+#include "viz/plot.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
-namespace attend::train {
+namespace attend::viz {
 
 std::string xml_escape(const std::string& s) {
   std::string o;
@@ -145,4 +145,4 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
   return s;
 }
 
-}  // namespace attend::train
+}  // namespace attend::viz

@@ -6,15 +6,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "nn/summary.h"
 #include "tensor/kernels.h"
 #include "tensor/random.h"
 #include "test_util.h"
-#include "train/explorer.h"
-#include "train/plot.h"
+#include "viz/explorer.h"
+#include "viz/plot.h"
 
 using namespace attend;
-using namespace attend::train;
+using namespace attend::viz;
 namespace fs = std::filesystem;
 
 namespace {
@@ -179,8 +178,8 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
   const char* chromium = std::getenv("ATTEND_CHROMIUM");
   const std::string exe = chromium ? chromium : "/usr/bin/chromium";
   if (!fs::exists(exe)) {
-    MESSAGE("skipped: Chromium not found at ", exe,
-            " (apt-get install chromium; scripts/test.sh installs it)");
+    test::skip("Chromium not found at " + exe +
+               " (apt-get install chromium; scripts/test.sh installs it)");
     return;
   }
   const std::string flags =
@@ -219,26 +218,4 @@ TEST_CASE("loss plots are well-formed SVG with labelled axes and a legend") {
     CHECK(svg.find(">val loss (evaluation)<") != std::string::npos);
     CHECK((svg.find("(log scale)") != std::string::npos) == log_y);
   }
-}
-
-TEST_CASE("summary: published totals, and the key/value cache of MQA and GQA against MHA") {
-  nn::ModelSummary g2 = nn::summarize(nn::gpt_preset("gpt2"), 1, 1024);
-  CHECK(g2.counts.total() == 124439808);
-  CHECK(nn::format_summary(g2).find("124,439,808") != std::string::npos);
-  nn::ModelSummary g3 = nn::summarize(nn::gpt_preset("gpt3-175b"), 1, 2048);
-  CHECK(g3.counts.attention_matrices() == 57982058496);
-  CHECK(nn::format_summary(g3).find("57,982,058,496") != std::string::npos);
-  CHECK(g3.counts.total() > 174e9);
-  // gpt2: N = 124,439,808 - 786,432; 6N + 12 * 12 * 768 * 1024.
-  CHECK(g2.flops_per_token == 6.0 * 123653376 + 12.0 * 12 * 768 * 1024);
-  nn::GPTConfig mqa = nn::gpt_preset("gpt2"), gqa = mqa;
-  mqa.n_kv_head = 1;
-  gqa.n_kv_head = 4;
-  nn::ModelSummary sm = nn::summarize(mqa, 1, 0), sg = nn::summarize(gqa, 1, 0);
-  // f32, 2 (k and v) x 12 layers x KVH x 64.
-  CHECK(sm.kv_cache_bytes_per_token == 4 * 2 * 12 * 1 * 64);
-  CHECK(sg.kv_cache_bytes_per_token == 4 * 2 * 12 * 4 * 64);
-  CHECK(sm.kv_cache_bytes_per_token_mha == 4 * 2 * 12 * 768);
-  CHECK(nn::format_summary(sm).find("12x more") != std::string::npos);
-  CHECK(nn::format_summary(sg).find("3x more") != std::string::npos);
 }

@@ -1,4 +1,4 @@
-#include "train/explorer.h"
+#include "viz/explorer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -9,9 +9,9 @@
 
 #include "data/utf8.h"
 #include "tensor/kernels.h"
-#include "train/plot.h"
+#include "viz/plot.h"
 
-namespace attend::train {
+namespace attend::viz {
 
 std::string display_token(const std::string& bytes) {
   std::string out;
@@ -341,4 +341,4 @@ std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel) 
   return s;
 }
 
-}  // namespace attend::train
+}  // namespace attend::viz

@@ -1,0 +1,70 @@
+// `attend attention`: the attention weights of a prompt as an HTML explorer, SVG
+// heatmaps, CSV or JSON (viz/explorer.h).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "app/commands.h"
+#include "tensor/error.h"
+#include "tensor/util.h"
+#include "train/model_io.h"
+#include "viz/explorer.h"
+
+namespace attend::cli {
+
+namespace {
+
+struct AttentionArgs {
+  std::string checkpoint, prompt, out;
+  int64_t layer = -1, head = -1;  // -1: all
+  int decimals = 2;
+  bool scores = false;
+};
+
+int run_attention(const AttentionArgs& a) {
+  const std::string ext = std::filesystem::path(a.out).extension().string();
+  ATTEND_CHECK(ext == ".html" || ext == ".svg" || ext == ".csv" || ext == ".json",
+               "attention: --out ", a.out, ": expected a .html, .svg, .csv or .json file name");
+  ATTEND_CHECK(a.decimals >= 1 && a.decimals <= 6, "attention: --decimals must be in [1, 6], got ",
+               a.decimals);
+  train::LoadedModel m = train::load_model(a.checkpoint);
+  viz::AttentionMap map = viz::compute_attention(*m.model, *m.tokenizer, a.prompt);
+  viz::AttentionSelection sel;
+  if (a.layer >= 0) sel.layers = {a.layer};
+  if (a.head >= 0) sel.heads = {a.head};
+  sel.decimals = a.decimals;
+  sel.scores = a.scores;
+  const std::string text = ext == ".html"  ? viz::attention_html(map, sel)
+                           : ext == ".svg" ? viz::attention_svg(map, sel)
+                           : ext == ".csv" ? viz::attention_csv(map, sel)
+                                           : viz::attention_json(map, sel);
+  write_file_atomic(a.out, text);
+  std::printf("wrote %s: %lld tokens, %zu layer(s) x %zu head(s)\n", a.out.c_str(),
+              static_cast<long long>(map.T()),
+              sel.layers.empty() ? static_cast<size_t>(map.n_layer) : 1,
+              sel.heads.empty() ? static_cast<size_t>(map.n_head) : 1);
+  return 0;
+}
+
+}  // namespace
+
+void add_attention(CLI::App& app, int& rc) {
+  auto a = std::make_shared<AttentionArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "attention",
+      "attention weights of a prompt: .html explorer, .svg heatmaps, .csv or .json data");
+  cmd->add_option("--checkpoint", a->checkpoint, "checkpoint file or run folder")->required();
+  cmd->add_option("--prompt", a->prompt, "the text whose attention to show")->required();
+  cmd->add_option("--layer", a->layer, "one layer (default: all)");
+  cmd->add_option("--head", a->head, "one head (default: all)");
+  cmd->add_option("--out", a->out, "FILE.html | FILE.svg | FILE.csv | FILE.json")->required();
+  cmd->add_option("--decimals", a->decimals, "decimals of the numbers shown in cells")
+      ->capture_default_str();
+  cmd->add_flag("--scores", a->scores,
+                "CSV/JSON: also the scores q.k/sqrt(HS) before the mask and softmax");
+  cmd->callback([a, &rc] { rc = run_attention(*a); });
+}
+
+}  // namespace attend::cli

@@ -1,0 +1,83 @@
+// `attend eval`: mean loss and perplexity of a checkpoint over every window of a token
+// file, or of a text tokenized with the checkpoint's own tokenizer.
+#include <stdlib.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "app/commands.h"
+#include "data/token_file.h"
+#include "tensor/error.h"
+#include "train/model_io.h"
+
+namespace attend::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct EvalArgs {
+  std::string checkpoint, data;
+};
+
+bool is_token_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  char magic[8] = {0};
+  in.read(magic, 8);
+  std::error_code ec;
+  ATTEND_CHECK(in.gcount() > 0 || fs::exists(file, ec), file.string(), ": no such file");
+  return in.gcount() == 8 && std::equal(magic, magic + 8, data::kTokenMagic);
+}
+
+// A private folder (mkdtemp: mode 0700, a fresh name) removed when it goes out of scope.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "attend_eval_XXXXXX").string();
+    ATTEND_CHECK(::mkdtemp(tmpl.data()) != nullptr, tmpl, ": cannot create a temporary folder");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+int run_eval(const EvalArgs& a) {
+  train::LoadedModel m = train::load_model(a.checkpoint);
+  double loss = 0;
+  if (is_token_file(a.data)) {
+    loss = train::evaluate_windows(*m.model, a.data);
+  } else {
+    const data::TokenIds ids = m.tokenizer->encode(read_file(a.data));
+    TempDir tmp;
+    data::write_token_file(tmp.path() / "eval.bin", ids, m.tokenizer->vocab_size());
+    loss = train::evaluate_windows(*m.model, tmp.path() / "eval.bin");
+  }
+  std::printf("loss %.6f\nperplexity %.6f\n", loss, std::exp(loss));
+  return 0;
+}
+
+}  // namespace
+
+void add_eval(CLI::App& app, int& rc) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* cmd =
+      app.add_subcommand("eval", "mean loss and perplexity over every non-overlapping window");
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "checkpoint file (.h5), or a run folder (its newest)")
+      ->required();
+  cmd->add_option("--data", a->data, "a token file (.bin) or a text file")->required();
+  cmd->callback([a, &rc] { rc = run_eval(*a); });
+}
+
+}  // namespace attend::cli

@@ -1,0 +1,45 @@
+// `attend prepare`: tokenize a corpus into train.bin, val.bin and its tokenizer.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+
+#include "app/commands.h"
+#include "data/prepare.h"
+#include "tensor/error.h"
+
+namespace attend::cli {
+
+namespace {
+
+int run_prepare(const data::PrepareOptions& o) {
+  data::PrepareResult r = data::prepare(o);
+  std::printf("read %lld bytes from %lld file(s)", static_cast<long long>(r.bytes),
+              static_cast<long long>(r.files));
+  if (!r.skipped.empty()) std::printf(" (%zu skipped: not UTF-8 text)", r.skipped.size());
+  std::printf("\ntokenizer %s, vocab_size %lld\n", r.tokenizer.c_str(),
+              static_cast<long long>(r.vocab_size));
+  std::printf("train.bin %lld tokens, val.bin %lld tokens, in %s\n",
+              static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
+              o.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_prepare(CLI::App& app, int& rc) {
+  auto o = std::make_shared<data::PrepareOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("prepare", "tokenize a corpus into train.bin, val.bin and its tokenizer");
+  cmd->add_option("--data", o->data, "a text file, or a folder of text files")->required();
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "char | gpt2 | bpe:N (train N tokens) | a saved tokenizer")
+      ->capture_default_str();
+  cmd->add_option("--out", o->out, "output folder")->required();
+  cmd->add_option(flag_names("val_fraction"), o->val_fraction,
+                  "the last fraction of tokens kept for validation")
+      ->capture_default_str();
+  cmd->callback([o, &rc] { rc = run_prepare(*o); });
+}
+
+}  // namespace attend::cli

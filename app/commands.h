@@ -1,0 +1,27 @@
+// The `attend` program's commands. Each app/cmd_X.cpp registers one subcommand: its flags
+// beside the handler that reads them. The handler's exit code lands in `rc`; errors are
+// thrown (attend::Error: the user's; anything else: ours) and mapped to exit codes by main.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace attend::cli {
+
+void add_gradcheck(CLI::App& app, int& rc);
+void add_tokenize(CLI::App& app, int& rc);
+void add_prepare(CLI::App& app, int& rc);
+void add_train(CLI::App& app, int& rc);
+void add_sample(CLI::App& app, int& rc);
+void add_eval(CLI::App& app, int& rc);
+void add_plot(CLI::App& app, int& rc);
+void add_summary(CLI::App& app, int& rc);
+void add_attention(CLI::App& app, int& rc);
+
+// "--max_iters,--max-iters" for a field named max_iters: both spellings accepted.
+std::string flag_names(const std::string& name);
+
+}  // namespace attend::cli

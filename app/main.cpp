@@ -1,0 +1,52 @@
+// attend: the command-line program. It builds the commands, parses, and maps errors to
+// exit codes: 0 done, 1 the user's error (attend::Error), 2 an internal error. Diagnostics
+// go to stderr; a command's data goes to stdout.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <csignal>
+
+#include "app/commands.h"
+#include "tensor/error.h"
+#include "train/version.h"
+
+namespace attend::cli {
+std::string flag_names(const std::string& name) {
+  std::string dashed = name;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  return "--" + name + (dashed != name ? ",--" + dashed : "");
+}
+}  // namespace attend::cli
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("attend"));
+  std::signal(SIGXFSZ, SIG_IGN);  // a write past a file-size limit fails with an error instead
+  CLI::App app{"attend: build, train and look inside small GPT models on CPUs"};
+  app.set_version_flag("--version", std::string("attend ") + attend::version());
+  app.require_subcommand(0, 1);
+  app.add_option_function<std::string>(
+         "--log-level,--log_level",
+         [](const std::string& l) { spdlog::set_level(spdlog::level::from_str(l)); },
+         "trace, debug, info, warn, error, off")
+      ->default_str("info");
+  int rc = 0;
+  for (auto add : {attend::cli::add_gradcheck, attend::cli::add_tokenize, attend::cli::add_prepare,
+                   attend::cli::add_train, attend::cli::add_sample, attend::cli::add_eval,
+                   attend::cli::add_plot, attend::cli::add_summary, attend::cli::add_attention})
+    add(app, rc);
+  try {
+    app.parse(argc, argv);
+    if (app.get_subcommands().empty()) std::fputs(app.help().c_str(), stdout);
+    return rc;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const attend::Error& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::critical("internal error: {}", e.what());
+    return 2;
+  }
+}

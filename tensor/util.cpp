@@ -1,0 +1,94 @@
+#include "tensor/util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "tensor/error.h"
+
+namespace attend {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& path) {
+  std::error_code ec;
+  ATTEND_CHECK(fs::exists(path, ec), path.string(), ": no such file");
+  ATTEND_CHECK(!fs::is_directory(path, ec), path.string(), ": is a folder, expected a file");
+  std::ifstream in(path, std::ios::binary);
+  ATTEND_CHECK(in.good(), path.string(), ": cannot open for reading (check its permissions)");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ATTEND_CHECK(!in.bad(), path.string(), ": read failed");
+  return s;
+}
+
+void fsync_path(const fs::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  ATTEND_CHECK(fd >= 0, p.string(), ": cannot open to sync: ", std::strerror(errno));
+  const int r = ::fsync(fd);
+  ::close(fd);
+  ATTEND_CHECK(r == 0, p.string(), ": fsync failed: ", std::strerror(errno));
+}
+
+void write_file_atomic(const fs::path& path, std::string_view bytes, Durability durability) {
+  fs::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  ATTEND_CHECK(fd >= 0, tmp.string(), ": cannot create: ", std::strerror(errno));
+  auto fail = [&](const std::string& what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(str(tmp.string(), ": ", what, ": ", std::strerror(err)));
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("write failed (disk full?)");
+    done += static_cast<size_t>(n);
+  }
+  if (durability == Durability::RenameAndFsync && ::fsync(fd) != 0) fail("fsync failed");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(str(tmp.string(), ": close failed: ", std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(
+        str(path.string(), ": cannot rename the written file into place: ", std::strerror(err)));
+  }
+  if (durability == Durability::RenameAndFsync) {
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    fsync_path(dir, true);
+  }
+}
+
+int64_t parse_int(const std::string& text, const std::string& what) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+  auto [p, ec] = std::from_chars(first, end, v);
+  ATTEND_CHECK(ec == std::errc() && p == end && !text.empty(), what, ": expected an integer, got '",
+               text, "'");
+  return v;
+}
+
+double parse_double(const std::string& text, const std::string& what) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+  auto [p, ec] = std::from_chars(first, end, v);
+  ATTEND_CHECK(ec == std::errc() && p == end && !text.empty(), what, ": expected a number, got '",
+               text, "'");
+  ATTEND_CHECK(std::isfinite(v), what, ": expected a finite number, got '", text, "'");
+  return v;
+}
+
+}  // namespace attend

@@ -1,0 +1,43 @@
+// Helpers every library shares: reading and atomically writing whole files, the FNV-1a 64
+// hash, and strict number parsing for text that comes from a user (flags, files).
+// Errors are attend::Error naming the path, or `what` (a flag, a file and field) and the text.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace attend {
+
+// The whole file; throws naming the path if it cannot be opened or read.
+std::string read_file(const std::filesystem::path& path);
+
+// How far write_file_atomic goes to make the new content survive a crash.
+enum class Durability {
+  Rename,          // temporary file in the same folder, closed (checked), renamed over path
+  RenameAndFsync,  // also fsync the file before the rename and the folder after it
+};
+// Readers see the old content or the new, never a mix. The temporary file is
+// path + ".tmp.<pid>", created exclusively (O_EXCL, no symlink followed) and removed on
+// any failure, so a full disk leaves the old file and no debris.
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes,
+                       Durability durability = Durability::Rename);
+// fsync a file or folder; throws naming it.
+void fsync_path(const std::filesystem::path& path, bool directory);
+
+// FNV-1a 64: start with kFnvOffset and feed bytes in order.
+inline constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+inline uint64_t fnv1a64(const void* data, size_t n, uint64_t h = kFnvOffset) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// The whole text as a base-10 integer / a finite number, else Error
+// "<what>: expected an integer, got '<text>'".
+int64_t parse_int(const std::string& text, const std::string& what);
+double parse_double(const std::string& text, const std::string& what);
+
+}  // namespace attend

@@ -1,0 +1,52 @@
+// The run folder: metrics.csv written and read back exactly, a damaged one refused with
+// the line and column, checkpoint names and pruning.
+#include <cmath>
+#include <fstream>
+
+#include "test_util.h"
+#include "train/run_dir.h"
+
+using namespace attend;
+using namespace attend::train;
+namespace fs = std::filesystem;
+
+TEST_CASE("metrics.csv: rows round-trip bit for bit, empty cells as NaN") {
+  const fs::path dir = test::temp_dir("metrics");
+  std::vector<MetricsRow> rows = {{0, NAN, 4.1743, 1e-5, NAN, NAN, 0.25},
+                                  {10, 0.1 + 0.2, NAN, 3.1622776601683795e-4, 1.5, 1234.5, 2.0}};
+  write_metrics(dir, rows);
+  const auto back = read_metrics(dir / "metrics.csv");
+  REQUIRE(back.size() == 2);
+  auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(back[i].step == rows[i].step);
+    CHECK(same(back[i].train_loss, rows[i].train_loss));
+    CHECK(same(back[i].val_loss, rows[i].val_loss));
+    CHECK(same(back[i].lr, rows[i].lr));
+    CHECK(same(back[i].grad_norm, rows[i].grad_norm));
+    CHECK(same(back[i].tokens_per_s, rows[i].tokens_per_s));
+    CHECK(same(back[i].elapsed_s, rows[i].elapsed_s));
+  }
+  CHECK(read_metrics(dir / "absent.csv").empty());
+  std::ofstream(dir / "bad.csv") << "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s\n"
+                                 << "1,2.5,,1e-3,,,\n2,x,,,,,\n";
+  test::check_error([&] { read_metrics(dir / "bad.csv"); },
+                    "bad.csv: line 3 column 2: expected a number, got 'x'");
+  std::ofstream(dir / "head.csv") << "when,what\n1,2\n";
+  test::check_error([&] { read_metrics(dir / "head.csv"); }, "head.csv: unexpected header");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint names sort by step, and pruning keeps the newest and the one asked for") {
+  CHECK(checkpoint_name(250) == "ckpt_00000250.h5");
+  const fs::path dir = test::temp_dir("prune");
+  for (int64_t s : {2, 4, 6, 8, 10}) std::ofstream(dir / checkpoint_name(s)) << "x";
+  std::ofstream(dir / "ckpt_notes.txt") << "not a checkpoint";
+  prune_checkpoints(dir, 2, checkpoint_name(4));
+  std::vector<std::string> left;
+  for (const auto& p : list_checkpoints(dir)) left.push_back(p.filename().string());
+  CHECK(left ==
+        std::vector<std::string>{checkpoint_name(4), checkpoint_name(8), checkpoint_name(10)});
+  CHECK(fs::exists(dir / "ckpt_notes.txt"));
+  fs::remove_all(dir);
+}

@@ -1,0 +1,67 @@
+// choose_token: temperature, top-k and top-p on hand-made logits, at the boundaries.
+#include <cmath>
+#include <vector>
+
+#include "test_util.h"
+#include "train/sample.h"
+
+using namespace attend;
+using namespace attend::train;
+
+namespace {
+// Logits whose softmax is exactly the given probabilities (up to f32 rounding of logs).
+std::vector<float> logits_of(const std::vector<double>& p) {
+  std::vector<float> l;
+  for (double x : p) l.push_back(static_cast<float>(std::log(x)));
+  return l;
+}
+SampleOptions opts(double temperature, int64_t top_k, double top_p) {
+  SampleOptions o;
+  o.temperature = temperature, o.top_k = top_k, o.top_p = top_p;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("choose_token: temperature 0 is greedy, ties to the lower id") {
+  const std::vector<float> l{0.5f, 2.0f, 2.0f, -1.0f};
+  for (double u : {0.0, 0.5, 0.999}) CHECK(choose_token(l.data(), 4, opts(0, 0, 1), u) == 1);
+}
+
+TEST_CASE("choose_token: u walks the cumulative distribution, most likely first") {
+  const auto l = logits_of({0.1, 0.2, 0.3, 0.4});
+  const SampleOptions o = opts(1, 0, 1);
+  CHECK(choose_token(l.data(), 4, o, 0.05) == 3);  // [0, 0.4)
+  CHECK(choose_token(l.data(), 4, o, 0.45) == 2);  // [0.4, 0.7)
+  CHECK(choose_token(l.data(), 4, o, 0.75) == 1);  // [0.7, 0.9)
+  CHECK(choose_token(l.data(), 4, o, 0.95) == 0);  // [0.9, 1)
+}
+
+TEST_CASE("choose_token: top_k keeps the k most likely, top_p the smallest set reaching p") {
+  const auto l = logits_of({0.1, 0.2, 0.3, 0.4});
+  // top_k 1: always the most likely.
+  for (double u : {0.0, 0.3, 0.99}) CHECK(choose_token(l.data(), 4, opts(1, 1, 1), u) == 3);
+  // top_k 2: ids 2 and 3, renormalised to 3/7 and 4/7; never 0 or 1.
+  for (double u = 0.0; u < 1.0; u += 0.01) {
+    const int32_t t = choose_token(l.data(), 4, opts(1, 2, 1), u);
+    CHECK((t == 2 || t == 3));
+  }
+  // top_p 0.5: 0.4 alone is short of 0.5, so {3, 2}; top_p 0.4 or less: {3} alone.
+  for (double u = 0.0; u < 1.0; u += 0.01) {
+    const int32_t t = choose_token(l.data(), 4, opts(1, 0, 0.5), u);
+    CHECK((t == 2 || t == 3));
+    CHECK(choose_token(l.data(), 4, opts(1, 0, 0.3), u) == 3);
+  }
+}
+
+TEST_CASE("choose_token: a low temperature sharpens, a high one flattens") {
+  const auto l = logits_of({0.3, 0.7});
+  // P(1) at temperature t is 0.7^(1/t) / (0.3^(1/t) + 0.7^(1/t)); id 1 comes first.
+  auto p1 = [](double t) {
+    return std::pow(0.7, 1 / t) / (std::pow(0.3, 1 / t) + std::pow(0.7, 1 / t));
+  };
+  for (double t : {0.25, 1.0, 4.0}) {
+    CAPTURE(t);
+    CHECK(choose_token(l.data(), 2, opts(t, 0, 1), p1(t) - 1e-4) == 1);
+    CHECK(choose_token(l.data(), 2, opts(t, 0, 1), p1(t) + 1e-4) == 0);
+  }
+}

@@ -1,0 +1,135 @@
+// The training step (train/step.h) as the trainer runs it, and the random streams it
+// draws from: accumulation averages the micro-steps' gradients, a bad loss stops before
+// the update, and no two consumers of the run's seed share a Philox block.
+#include <filesystem>
+#include <set>
+
+#include "data/token_file.h"
+#include "nn/layers.h"
+#include "tensor/kernels.h"
+#include "test_util.h"
+#include "train/sample.h"
+#include "train/step.h"
+
+using namespace attend;
+using namespace attend::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Fixture {
+  fs::path dir = test::temp_dir("step");
+  std::unique_ptr<data::TokenDataset> ds;
+  TrainConfig c;
+  Fixture() {
+    Generator g(9);
+    const std::vector<int64_t> ids = randint({400}, 0, 13, g).to_vector<int64_t>();
+    data::write_token_file(dir / "t.bin", data::TokenIds(ids.begin(), ids.end()), 13);
+    ds = std::make_unique<data::TokenDataset>(dir / "t.bin", 8);
+    c.model = nn::GPTConfig{13, 8, 2, 2, 2, 16, 0.1, true};  // dropout on: masks matter too
+    c.batch_size = 3;
+    c.seed = 5;
+  }
+  ~Fixture() { fs::remove_all(dir); }
+};
+
+std::vector<Tensor> grads(const nn::GPT& m) {
+  std::vector<Tensor> out;
+  for (auto& p : m.parameters()) out.push_back(kernel::clone(p.grad()));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("accumulate_gradients: M micro-steps give the mean of the micro-steps' gradients") {
+  Fixture f;
+  f.c.gradient_accumulation_steps = 3;
+  nn::GPT m(f.c.model, 4);
+  m.train();
+  const double loss = accumulate_gradients(m, *f.ds, f.c, 7);
+  const std::vector<Tensor> got = grads(m);
+  // The same micro-steps one at a time: batch and dropout keyed by (seed, 7, k).
+  std::vector<Tensor> want(got.size());
+  double want_loss = 0;
+  for (uint32_t k = 0; k < 3; ++k) {
+    m.zero_grad();
+    m.dropout_context->step = 7;
+    m.dropout_context->micro_step = k;
+    data::Batch b = f.ds->random_batch(5, 7, k, 3);
+    Tensor l = m.forward(b.x, b.y).loss;
+    want_loss += l.item() / 3;
+    l.backward();
+    NoGradGuard no_grad;
+    std::vector<Tensor> g = grads(m);
+    for (size_t i = 0; i < g.size(); ++i)
+      want[i] = k == 0 ? div(g[i], 3.0) : add(want[i], div(g[i], 3.0));
+  }
+  CHECK(loss == doctest::Approx(want_loss).epsilon(1e-12));
+  // f32: (g0 + g1 + g2) / 3 accumulated as g0/3 + g1/3 + g2/3 in another order differs by
+  // rounding only (a few ulps of values below 1); a missing 1/M would be off by 3x.
+  for (size_t i = 0; i < got.size(); ++i) test::check_close(got[i], want[i], 2e-7, 1e-5);
+}
+
+TEST_CASE("train_step: the update applies the clipped gradients at lr (SGD, no momentum)") {
+  Fixture f;
+  f.c.optimizer = "sgd", f.c.momentum = 0, f.c.weight_decay = 0, f.c.grad_clip = 0.5;
+  f.c.gradient_accumulation_steps = 2;
+  nn::GPT a(f.c.model, 4), b(f.c.model, 4);
+  a.train(), b.train();
+  auto opt = make_optimizer(f.c, a);
+  const StepResult r = train_step(a, *opt, *f.ds, f.c, 3, 0.1);
+  accumulate_gradients(b, *f.ds, f.c, 3);
+  const double norm = clip_grad_norm(b.parameters(), 0.5);
+  CHECK(r.grad_norm == norm);
+  CHECK(r.lr == 0.1);
+  // SGD with momentum 0 and no decay: p - float(lr) * g, element by element.
+  const auto pa = a.parameters(), pb = b.parameters();
+  int64_t differ = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const std::vector<float> got = pa[i].to_vector<float>(), p = pb[i].to_vector<float>(),
+                             g = pb[i].grad().to_vector<float>();
+    for (size_t j = 0; j < got.size(); ++j) differ += got[j] != p[j] - 0.1f * g[j];
+  }
+  CHECK(differ == 0);
+}
+
+TEST_CASE("train_step: a non-finite loss stops before the update") {
+  Fixture f;
+  nn::GPT m(f.c.model, 4);
+  m.train();
+  auto opt = make_optimizer(f.c, m);
+  kernel::fill_(m.parameters()[0], NAN);
+  std::vector<Tensor> before;
+  for (auto& p : m.parameters()) before.push_back(kernel::clone(p));
+  test::check_error([&] { train_step(m, *opt, *f.ds, f.c, 0, 1e-3); }, "step 0: the loss is nan");
+  CHECK(opt->steps() == 0);
+  for (size_t i = 1; i < before.size(); ++i)
+    CHECK(test::bit_identical(m.parameters()[i], before[i]));
+}
+
+TEST_CASE("random streams: no two consumers draw the same Philox block") {
+  // Every (consumer, arguments) on a grid of steps, micro-steps, rows and indices; the
+  // counters must all differ (the key is the run's seed for all of them). Before the
+  // streams had ids, a batch row and the embedding dropout shared (b, 0, step, 0).
+  std::map<PhiloxCounter, std::string> seen;
+  int collisions = 0;
+  auto add = [&](const PhiloxCounter& c, const std::string& who) {
+    auto [it, fresh] = seen.emplace(c, who);
+    if (!fresh && it->second != who) ++collisions;
+  };
+  for (uint64_t step : {0ull, 1ull, 2ull, 5ull, (1ull << 32) + 1}) {
+    for (uint32_t m = 0; m < 3; ++m) {
+      for (uint32_t b = 0; b < 8; ++b) {
+        add(batch_counter(Stream::Batch, b, m, step), "batch");
+        add(batch_counter(Stream::EvalTrain, b, m, step), "eval train");
+        add(batch_counter(Stream::EvalVal, b, m, step), "eval val");
+        for (uint32_t index = 0; index < 3; ++index)
+          add(nn::dropout_counter(b, step, index, m), "dropout");
+      }
+    }
+  }
+  for (uint64_t i = 0; i < 64; ++i)
+    add(generator_counter(i), "generator"), add(sample_counter(i), "sample");
+  CHECK(collisions == 0);
+  CHECK(seen.size() == 5 * 3 * 8 * 6 + 128);  // and none collides within a consumer
+}

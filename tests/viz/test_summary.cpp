@@ -1,0 +1,29 @@
+// attend summary: counts from nn::summarize, text from viz::format_summary.
+#include "nn/summary.h"
+#include "test_util.h"
+#include "viz/summary_text.h"
+
+using namespace attend;
+using viz::format_summary;
+
+TEST_CASE("summary: published totals, and the key/value cache of MQA and GQA against MHA") {
+  nn::ModelSummary g2 = nn::summarize(nn::gpt_preset("gpt2"), 1, 1024);
+  CHECK(g2.counts.total() == 124439808);
+  CHECK(format_summary(g2).find("124,439,808") != std::string::npos);
+  nn::ModelSummary g3 = nn::summarize(nn::gpt_preset("gpt3-175b"), 1, 2048);
+  CHECK(g3.counts.attention_matrices() == 57982058496);
+  CHECK(format_summary(g3).find("57,982,058,496") != std::string::npos);
+  CHECK(g3.counts.total() > 174e9);
+  // gpt2: N = 124,439,808 - 786,432; 6N + 12 * 12 * 768 * 1024.
+  CHECK(g2.flops_per_token == 6.0 * 123653376 + 12.0 * 12 * 768 * 1024);
+  nn::GPTConfig mqa = nn::gpt_preset("gpt2"), gqa = mqa;
+  mqa.n_kv_head = 1;
+  gqa.n_kv_head = 4;
+  nn::ModelSummary sm = nn::summarize(mqa, 1, 0), sg = nn::summarize(gqa, 1, 0);
+  // f32, 2 (k and v) x 12 layers x KVH x 64.
+  CHECK(sm.kv_cache_bytes_per_token == 4 * 2 * 12 * 1 * 64);
+  CHECK(sg.kv_cache_bytes_per_token == 4 * 2 * 12 * 4 * 64);
+  CHECK(sm.kv_cache_bytes_per_token_mha == 4 * 2 * 12 * 768);
+  CHECK(format_summary(sm).find("12x more") != std::string::npos);
+  CHECK(format_summary(sg).find("3x more") != std::string::npos);
+}

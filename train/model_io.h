@@ -1,0 +1,37 @@
+// Using a trained model: rebuilding it from a checkpoint, and measuring its loss.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "nn/gpt.h"
+#include "train/config.h"
+#include "train/run_dir.h"
+
+namespace attend::train {
+
+// A model and its tokenizer rebuilt from a checkpoint, in eval mode.
+struct LoadedModel {
+  std::unique_ptr<nn::GPT> model;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  TrainConfig config;
+  int64_t step = 0;
+  std::filesystem::path checkpoint;
+};
+LoadedModel load_model(const LoadedCheckpoint& checkpoint);
+// A checkpoint file, or a run folder's newest valid checkpoint.
+LoadedModel load_model(const std::string& file_or_run_dir);
+
+// Mean loss over every non-overlapping window of a token file (see TokenDataset::windows).
+double evaluate_windows(const nn::GPT& model, const std::filesystem::path& token_file,
+                        int64_t batch_size = 8);
+
+// The trainer's estimate: mean loss over `iters` random batches of `stream` (EvalTrain or
+// EvalVal) at `step`, in eval mode and no-grad; the model is left in training mode.
+double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed, int64_t step,
+                     int64_t iters, int64_t batch_size, Stream stream);
+
+}  // namespace attend::train

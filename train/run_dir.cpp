@@ -1,0 +1,144 @@
+#include "train/run_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "tensor/error.h"
+#include "tensor/util.h"
+#include "viz/plot.h"
+
+namespace attend::train {
+
+namespace fs = std::filesystem;
+
+RunLock::RunLock(const fs::path& dir) {
+  const fs::path p = dir / "lock";
+  fd_ = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ATTEND_CHECK(fd_ >= 0, p.string(), ": cannot create the lock file: ", std::strerror(errno),
+               " (is the run folder writable?)");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {0};
+    ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(str(dir.string(), ": another trainer is using this run folder (pid ",
+                    n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("unknown"),
+                    ")"));
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+    spdlog::warn("{}: cannot write the pid into the lock file", p.string());
+  }
+}
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string checkpoint_name(int64_t step) { return fmt::format("ckpt_{:08d}.h5", step); }
+
+std::vector<fs::path> list_checkpoints(const fs::path& run_dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("ckpt_", 0) == 0 && n.size() > 8 && n.substr(n.size() - 3) == ".h5")
+      out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void prune_checkpoints(const fs::path& run_dir, int64_t keep, const std::string& also_keep) {
+  const auto all = list_checkpoints(run_dir);
+  const int64_t n = static_cast<int64_t>(all.size());
+  std::error_code ec;
+  for (int64_t i = 0; i < n - keep; ++i)
+    if (all[i].filename() != also_keep) fs::remove(all[i], ec);
+}
+
+LoadedCheckpoint newest_valid_checkpoint(const fs::path& run_dir) {
+  std::error_code ec;
+  ATTEND_CHECK(fs::is_directory(run_dir, ec), run_dir.string(), ": no such run folder");
+  auto all = list_checkpoints(run_dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      return {*it, load_checkpoint(*it)};
+    } catch (const Error& e) {
+      spdlog::warn("skipping {}: {}", it->string(), e.what());
+    }
+  }
+  throw Error(str(run_dir.string(), ": no loadable checkpoint (ckpt_*.h5) in this folder"));
+}
+
+LoadedCheckpoint load_checkpoint_or_run(const std::string& arg) {
+  std::error_code ec;
+  if (fs::is_directory(arg, ec)) return newest_valid_checkpoint(arg);
+  return {fs::path(arg), load_checkpoint(arg)};
+}
+
+namespace {
+
+const char* kMetricsHeader = "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s";
+
+std::string csv_number(double v) { return std::isnan(v) ? "" : fmt::format("{:.17g}", v); }
+
+}  // namespace
+
+std::vector<MetricsRow> read_metrics(const fs::path& p) {
+  std::vector<MetricsRow> rows;
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return rows;
+  std::istringstream in(read_file(p));
+  std::string line;
+  if (!std::getline(in, line)) return rows;
+  ATTEND_CHECK(line.rfind("step,train_loss,val_loss", 0) == 0, p.string(), ": unexpected header '",
+               line, "' (expected ", kMetricsHeader, ")");
+  for (int64_t row = 2; std::getline(in, line); ++row) {
+    std::vector<double> v;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ','))
+      v.push_back(cell.empty() ? NAN
+                               : parse_double(cell, str(p.string(), ": line ", row, " column ",
+                                                        v.size() + 1)));
+    ATTEND_CHECK(!v.empty() && !std::isnan(v[0]) && v.size() <= 7, p.string(), ": line ", row,
+                 " has ", v.size(), " fields (expected a step and up to 6 more)");
+    v.resize(7, NAN);
+    rows.push_back({static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4], v[5], v[6]});
+  }
+  return rows;
+}
+
+void write_metrics(const fs::path& dir, const std::vector<MetricsRow>& rows) {
+  std::string text = std::string(kMetricsHeader) + "\n";
+  for (const MetricsRow& r : rows)
+    text += fmt::format("{},{},{},{},{},{},{}\n", r.step, csv_number(r.train_loss),
+                        csv_number(r.val_loss), csv_number(r.lr), csv_number(r.grad_norm),
+                        csv_number(r.tokens_per_s), csv_number(r.elapsed_s));
+  write_file_atomic(dir / "metrics.csv", text);
+}
+
+void write_loss_plot(const fs::path& dir, const std::vector<MetricsRow>& rows, bool log_y) {
+  viz::Series train{"train loss (per step)", "#1f77b4", {}, {}, false};
+  viz::Series val{"val loss (evaluation)", "#d62728", {}, {}, true};
+  for (const MetricsRow& r : rows) {
+    if (!std::isnan(r.train_loss))
+      train.x.push_back(static_cast<double>(r.step)), train.y.push_back(r.train_loss);
+    if (!std::isnan(r.val_loss))
+      val.x.push_back(static_cast<double>(r.step)), val.y.push_back(r.val_loss);
+  }
+  viz::PlotOptions o{"attend: loss", "step", "cross-entropy loss (nats)", log_y};
+  write_file_atomic(dir / "loss.svg", viz::line_plot_svg({train, val}, o));
+}
+
+}  // namespace attend::train

@@ -1,0 +1,66 @@
+// A run folder, everything in it but the checkpoint format (train/checkpoint.h):
+//
+//   RUN_DIR/ckpt_00000250.h5   checkpoints, named by step (8 digits, so names sort by step)
+//   RUN_DIR/metrics.csv        step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s
+//   RUN_DIR/loss.svg           train and val loss against step
+//   RUN_DIR/lock               an flock held by the one trainer using the folder; its pid
+//   RUN_DIR/data/              the prepared data, when the run prepared it from text
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "train/checkpoint.h"
+
+namespace attend::train {
+
+// An exclusive flock on RUN_DIR/lock, which holds the owner's pid; a second trainer is
+// refused with an error naming that pid. Released when destroyed (or the process dies).
+class RunLock {
+ public:
+  explicit RunLock(const std::filesystem::path& dir);
+  ~RunLock();
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// ---- checkpoints in the folder ----
+std::string checkpoint_name(int64_t step);  // ckpt_00000250.h5
+std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& run_dir);
+// Deletes all but the newest `keep` checkpoints and the one named `also_keep` (if any).
+void prune_checkpoints(const std::filesystem::path& run_dir, int64_t keep,
+                       const std::string& also_keep);
+
+struct LoadedCheckpoint {
+  std::filesystem::path path;
+  CheckpointData data;
+};
+// The newest checkpoint of a run folder that loads, loaded once; corrupt ones are skipped
+// with a warning. Throws if there is none.
+LoadedCheckpoint newest_valid_checkpoint(const std::filesystem::path& run_dir);
+// A checkpoint file as given, or a run folder's newest valid checkpoint, loaded.
+LoadedCheckpoint load_checkpoint_or_run(const std::string& file_or_run_dir);
+
+// ---- metrics.csv and loss.svg ----
+// One row (NaN: not measured at that step, an empty cell in the file).
+struct MetricsRow {
+  int64_t step = 0;
+  double train_loss = NAN, val_loss = NAN, lr = NAN, grad_norm = NAN, tokens_per_s = NAN,
+         elapsed_s = NAN;
+};
+// Throws naming the file, line and column of a cell that is not a number. A missing file
+// reads as no rows.
+std::vector<MetricsRow> read_metrics(const std::filesystem::path& csv);
+// Rewrites RUN_DIR/metrics.csv atomically; numbers with 17 significant digits.
+void write_metrics(const std::filesystem::path& dir, const std::vector<MetricsRow>& rows);
+// RUN_DIR/loss.svg from the rows (atomically).
+void write_loss_plot(const std::filesystem::path& dir, const std::vector<MetricsRow>& rows,
+                     bool log_y);
+
+}  // namespace attend::train

@@ -1,0 +1,99 @@
+#include "viz/summary_text.h"
+
+#include <spdlog/fmt/fmt.h>
+
+namespace attend::viz {
+
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return u ? fmt::format("{:.2f} {}", b, units[u]) : fmt::format("{:.0f} {}", b, units[u]);
+}
+
+namespace {
+
+std::string module_table(const nn::ModelSummary& s) {
+  const std::string rule(110, '-');
+  std::string o = fmt::format("{:<40} {:<11} {:<22} {:>18}  \n{}\n", "module", "type",
+                              "output shape", "parameters", rule);
+  for (const nn::SummaryRow& r : s.rows)
+    o += fmt::format("{:<40} {:<11} {:<22} {:>18}  {}\n",
+                     std::string(2 * (r.depth - 1), ' ') + r.name, r.type, shape_str(r.output),
+                     with_commas(r.params), r.note);
+  return o + rule + "\n";
+}
+
+std::string components(const nn::ModelSummary& s) {
+  const nn::ParameterCount& p = s.counts;
+  const int64_t L = s.config.n_layer;
+  std::string o = "\nparameters by component\n";
+  auto line = [&](const std::string& what, int64_t per, int64_t times) {
+    o += fmt::format("  {:<56} {:>18}", what, with_commas(per * times));
+    if (times > 1) o += fmt::format("  ({} x {} layers)", with_commas(per), times);
+    o += "\n";
+  };
+  line("token embedding wte (V x C; lm_head tied, counted once)", p.token_embedding, 1);
+  line("position embedding wpe (block_size x C)", p.position_embedding, 1);
+  line("attention Q (C x C)", p.attn_q, L);
+  line("attention K (KVH*HS x C)", p.attn_k, L);
+  line("attention V (KVH*HS x C)", p.attn_v, L);
+  line("attention O, c_proj (C x C)", p.attn_o, L);
+  line("MLP c_fc (4C x C)", p.mlp_fc, L);
+  line("MLP c_proj (C x 4C)", p.mlp_proj, L);
+  line("LayerNorms ln_1, ln_2 (weights and biases)", p.layernorms, L);
+  line("Linear biases", p.biases, L);
+  line("final LayerNorm ln_f", p.final_layernorm, 1);
+  line("attention matrices Q, K, V, O (all layers)", p.attention_matrices(), 1);
+  line("total", p.total(), 1);
+  line("total without position embeddings (N below)", s.flops_n, 1);
+  return o;
+}
+
+std::string costs(const nn::ModelSummary& s) {
+  const nn::GPTConfig& c = s.config;
+  std::string o = fmt::format(
+      "\nmemory for training (f32)\n  weights {}, gradients {}, AdamW state (m, v) {}\n"
+      "  activations kept for backward at B {}, T {}: {} (estimate: per layer 12C + 2 KVH HS "
+      "per position, NH T^2 per sequence, masks with dropout; then 2C + 2V per position)\n"
+      "  total {}\n",
+      human_bytes(s.weight_bytes), human_bytes(s.grad_bytes), human_bytes(s.adamw_bytes), s.batch,
+      s.seq, human_bytes(s.activation_bytes),
+      human_bytes(s.weight_bytes + s.grad_bytes + s.adamw_bytes + s.activation_bytes));
+  o += fmt::format(
+      "\ntraining FLOPs per token: 6 N + 12 n_layer C T = 6 x {} + 12 x {} x {} x {} = {:.4g}\n"
+      "  (forward and backward of every weight, plus attention's q k^T and weights v at T = "
+      "{})\n",
+      with_commas(s.flops_n), c.n_layer, c.n_embd, s.seq, s.flops_per_token, s.seq);
+  const auto kv = static_cast<double>(s.kv_cache_bytes_per_token);
+  const auto kv_mha = static_cast<double>(s.kv_cache_bytes_per_token_mha);
+  o += fmt::format("\nkey/value cache per token (f32): {} (2 x n_layer x KVH x HS x 4 bytes)",
+                   human_bytes(kv));
+  if (c.n_kv_head != c.n_head)
+    o += fmt::format("; MHA with the same heads: {}, {:.0f}x more", human_bytes(kv_mha),
+                     kv_mha / kv);
+  return o + "\n";
+}
+
+}  // namespace
+
+std::string format_summary(const nn::ModelSummary& s) {
+  const nn::GPTConfig& c = s.config;
+  std::string o = fmt::format(
+      "GPT: V {}, block_size {}, n_layer {}, n_head {}, n_kv_head {}, n_embd {}, dropout {}, "
+      "bias {}\ninput: B {} x T {} token ids\n\n",
+      c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.dropout, c.bias,
+      s.batch, s.seq);
+  return o + module_table(s) + components(s) + costs(s);
+}
+
+}  // namespace attend::viz

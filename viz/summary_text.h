@@ -1,0 +1,19 @@
+// The text layout of `attend summary`: a torchinfo-style module table, the parameter
+// breakdown by component, memory for training, FLOPs per token and the key/value cache.
+// The numbers come from nn::summarize; this file only lays them out.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nn/summary.h"
+
+namespace attend::viz {
+
+std::string format_summary(const nn::ModelSummary& s);
+
+// 1234567 -> "1,234,567"; bytes -> "1.23 GiB".
+std::string with_commas(int64_t v);
+std::string human_bytes(double bytes);
+
+}  // namespace attend::viz
