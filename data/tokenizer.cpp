@@ -192,4 +192,38 @@ std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg) {
   return load_tokenizer(arg);
 }
 
+TokenizerArrays to_arrays(const TokenizerSpec& spec) {
+  TokenizerArrays a;
+  a.offsets.push_back(0);
+  for (const auto& t : spec.tokens) {
+    a.bytes += t;
+    a.offsets.push_back(static_cast<int64_t>(a.bytes.size()));
+  }
+  for (auto [x, y] : spec.merges) a.merges.push_back(x), a.merges.push_back(y);
+  return a;
+}
+
+TokenizerSpec from_arrays(const std::string& kind, const std::string& name,
+                          const TokenizerArrays& a, const std::string& what) {
+  TokenizerSpec s{kind, name, {}, {}};
+  const auto n = static_cast<int64_t>(a.bytes.size());
+  ATTEND_CHECK(a.offsets.size() >= 2 && a.offsets.front() == 0 && a.offsets.back() == n, what,
+               ": token_offsets must start at 0 and end at the ", n, " token bytes");
+  for (size_t i = 0; i + 1 < a.offsets.size(); ++i) {
+    ATTEND_CHECK(a.offsets[i] <= a.offsets[i + 1], what, ": token_offsets decrease at entry ",
+                 i + 1, " (", a.offsets[i], " then ", a.offsets[i + 1], ")");
+    s.tokens.emplace_back(a.bytes, static_cast<size_t>(a.offsets[i]),
+                          static_cast<size_t>(a.offsets[i + 1] - a.offsets[i]));
+  }
+  ATTEND_CHECK(a.merges.size() % 2 == 0, what, ": merges must be (M, 2) pairs");
+  const auto V = static_cast<int32_t>(s.tokens.size());
+  for (size_t i = 0; i < a.merges.size(); i += 2) {
+    ATTEND_CHECK(a.merges[i] >= 0 && a.merges[i] < V && a.merges[i + 1] >= 0 && a.merges[i + 1] < V,
+                 what, ": merge ", i / 2, " (", a.merges[i], ", ", a.merges[i + 1],
+                 ") names a token outside [0, ", V, ")");
+    s.merges.emplace_back(a.merges[i], a.merges[i + 1]);
+  }
+  return s;
+}
+
 }  // namespace attend::data

@@ -38,6 +38,19 @@ struct TokenizerSpec {
       merges;  // bpe: rank order; (a, b) -> tokens[a] + tokens[b]
 };
 
+// A TokenizerSpec as arrays (how a checkpoint's /tokenizer stores it): every token's
+// bytes concatenated, V + 1 offsets into them, and the merges as (M, 2) pairs.
+struct TokenizerArrays {
+  std::string bytes;
+  std::vector<int64_t> offsets;  // offsets[0] = 0, non-decreasing, offsets[V] = bytes.size()
+  std::vector<int32_t> merges;   // 2 M ids
+};
+TokenizerArrays to_arrays(const TokenizerSpec& spec);
+// Checks every offset (range, order) and merge id (in [0, V)) before using it; errors
+// start with `what` (the file and group).
+TokenizerSpec from_arrays(const std::string& kind, const std::string& name,
+                          const TokenizerArrays& arrays, const std::string& what);
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;

@@ -28,7 +28,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 }  // namespace
 
-AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, bool return_weights,
+AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, AttentionTrace* trace,
                                    KVCache* cache) const {
   const int64_t C = config.n_embd, NH = config.n_head, KVH = config.n_kv_head;
   const int64_t HS = head_size(), kv_dim = KVH * HS, G = NH / KVH;
@@ -72,7 +72,9 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, bool 
   // (B, KVH, 1, Tk, HS), the 1 broadcast over the group.
   Tensor qg = reshape(q, {B, KVH, G, Tq, HS});
   Tensor scores = matmul(qg, transpose(unsqueeze(k, 2), -1, -2));  // (B, KVH, G, Tq, Tk)
-  scores = mul(reshape(scores, {B, NH, Tq, Tk}), 1.0 / std::sqrt(static_cast<double>(HS)));
+  scores = reshape(scores, {B, NH, Tq, Tk});
+  if (trace) trace->scores = scores;
+  scores = mul(scores, 1.0 / std::sqrt(static_cast<double>(HS)));
   if (config.causal) {
     ATTEND_CHECK(Tk >= Tq,
                  "Attention: causal attention needs at least as many keys as queries, got ", Tk,
@@ -80,12 +82,13 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, bool 
     scores = masked_fill(scores, kernel::triu_mask(Tq, Tk, 1 + Tk - Tq), -INFINITY);
   }
   Tensor weights = softmax(scores);  // (B, NH, Tq, Tk), rows sum to 1
+  if (trace) trace->weights = weights;
   Tensor dropped = attn_dropout->forward(weights);
   Tensor out =
       matmul(reshape(dropped, {B, KVH, G, Tq, Tk}), unsqueeze(v, 2));  // (B, KVH, G, Tq, HS)
   out = transpose(reshape(out, {B, NH, Tq, HS}), 1, 2);                // (B, Tq, NH, HS)
   Tensor y = resid_dropout->forward(c_proj->forward(reshape(out, {B, Tq, C})));
-  return {y, return_weights ? weights : Tensor()};
+  return {y};
 }
 
 }  // namespace attend::nn

@@ -48,8 +48,14 @@ struct KVCache {
 };
 
 struct AttentionOutput {
-  Tensor y;        // (B, Tq, C)
-  Tensor weights;  // (B, NH, Tq, Tk), after softmax, before dropout; when asked for
+  Tensor y;  // (B, Tq, C)
+};
+
+// What a forward shows of itself when asked (the explorer reads attention through this,
+// so it never re-derives how c_attn packs q, k and v).
+struct AttentionTrace {
+  Tensor scores;   // (B, NH, Tq, Tk) q_i . k_j, before the 1/sqrt(HS) scale and the mask
+  Tensor weights;  // (B, NH, Tq, Tk) after softmax, before dropout; rows sum to 1
 };
 
 class Attention : public Module {
@@ -58,8 +64,9 @@ class Attention : public Module {
   // Self-attention when context is undefined; cross-attention on context (B, Tk, C)
   // otherwise. With a cache (self-attention only), x holds the new positions and the
   // cache the earlier ones; it is extended in place.
+  // With a trace, its scores and weights are filled.
   AttentionOutput forward(const Tensor& x, const Tensor& context = Tensor(),
-                          bool return_weights = false, KVCache* cache = nullptr) const;
+                          AttentionTrace* trace = nullptr, KVCache* cache = nullptr) const;
   int64_t head_size() const { return config.n_embd / config.n_head; }
 
   AttentionConfig config;

@@ -97,9 +97,8 @@ Block::Block(const GPTConfig& c) {
   mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, c.bias, c.dropout));
 }
 
-Tensor Block::forward(const Tensor& x, Tensor* weights, KVCache* cache) const {
-  AttentionOutput a = attn->forward(ln_1->forward(x), Tensor(), weights != nullptr, cache);
-  if (weights) *weights = a.weights;
+Tensor Block::forward(const Tensor& x, AttentionTrace* trace, KVCache* cache) const {
+  AttentionOutput a = attn->forward(ln_1->forward(x), Tensor(), trace, cache);
   Tensor h = add(x, a.y);
   return add(h, mlp->forward(ln_2->forward(h)));
 }
@@ -139,8 +138,8 @@ void GPT::init_weights(Generator& gen) {
   }
 }
 
-GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets,
-                       std::vector<Tensor>* attention_weights, std::vector<KVCache>* caches) const {
+GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<AttentionTrace>* trace,
+                       std::vector<KVCache>* caches) const {
   ATTEND_CHECK(idx.dim() == 2 && is_integer(idx.dtype()),
                "GPT: expected token ids of shape (B, T) and an integer dtype, got ",
                shape_str(idx.shape()), " ", dtype_name(idx.dtype()));
@@ -161,10 +160,9 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets,
   Tensor pos = arange(static_cast<double>(past), static_cast<double>(past + T), 1, DType::I64);
   Tensor x = add(t.wte->forward(idx), t.wpe->forward(pos));  // (B, T, C) + (T, C)
   x = t.drop->forward(x);
-  if (attention_weights) attention_weights->assign(config.n_layer, Tensor());
+  if (trace) trace->assign(config.n_layer, AttentionTrace());
   for (int64_t l = 0; l < config.n_layer; ++l) {
-    x = (*t.h)[l].forward(x, attention_weights ? &(*attention_weights)[l] : nullptr,
-                          caches ? &(*caches)[l] : nullptr);
+    x = (*t.h)[l].forward(x, trace ? &(*trace)[l] : nullptr, caches ? &(*caches)[l] : nullptr);
   }
   x = t.ln_f->forward(x);
   GPTOutput out;

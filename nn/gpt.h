@@ -75,8 +75,8 @@ class MLP : public Module {
 class Block : public Module {
  public:
   explicit Block(const GPTConfig& config);
-  // weights: when not null, receives this block's attention weights (B, NH, T, Tk).
-  Tensor forward(const Tensor& x, Tensor* weights = nullptr, KVCache* cache = nullptr) const;
+  // trace: when not null, receives this block's attention scores and weights.
+  Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr, KVCache* cache = nullptr) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<Attention> attn;
   std::shared_ptr<MLP> mlp;
@@ -93,9 +93,10 @@ class GPT : public Module {
   explicit GPT(const GPTConfig& config, uint64_t seed = 0);
 
   // idx (B, T) integer ids. With caches (one per layer, for decoding), idx holds the new
-  // positions only and positions continue from the caches' length.
+  // positions only and positions continue from the caches' length. With a trace, it
+  // receives one AttentionTrace per layer.
   GPTOutput forward(const Tensor& idx, const Tensor& targets = Tensor(),
-                    std::vector<Tensor>* attention_weights = nullptr,
+                    std::vector<AttentionTrace>* trace = nullptr,
                     std::vector<KVCache>* caches = nullptr) const;
 
   // GPT-2 initialisation: N(0, 0.02) for Linear and Embedding weights,

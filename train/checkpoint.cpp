@@ -63,85 +63,176 @@ uint64_t content_hash(const CheckpointData& d) {
     f.add(name);
     f.add(t);
   }
-  for (const auto& [name, t] : sorted(d.optimizer_state)) {
+  for (const auto& [name, t] : sorted(d.optimizer.tensors)) {
     f.add(name);
     f.add(t);
   }
-  f.add(&d.step, sizeof d.step);
-  f.add(&d.optimizer_step, sizeof d.optimizer_step);
+  f.add(&d.meta.step, sizeof d.meta.step);
+  f.add(&d.optimizer.step, sizeof d.optimizer.step);
   return f.h;
 }
 
+namespace {
+
+const char* kGroups[] = {"/config", "/model", "/optimizer", "/rng", "/data", "/tokenizer", "/meta"};
+
+void write_config(h5::File& f, const ConfigValues& config) {
+  for (const auto& [name, v] : config)
+    std::visit([&](const auto& x) { f.set_attr("/config", name, x); }, v);
+}
+
+ConfigValues read_config(const h5::File& f) {
+  ConfigValues config;
+  for (const std::string& name : f.attr_names("/config")) {
+    switch (f.attr_kind("/config", name)) {
+      case 'i':
+        config.emplace_back(name, f.attr_int("/config", name));
+        break;
+      case 'f':
+        config.emplace_back(name, f.attr_double("/config", name));
+        break;
+      default:
+        config.emplace_back(name, f.attr_string("/config", name));
+        break;
+    }
+  }
+  return config;
+}
+
+// A tensor already written under another name (a tied weight) becomes a hard link.
+void write_model(h5::File& f, const nn::NamedTensors& model) {
+  std::map<const TensorImpl*, std::string> written;
+  for (const auto& [name, t] : model) {
+    auto it = written.find(t.impl());
+    if (it != written.end()) {
+      f.hard_link("/model/" + it->second, "/model/" + name);
+    } else {
+      f.write_tensor("/model/" + name, t);
+      written[t.impl()] = name;
+    }
+  }
+}
+
+// Every name; hard links come back as the same tensor.
+nn::NamedTensors read_model(const h5::File& f) {
+  nn::NamedTensors model;
+  std::map<uint64_t, Tensor> by_object;
+  for (const std::string& name : f.list("/model")) {
+    const std::string full = "/model/" + name;
+    const uint64_t key = f.object_address(full);
+    auto it = by_object.find(key);
+    Tensor t = it != by_object.end() ? it->second : f.read_tensor(full, DType::F32);
+    by_object[key] = t;
+    model.emplace_back(name, t);
+  }
+  return model;
+}
+
+void write_optimizer(h5::File& f, const OptimizerState& o) {
+  f.set_attr("/optimizer", "name", o.name);
+  f.set_attr("/optimizer", "step", o.step);
+  std::set<std::string> slots;
+  for (const auto& [name, t] : o.tensors) {
+    auto [slot, param] = split_slot(name);
+    if (slots.insert(slot).second) f.create_group("/optimizer/" + slot);
+    f.write_tensor("/optimizer/" + slot + "/" + param, t);
+  }
+}
+
+OptimizerState read_optimizer(const h5::File& f) {
+  OptimizerState o{f.attr_string("/optimizer", "name"), f.attr_int("/optimizer", "step"), {}};
+  for (const std::string& slot : f.list("/optimizer"))
+    for (const std::string& name : f.list("/optimizer/" + slot))
+      o.tensors.emplace_back(slot + "." + name,
+                             f.read_tensor("/optimizer/" + slot + "/" + name, DType::F32));
+  return o;
+}
+
+void write_data(h5::File& f, const DataInfo& d) {
+  f.set_attr("/data", "data_dir", d.dir);
+  f.set_attr("/data", "train_tokens", d.train_tokens);
+  f.set_attr("/data", "val_tokens", d.val_tokens);
+  f.set_attr("/data", "train_hash", d.train_hash);
+  f.set_attr("/data", "val_hash", d.val_hash);
+  f.set_attr("/data", "sampler", std::string("random windows keyed by (seed, step, micro_step)"));
+}
+
+DataInfo read_data(const h5::File& f) {
+  return {f.attr_string("/data", "data_dir"), f.attr_int("/data", "train_tokens"),
+          f.attr_int("/data", "val_tokens"), f.attr_uint("/data", "train_hash"),
+          f.attr_uint("/data", "val_hash")};
+}
+
+void write_tokenizer(h5::File& f, const data::TokenizerSpec& spec) {
+  f.set_attr("/tokenizer", "kind", spec.kind);
+  f.set_attr("/tokenizer", "name", spec.name);
+  const data::TokenizerArrays a = data::to_arrays(spec);
+  Tensor b = empty({static_cast<int64_t>(a.bytes.size())}, DType::Bool);  // u8 on disk
+  std::memcpy(b.raw_data(), a.bytes.data(), a.bytes.size());
+  f.write_tensor("/tokenizer/token_bytes", b);
+  Tensor off = empty({static_cast<int64_t>(a.offsets.size())}, DType::I64);
+  std::memcpy(off.raw_data(), a.offsets.data(), a.offsets.size() * sizeof(int64_t));
+  f.write_tensor("/tokenizer/token_offsets", off);
+  if (!a.merges.empty()) {
+    Tensor m = empty({static_cast<int64_t>(a.merges.size() / 2), 2}, DType::I32);
+    std::memcpy(m.raw_data(), a.merges.data(), a.merges.size() * sizeof(int32_t));
+    f.write_tensor("/tokenizer/merges", m);
+  }
+}
+
+data::TokenizerSpec read_tokenizer(const h5::File& f) {
+  data::TokenizerArrays a;
+  const Tensor b = f.read_tensor("/tokenizer/token_bytes", DType::Bool);
+  a.bytes.assign(static_cast<const char*>(b.raw_data()), static_cast<size_t>(b.numel()));
+  a.offsets = f.read_tensor("/tokenizer/token_offsets", DType::I64).to_vector<int64_t>();
+  if (f.exists("/tokenizer/merges"))
+    a.merges = f.read_tensor("/tokenizer/merges", DType::I32).to_vector<int32_t>();
+  return data::from_arrays(f.attr_string("/tokenizer", "kind"), f.attr_string("/tokenizer", "name"),
+                           a, f.path() + ": /tokenizer");
+}
+
+void write_meta(h5::File& f, const Meta& m) {
+  f.set_attr("/meta", "format_version", kCheckpointFormatVersion);
+  f.set_attr("/meta", "attend_version", std::string(version()));
+  f.set_attr("/meta", "step", m.step);
+  f.set_attr("/meta", "tokens_seen", m.tokens_seen);
+  f.set_attr("/meta", "best_val_loss", m.best_val_loss);
+  f.set_attr("/meta", "best_step", m.best_step);
+  f.set_attr("/meta", "created", m.created);
+  f.set_attr("/meta", "content_hash", m.content_hash);
+}
+
+Meta read_meta(const h5::File& f) {
+  const int64_t version = f.attr_int("/meta", "format_version");
+  ATTEND_CHECK(version == kCheckpointFormatVersion, f.path(), ": checkpoint format version ",
+               version, " is not supported: this attend reads version ", kCheckpointFormatVersion,
+               version < kCheckpointFormatVersion
+                   ? " (version 2 changed the random streams; retrain, or use the attend that "
+                     "wrote it)"
+                   : " (written by a newer attend)");
+  return {f.attr_int("/meta", "step"),       f.attr_int("/meta", "tokens_seen"),
+          f.attr_int("/meta", "best_step"),  f.attr_double("/meta", "best_val_loss"),
+          f.attr_string("/meta", "created"), f.attr_uint("/meta", "content_hash")};
+}
+
+}  // namespace
+
 void save_checkpoint(const fs::path& path, CheckpointData& d) {
-  d.content_hash = content_hash(d);
-  if (d.created.empty()) d.created = utc_now();
+  d.meta.content_hash = content_hash(d);
+  if (d.meta.created.empty()) d.meta.created = utc_now();
   fs::path tmp = path;
   tmp += ".tmp";
   {
     h5::File f = h5::File::create(tmp.string());
-    for (const char* g :
-         {"/config", "/model", "/optimizer", "/rng", "/data", "/tokenizer", "/meta"})
-      f.create_group(g);
-    for (const auto& [name, v] : d.config) {
-      std::visit([&](const auto& x) { f.set_attr("/config", name, x); }, v);
-    }
-    std::map<const TensorImpl*, std::string> written;
-    for (const auto& [name, t] : d.model) {
-      auto it = written.find(t.impl());
-      if (it != written.end()) {
-        f.hard_link("/model/" + it->second, "/model/" + name);
-      } else {
-        f.write_tensor("/model/" + name, t);
-        written[t.impl()] = name;
-      }
-    }
-    f.set_attr("/optimizer", "name", d.optimizer);
-    f.set_attr("/optimizer", "step", d.optimizer_step);
-    std::set<std::string> slots;
-    for (const auto& [name, t] : d.optimizer_state) {
-      auto [slot, param] = split_slot(name);
-      if (slots.insert(slot).second) f.create_group("/optimizer/" + slot);
-      f.write_tensor("/optimizer/" + slot + "/" + param, t);
-    }
+    for (const char* g : kGroups) f.create_group(g);
+    write_config(f, d.config);
+    write_model(f, d.model);
+    write_optimizer(f, d.optimizer);
     f.set_attr("/rng", "seed", d.seed);
-    f.set_attr("/rng", "scheme",
-               std::string("philox4x32-10 keyed by (seed, step, micro_step, ...)"));
-    f.set_attr("/data", "data_dir", d.data_dir);
-    f.set_attr("/data", "train_tokens", d.train_tokens);
-    f.set_attr("/data", "val_tokens", d.val_tokens);
-    f.set_attr("/data", "train_hash", d.train_hash);
-    f.set_attr("/data", "val_hash", d.val_hash);
-    f.set_attr("/data", "sampler", std::string("random windows keyed by (seed, step, micro_step)"));
-    f.set_attr("/data", "next_step", d.step);
-    f.set_attr("/tokenizer", "kind", d.tokenizer.kind);
-    f.set_attr("/tokenizer", "name", d.tokenizer.name);
-    {
-      std::string bytes;
-      std::vector<double> offsets{0};
-      for (const auto& t : d.tokenizer.tokens) {
-        bytes += t;
-        offsets.push_back(static_cast<double>(bytes.size()));
-      }
-      Tensor b = empty({static_cast<int64_t>(bytes.size())}, DType::Bool);
-      std::memcpy(b.raw_data(), bytes.data(), bytes.size());
-      f.write_tensor("/tokenizer/token_bytes", b);
-      f.write_tensor("/tokenizer/token_offsets",
-                     tensor(offsets, {static_cast<int64_t>(offsets.size())}, DType::I64));
-      if (!d.tokenizer.merges.empty()) {
-        std::vector<double> m;
-        for (auto [a, c] : d.tokenizer.merges) m.push_back(a), m.push_back(c);
-        f.write_tensor("/tokenizer/merges",
-                       tensor(m, {static_cast<int64_t>(d.tokenizer.merges.size()), 2}, DType::I32));
-      }
-    }
-    f.set_attr("/meta", "format_version", kCheckpointFormatVersion);
-    f.set_attr("/meta", "attend_version", std::string(version()));
-    f.set_attr("/meta", "step", d.step);
-    f.set_attr("/meta", "tokens_seen", d.tokens_seen);
-    f.set_attr("/meta", "best_val_loss", d.best_val_loss);
-    f.set_attr("/meta", "best_step", d.best_step);
-    f.set_attr("/meta", "created", d.created);
-    f.set_attr("/meta", "content_hash", d.content_hash);
+    f.set_attr("/rng", "scheme", std::string("philox4x32-10, Note [Random streams]"));
+    write_data(f, d.data);
+    write_tokenizer(f, d.tokenizer);
+    write_meta(f, d.meta);
     f.close();
   }
   fsync_path(tmp, false);
@@ -155,77 +246,19 @@ CheckpointData load_checkpoint(const fs::path& path) {
   std::error_code ec;
   ATTEND_CHECK(fs::exists(path, ec), path.string(), ": no such checkpoint file");
   h5::File f = h5::File::open(path.string());
-  for (const char* g : {"/config", "/model", "/optimizer", "/rng", "/data", "/tokenizer", "/meta"})
+  for (const char* g : kGroups)
     ATTEND_CHECK(f.exists(g), path.string(), ": not an attend checkpoint (no ", g, " group)");
   CheckpointData d;
-  const int64_t version = f.attr_int("/meta", "format_version");
-  ATTEND_CHECK(version == kCheckpointFormatVersion, path.string(), ": checkpoint format version ",
-               version, " is not supported: this attend reads version ", kCheckpointFormatVersion,
-               version < kCheckpointFormatVersion
-                   ? " (version 2 changed the random streams; retrain, or use the attend that "
-                     "wrote it)"
-                   : " (written by a newer attend)");
-  for (const std::string& name : f.attr_names("/config")) {
-    switch (f.attr_kind("/config", name)) {
-      case 'i':
-        d.config.emplace_back(name, f.attr_int("/config", name));
-        break;
-      case 'f':
-        d.config.emplace_back(name, f.attr_double("/config", name));
-        break;
-      default:
-        d.config.emplace_back(name, f.attr_string("/config", name));
-        break;
-    }
-  }
-  // Model: every name; hard links come back as the same tensor.
-  std::map<uint64_t, Tensor> by_object;
-  for (const std::string& name : f.list("/model")) {
-    const std::string full = "/model/" + name;
-    const uint64_t key = f.object_address(full);
-    auto it = by_object.find(key);
-    Tensor t = it != by_object.end() ? it->second : f.read_tensor(full, DType::F32);
-    by_object[key] = t;
-    d.model.emplace_back(name, t);
-  }
-  d.optimizer = f.attr_string("/optimizer", "name");
-  d.optimizer_step = f.attr_int("/optimizer", "step");
-  for (const std::string& slot : f.list("/optimizer"))
-    for (const std::string& name : f.list("/optimizer/" + slot))
-      d.optimizer_state.emplace_back(slot + "." + name,
-                                     f.read_tensor("/optimizer/" + slot + "/" + name, DType::F32));
+  d.meta = read_meta(f);  // first: the format version decides how to read the rest
+  d.config = read_config(f);
+  d.model = read_model(f);
+  d.optimizer = read_optimizer(f);
   d.seed = f.attr_uint("/rng", "seed");
-  d.data_dir = f.attr_string("/data", "data_dir");
-  d.train_tokens = f.attr_int("/data", "train_tokens");
-  d.val_tokens = f.attr_int("/data", "val_tokens");
-  d.train_hash = f.attr_uint("/data", "train_hash");
-  d.val_hash = f.attr_uint("/data", "val_hash");
-  d.tokenizer.kind = f.attr_string("/tokenizer", "kind");
-  d.tokenizer.name = f.attr_string("/tokenizer", "name");
-  {
-    Tensor bytes = f.read_tensor("/tokenizer/token_bytes", DType::Bool);
-    std::vector<int64_t> off =
-        f.read_tensor("/tokenizer/token_offsets", DType::I64).to_vector<int64_t>();
-    const char* b = static_cast<const char*>(bytes.raw_data());
-    for (size_t i = 0; i + 1 < off.size(); ++i) {
-      ATTEND_CHECK(off[i] <= off[i + 1] && off[i + 1] <= bytes.numel(), path.string(),
-                   ": /tokenizer/token_offsets is inconsistent");
-      d.tokenizer.tokens.emplace_back(b + off[i], b + off[i + 1]);
-    }
-    if (f.exists("/tokenizer/merges")) {
-      std::vector<int32_t> m = f.read_tensor("/tokenizer/merges", DType::I32).to_vector<int32_t>();
-      for (size_t i = 0; i + 1 < m.size(); i += 2) d.tokenizer.merges.emplace_back(m[i], m[i + 1]);
-    }
-  }
-  d.step = f.attr_int("/meta", "step");
-  d.tokens_seen = f.attr_int("/meta", "tokens_seen");
-  d.best_val_loss = f.attr_double("/meta", "best_val_loss");
-  d.best_step = f.attr_int("/meta", "best_step");
-  d.created = f.attr_string("/meta", "created");
-  d.content_hash = f.attr_uint("/meta", "content_hash");
+  d.data = read_data(f);
+  d.tokenizer = read_tokenizer(f);
   const uint64_t h = content_hash(d);
-  ATTEND_CHECK(h == d.content_hash, path.string(), ": content hash mismatch (stored ",
-               d.content_hash, ", computed ", h, "): the file is corrupt");
+  ATTEND_CHECK(h == d.meta.content_hash, path.string(), ": content hash mismatch (stored ",
+               d.meta.content_hash, ", computed ", h, "): the file is corrupt");
   return d;
 }
 

@@ -38,21 +38,32 @@ namespace attend::train {
 using ConfigValue = std::variant<int64_t, double, std::string>;
 using ConfigValues = std::vector<std::pair<std::string, ConfigValue>>;
 
-struct CheckpointData {
-  ConfigValues config;
-  nn::NamedTensors model;  // state_dict order; a tensor already listed is written as a link
-  std::string optimizer;   // "adamw" or "sgd"
-  int64_t optimizer_step = 0;
-  nn::NamedTensors optimizer_state;  // "<slot>.<param name>"
-  uint64_t seed = 0;
-  std::string data_dir;
+// One struct per HDF5 group, so that save and load each walk the groups once.
+struct OptimizerState {  // /optimizer
+  std::string name;      // "adamw" or "sgd"
+  int64_t step = 0;
+  nn::NamedTensors tensors;  // "<slot>.<param name>"
+};
+struct DataInfo {  // /data
+  std::string dir;
   int64_t train_tokens = 0, val_tokens = 0;
   uint64_t train_hash = 0, val_hash = 0;
-  data::TokenizerSpec tokenizer;
+};
+struct Meta {  // /meta (format_version and attend_version are written by save)
   int64_t step = 0, tokens_seen = 0, best_step = -1;
   double best_val_loss = 0;  // meaningful when best_step >= 0
   std::string created;
   uint64_t content_hash = 0;  // filled by save and checked by load
+};
+
+struct CheckpointData {
+  ConfigValues config;     // /config
+  nn::NamedTensors model;  // /model, state_dict order; a tensor already listed is a link
+  OptimizerState optimizer;
+  uint64_t seed = 0;  // /rng
+  DataInfo data;
+  data::TokenizerSpec tokenizer;  // /tokenizer
+  Meta meta;
 };
 
 // 2: named random streams (Note [Random streams]): batches, dropout, evaluation and

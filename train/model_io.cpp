@@ -18,7 +18,7 @@ LoadedModel load_model(const LoadedCheckpoint& ck) {
   std::map<std::string, Tensor> state(d.model.begin(), d.model.end());
   m.model->load_state_dict(state);
   m.model->eval();
-  m.step = d.step;
+  m.step = d.meta.step;
   m.checkpoint = ck.path;
   return m;
 }

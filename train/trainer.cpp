@@ -85,7 +85,7 @@ TrainData open_data(const TrainRequest& req, const RunStart& s) {
   } else {
     ATTEND_CHECK(!data_flag, "--data: on resume, give a prepared folder (train.bin, val.bin); ",
                  c.data, " is not one");
-    d.dir = s.resumed->data.data_dir;
+    d.dir = s.resumed->data.data.dir;
   }
   d.tokenizer =
       s.resumed ? data::make_tokenizer(s.resumed->data.tokenizer) : data::load_tokenizer(d.dir);
@@ -94,10 +94,10 @@ TrainData open_data(const TrainRequest& req, const RunStart& s) {
   d.train_hash = d.train->file().content_hash();
   d.val_hash = d.val->file().content_hash();
   if (s.resumed)
-    ATTEND_CHECK(
-        d.train_hash == s.resumed->data.train_hash && d.val_hash == s.resumed->data.val_hash,
-        d.dir.string(),
-        ": train.bin or val.bin differs from the data the checkpoint was trained on");
+    ATTEND_CHECK(d.train_hash == s.resumed->data.data.train_hash &&
+                     d.val_hash == s.resumed->data.data.val_hash,
+                 d.dir.string(),
+                 ": train.bin or val.bin differs from the data the checkpoint was trained on");
   ATTEND_CHECK(d.train->file().vocab_size() == d.tokenizer->vocab_size(), d.dir.string(),
                ": train.bin has vocab_size ", d.train->file().vocab_size(),
                " but the tokenizer has ", d.tokenizer->vocab_size());
@@ -122,11 +122,11 @@ class Run {
   void restore(const LoadedCheckpoint& ck) {
     const CheckpointData& r = ck.data;
     model_.load_state_dict(std::map<std::string, Tensor>(r.model.begin(), r.model.end()));
-    ATTEND_CHECK(r.optimizer == c_.optimizer, ck.path.string(), ": optimizer ", r.optimizer,
-                 " in the checkpoint, ", c_.optimizer, " requested");
-    opt_->load_state({r.optimizer_state.begin(), r.optimizer_state.end()}, r.optimizer_step);
-    step = r.step, tokens_seen_ = r.tokens_seen, best_step_ = r.best_step;
-    best_val_ = r.best_val_loss;
+    ATTEND_CHECK(r.optimizer.name == c_.optimizer, ck.path.string(), ": optimizer ",
+                 r.optimizer.name, " in the checkpoint, ", c_.optimizer, " requested");
+    opt_->load_state({r.optimizer.tensors.begin(), r.optimizer.tensors.end()}, r.optimizer.step);
+    step = r.meta.step, tokens_seen_ = r.meta.tokens_seen, best_step_ = r.meta.best_step;
+    best_val_ = r.meta.best_val_loss;
     for (const MetricsRow& m : read_metrics(dir_ / "metrics.csv"))
       if (m.step <= step) metrics_.push_back(m);
     if (!metrics_.empty() && !std::isnan(metrics_.back().elapsed_s))
@@ -173,20 +173,15 @@ class Run {
     CheckpointData d;
     d.config = to_values(c_with_vocab());
     d.model = model_.state_dict();
-    d.optimizer = c_.optimizer;
-    d.optimizer_step = opt_->steps();
-    d.optimizer_state = opt_->state();
+    d.optimizer = {c_.optimizer, opt_->steps(), opt_->state()};
     d.seed = static_cast<uint64_t>(c_.seed);
-    d.data_dir = fs::absolute(data_.dir).lexically_normal().string();
-    d.train_tokens = data_.train->file().size();
-    d.val_tokens = data_.val->file().size();
-    d.train_hash = data_.train_hash;
-    d.val_hash = data_.val_hash;
+    d.data = {fs::absolute(data_.dir).lexically_normal().string(), data_.train->file().size(),
+              data_.val->file().size(), data_.train_hash, data_.val_hash};
     d.tokenizer = data_.tokenizer->spec();
-    d.step = step;
-    d.tokens_seen = tokens_seen_;
-    d.best_step = best_step_;
-    d.best_val_loss = best_val_;
+    d.meta.step = step;
+    d.meta.tokens_seen = tokens_seen_;
+    d.meta.best_step = best_step_;
+    d.meta.best_val_loss = best_val_;
     const fs::path path = dir_ / checkpoint_name(step);
     save_checkpoint(path, d);
     // Keep the newest keep_checkpoints and the best-val one; the new file is in place.

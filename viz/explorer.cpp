@@ -1,5 +1,6 @@
 #include "viz/explorer.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -18,9 +19,7 @@ std::string display_token(const std::string& bytes) {
   for (size_t i = 0; i < bytes.size();) {
     data::Utf8Char c = data::decode_utf8(bytes, i);
     if (!c.valid) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02X", static_cast<uint8_t>(bytes[i]));
-      out += b;
+      out += fmt::format("\\x{:02X}", static_cast<uint8_t>(bytes[i]));
     } else if (c.cp == ' ') {
       out += "\u2423";
     } else if (c.cp == '\n') {
@@ -35,6 +34,11 @@ std::string display_token(const std::string& bytes) {
     i += c.length;
   }
   return out;
+}
+
+std::string describe(const nn::GPTConfig& c, const std::string& tokenizer) {
+  return fmt::format("GPT: {} layers, {} heads ({} key/value heads), C {}, V {}, tokenizer {}",
+                     c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.vocab_size, tokenizer);
 }
 
 AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
@@ -52,38 +56,23 @@ AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
   m.n_head = c.n_head;
   m.head_size = c.n_embd / c.n_head;
   m.causal = true;
-  char desc[200];
-  std::snprintf(desc, sizeof desc,
-                "GPT: %lld layers, %lld heads (%lld key/value heads), C %lld, V %lld, tokenizer %s",
-                (long long)c.n_layer, (long long)c.n_head, (long long)c.n_kv_head,
-                (long long)c.n_embd, (long long)c.vocab_size, tok.spec().name.c_str());
-  m.model = desc;
+  m.model = describe(c, tok.spec().name);
 
+  // One forward of the model itself, asked for its attention.
   NoGradGuard no_grad;
   std::vector<double> idv(m.ids.begin(), m.ids.end());
-  Tensor idx = tensor(idv, {1, T}, DType::I64);
-  const auto& tr = *model.transformer;
-  Tensor x =
-      add(tr.wte->forward(idx), tr.wpe->forward(arange(0, static_cast<double>(T), 1, DType::I64)));
-  const int64_t C = c.n_embd, HS = m.head_size, G = c.n_head / c.n_kv_head;
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const nn::Block& block = (*tr.h)[l];
-    // q . k for every head, read off the layer's own projections.
-    Tensor qkv = block.attn->c_attn->forward(block.ln_1->forward(x));  // (1, T, C + 2 kv)
-    std::vector<std::vector<double>> sc(c.n_head);
-    for (int64_t h = 0; h < c.n_head; ++h) {
-      Tensor q = kernel::narrow(kernel::select(qkv, 0, 0), 1, h * HS, HS);            // (T, HS)
-      Tensor k = kernel::narrow(kernel::select(qkv, 0, 0), 1, C + (h / G) * HS, HS);  // (T, HS)
-      sc[h] = kernel::cast(kernel::matmul(q, kernel::transpose(k, 0, 1)), DType::F64)
-                  .to_vector<double>();
-    }
-    Tensor w;
-    x = block.forward(x, &w);  // w (1, NH, T, T)
-    std::vector<std::vector<double>> wl(c.n_head);
+  std::vector<nn::AttentionTrace> trace;
+  model.forward(tensor(idv, {1, T}, DType::I64), Tensor(), &trace);
+  auto per_head = [&](const Tensor& t) {  // (1, NH, T, T) -> [head] -> T*T
+    std::vector<std::vector<double>> out(c.n_head);
     for (int64_t h = 0; h < c.n_head; ++h)
-      wl[h] = kernel::select(kernel::select(w, 0, 0), 0, h).to_vector<double>();
-    m.weights.push_back(std::move(wl));
-    m.scores.push_back(std::move(sc));
+      out[h] = kernel::cast(kernel::select(kernel::select(t, 0, 0), 0, h), DType::F64)
+                   .to_vector<double>();
+    return out;
+  };
+  for (const nn::AttentionTrace& layer : trace) {
+    m.weights.push_back(per_head(layer.weights));
+    m.scores.push_back(per_head(layer.scores));
   }
   return m;
 }
@@ -129,10 +118,7 @@ bool masked(const AttentionMap& m, int64_t i, int64_t j) { return m.causal && j 
 
 std::string fixed(int64_t units, int decimals) {
   const int64_t scale = static_cast<int64_t>(std::llround(std::pow(10.0, decimals)));
-  char b[32];
-  std::snprintf(b, sizeof b, "%lld.%0*lld", (long long)(units / scale), decimals,
-                (long long)(units % scale));
-  return b;
+  return fmt::format("{}.{:0{}}", units / scale, units % scale, decimals);
 }
 
 // White -> deep blue by the true weight.
@@ -141,21 +127,65 @@ std::string colour(double w) {
   const int r = static_cast<int>(std::lround(255 - w * (255 - 8)));
   const int g = static_cast<int>(std::lround(255 - w * (255 - 48)));
   const int b = static_cast<int>(std::lround(255 - w * (255 - 107)));
-  char s[16];
-  std::snprintf(s, sizeof s, "#%02x%02x%02x", r, g, b);
-  return s;
+  return fmt::format("#{:02x}{:02x}{:02x}", r, g, b);
 }
 
-const char* kCaption =
-    "Rows are query positions i, columns are key positions j. Each row is a softmax over the keys, "
-    "so each row of "
-    "true weights sums to 1; masked (future) cells are exactly 0 and drawn hatched grey. Numbers "
-    "are the weights "
-    "rounded to %d decimals by largest-remainder rounding, so each row's shown numbers add up to "
-    "exactly 1. "
-    "Colour encodes the true weight.";
-
 }  // namespace
+
+std::string attention_caption(int decimals) {
+  return fmt::format(
+      "Rows are query positions i, columns are key positions j. Each row is a softmax over the "
+      "keys, so each row of true weights sums to 1; masked (future) cells are exactly 0 and drawn "
+      "hatched grey. Numbers are the weights rounded to {} decimals by largest-remainder "
+      "rounding, so each row's shown numbers add up to exactly 1. Colour encodes the true weight.",
+      decimals);
+}
+
+nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionSelection& sel) {
+  nlohmann::ordered_json j;
+  j["model"] = m.model;
+  j["convention"] =
+      "weights[i][j]: query position i (row) attends to key position j (column); rows sum to 1; "
+      "masked (future) entries are exactly 0";
+  j["caption"] = attention_caption(sel.decimals);
+  j["causal"] = m.causal;
+  j["tokens"] = m.tokens;
+  j["ids"] = m.ids;
+  j["head_size"] = m.head_size;
+  j["decimals"] = sel.decimals;
+  j["scale"] = static_cast<int64_t>(std::llround(std::pow(10.0, sel.decimals)));
+  const int64_t T = m.T();
+  const double inv_root = 1.0 / std::sqrt(static_cast<double>(m.head_size));
+  auto rows = [&](const std::vector<double>& v, double scale) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> r(v.begin() + i * T, v.begin() + (i + 1) * T);
+      for (double& x : r) x *= scale;
+      out.push_back(r);
+    }
+    return out;
+  };
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (int64_t l : pick(sel.layers, m.n_layer, "layer")) {
+    nlohmann::ordered_json heads = nlohmann::ordered_json::array();
+    for (int64_t h : pick(sel.heads, m.n_head, "head")) {
+      nlohmann::ordered_json hj;
+      hj["head"] = h;
+      hj["weights"] = rows(m.weights[l][h], 1.0);
+      nlohmann::ordered_json shown = nlohmann::ordered_json::array();
+      for (int64_t i = 0; i < T; ++i)
+        shown.push_back(round_row(std::vector<double>(m.weights[l][h].begin() + i * T,
+                                                      m.weights[l][h].begin() + (i + 1) * T),
+                                  sel.decimals));
+      hj["shown"] = shown;
+      if (sel.scores) hj["scores"] = rows(m.scores[l][h], inv_root);
+      heads.push_back(hj);
+    }
+    layers.push_back({{"layer", l}, {"heads", heads}});
+  }
+  j["layers"] = layers;
+  return j;
+}
 
 std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel) {
   std::string o = "layer,head,query_index,query_token,key_index,key_token,masked,weight";
@@ -170,175 +200,133 @@ std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel) 
     for (int64_t h : pick(sel.heads, m.n_head, "head"))
       for (int64_t i = 0; i < T; ++i)
         for (int64_t j = 0; j < T; ++j) {
-          char b[64];
-          std::snprintf(b, sizeof b, "%.17g", m.weights[l][h][i * T + j]);
-          o += std::to_string(l) + "," + std::to_string(h) + "," + std::to_string(i) + "," +
-               q(m.tokens[i]) + "," + std::to_string(j) + "," + q(m.tokens[j]) + "," +
-               (masked(m, i, j) ? "1" : "0") + "," + b;
-          if (sel.scores) {
-            std::snprintf(b, sizeof b, "%.17g",
-                          m.scores[l][h][i * T + j] / std::sqrt(static_cast<double>(m.head_size)));
-            o += std::string(",") + b;
-          }
+          o += fmt::format("{},{},{},{},{},{},{},{:.17g}", l, h, i, q(m.tokens[i]), j,
+                           q(m.tokens[j]), masked(m, i, j) ? 1 : 0, m.weights[l][h][i * T + j]);
+          if (sel.scores)
+            o += fmt::format(",{:.17g}", m.scores[l][h][i * T + j] /
+                                             std::sqrt(static_cast<double>(m.head_size)));
           o += "\n";
         }
   return o;
 }
 
 std::string attention_json(const AttentionMap& m, const AttentionSelection& sel) {
-  nlohmann::ordered_json j;
-  j["model"] = m.model;
-  j["convention"] =
-      "weights[i][j]: query position i (row) attends to key position j (column); rows sum to 1; "
-      "masked (future) entries are exactly 0";
-  j["causal"] = m.causal;
-  j["tokens"] = m.tokens;
-  j["ids"] = m.ids;
-  j["head_size"] = m.head_size;
-  const int64_t T = m.T();
-  auto matrix = [&](const std::vector<double>& v, double scale) {
-    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-    for (int64_t i = 0; i < T; ++i) {
-      nlohmann::ordered_json r = nlohmann::ordered_json::array();
-      for (int64_t k = 0; k < T; ++k) r.push_back(v[i * T + k] * scale);
-      rows.push_back(r);
-    }
-    return rows;
-  };
-  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
-  for (int64_t l : pick(sel.layers, m.n_layer, "layer")) {
-    nlohmann::ordered_json lj;
-    lj["layer"] = l;
-    nlohmann::ordered_json heads = nlohmann::ordered_json::array();
-    for (int64_t h : pick(sel.heads, m.n_head, "head")) {
-      nlohmann::ordered_json hj;
-      hj["head"] = h;
-      hj["weights"] = matrix(m.weights[l][h], 1.0);
-      if (sel.scores)
-        hj["scores"] = matrix(m.scores[l][h], 1.0 / std::sqrt(static_cast<double>(m.head_size)));
-      heads.push_back(hj);
-    }
-    lj["heads"] = heads;
-    layers.push_back(lj);
-  }
-  j["layers"] = layers;
-  return j.dump(1) + "\n";
+  return attention_payload(m, sel).dump(1) + "\n";
 }
+
+namespace {
+
+// The SVG's parts, each a function of the map and the layout.
+struct SvgLayout {
+  int64_t T = 0;
+  double cell = 0, label_w = 110, top = 160, map = 0, gap = 40, panel_w = 0, panel_h = 0;
+  double W = 0, H = 0;
+  bool numbers = false;
+};
+
+std::string svg_head(const AttentionMap& m, const AttentionSelection& sel, const SvgLayout& g) {
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n"
+      "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+      "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#d9d9d9\"/>"
+      "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#999\" stroke-width=\"2\"/></pattern>\n"
+      "<linearGradient id=\"bar\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">"
+      "<stop offset=\"0\" stop-color=\"{}\"/><stop offset=\"1\" stop-color=\"{}\"/>"
+      "</linearGradient></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      g.W, g.H, colour(0), colour(1));
+  s += "<text x=\"20\" y=\"24\" font-size=\"15\">attention weights: " + xml_escape(m.model) +
+       "</text>\n";
+  // The caption, a sentence a line.
+  std::string rest = attention_caption(sel.decimals);
+  for (int y = 40; !rest.empty(); y += 13) {
+    size_t cut = rest.find(". ");
+    cut = cut == std::string::npos ? rest.size() : cut + 1;
+    s += fmt::format("<text x=\"20\" y=\"{}\" font-size=\"10\">{}</text>\n", y,
+                     xml_escape(rest.substr(0, cut)));
+    rest = cut < rest.size() ? rest.substr(cut + 1) : "";
+  }
+  return s;
+}
+
+// One heatmap: layer l, head h, its top-left cell at (ox, oy).
+std::string svg_panel(const AttentionMap& m, const AttentionSelection& sel, const SvgLayout& g,
+                      int64_t l, int64_t h, double ox, double oy) {
+  const int64_t T = g.T;
+  const double cell = g.cell;
+  std::string s = fmt::format("<g class=\"heatmap\" data-layer=\"{}\" data-head=\"{}\">\n", l, h);
+  s += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\" font-weight=\"bold\">layer {}, head {}"
+      "</text>\n<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">key position j (column)"
+      "</text>\n<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">"
+      "query position i (row)</text>\n",
+      ox, oy - g.top + 14, l, h, ox + g.map / 2, oy - g.top + 32, ox - g.label_w + 10,
+      oy + g.map / 2);
+  for (int64_t j = 0; j < T; ++j)
+    s += fmt::format(
+        "<text transform=\"translate({:.1f},{:.1f}) rotate(-60)\" class=\"key-label\">{}</text>\n",
+        ox + (j + 0.5) * cell, oy - 4, xml_escape(std::to_string(j) + " " + m.tokens[j]));
+  for (int64_t i = 0; i < T; ++i) {
+    s += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" class=\"query-label\">{}</text>\n",
+        ox - 4, oy + (i + 0.5) * cell + 4, xml_escape(m.tokens[i] + " " + std::to_string(i)));
+    const std::vector<double> row(m.weights[l][h].begin() + i * T,
+                                  m.weights[l][h].begin() + (i + 1) * T);
+    const std::vector<int64_t> shown = round_row(row, sel.decimals);
+    for (int64_t j = 0; j < T; ++j) {
+      const bool mk = masked(m, i, j);
+      s += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" "
+          "stroke=\"white\"/>",
+          ox + j * cell, oy + i * cell, cell, cell, mk ? "url(#hatch)" : colour(row[j]));
+      if (g.numbers && !mk)
+        s += fmt::format(
+            "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"{:.0f}\" "
+            "fill=\"{}\">{}</text>",
+            ox + (j + 0.5) * cell, oy + (i + 0.5) * cell + 3, cell <= 20 ? 7.0 : 9.0,
+            row[j] > 0.55 ? "white" : "black", fixed(shown[j], sel.decimals));
+    }
+    s += "\n";
+  }
+  return s + "</g>\n";
+}
+
+std::string svg_legend(const SvgLayout& g) {
+  const double bx = g.W - 70, by = 90, bh = 200;
+  return fmt::format(
+      "<rect x=\"{0:.0f}\" y=\"{1:.0f}\" width=\"16\" height=\"{2:.0f}\" fill=\"url(#bar)\" "
+      "stroke=\"#333\"/><text x=\"{3:.0f}\" y=\"{4:.0f}\">1</text>"
+      "<text x=\"{3:.0f}\" y=\"{5:.0f}\">0.5</text><text x=\"{3:.0f}\" y=\"{6:.0f}\">0</text>"
+      "<text x=\"{7:.0f}\" y=\"{8:.0f}\">weight</text>\n"
+      "<rect x=\"{0:.0f}\" y=\"{9:.0f}\" width=\"16\" height=\"16\" fill=\"url(#hatch)\"/>"
+      "<text x=\"{3:.0f}\" y=\"{10:.0f}\">masked</text>"
+      "<text x=\"{11:.0f}\" y=\"{12:.0f}\">(future: 0)</text>\n",
+      bx, by, bh, bx + 20, by + 8, by + bh / 2 + 4, by + bh, bx - 4, by - 8, by + bh + 20,
+      by + bh + 33, bx - 10, by + bh + 50);
+}
+
+}  // namespace
 
 std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel) {
   const auto layers = pick(sel.layers, m.n_layer, "layer");
   const auto heads = pick(sel.heads, m.n_head, "head");
-  const int64_t T = m.T();
-  const double cell = T <= 16 ? 34 : T <= 32 ? 20 : 12;
-  const bool numbers = T <= 24;
-  const double label_w = 110, top = 160, map = cell * T, gap = 40;
-  const double panel_w = label_w + map + gap, panel_h = top + map + gap;
-  const int64_t cols = static_cast<int64_t>(heads.size()),
-                rows = static_cast<int64_t>(layers.size());
-  const double W = std::max(760.0, 40 + cols * panel_w + 90), H = 95 + rows * panel_h + 60;
-  std::string s;
-  char b[1024];
-  std::snprintf(b, sizeof b,
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                "font-family=\"sans-serif\" "
-                "font-size=\"11\">\n<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" "
-                "patternUnits=\"userSpaceOnUse\" "
-                "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" "
-                "fill=\"#d9d9d9\"/><line x1=\"0\" y1=\"0\" "
-                "x2=\"0\" y2=\"6\" stroke=\"#999\" stroke-width=\"2\"/></pattern>\n"
-                "<linearGradient id=\"bar\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\"><stop offset=\"0\" "
-                "stop-color=\"%s\"/>"
-                "<stop offset=\"1\" stop-color=\"%s\"/></linearGradient></defs>\n<rect "
-                "width=\"100%%\" height=\"100%%\" "
-                "fill=\"white\"/>\n",
-                W, H, colour(0).c_str(), colour(1).c_str());
-  s += b;
-  s += "<text x=\"20\" y=\"24\" font-size=\"15\">attention weights: " + xml_escape(m.model) +
-       "</text>\n";
-  char cap[600];
-  std::snprintf(cap, sizeof cap, kCaption, sel.decimals);
-  // The caption, a sentence a line.
-  std::string rest = cap;
-  for (double y = 40; !rest.empty(); y += 13) {
-    size_t cut = rest.find(". ");
-    cut = cut == std::string::npos ? rest.size() : cut + 1;
-    s += "<text x=\"20\" y=\"" + std::to_string(static_cast<int>(y)) + "\" font-size=\"10\">" +
-         xml_escape(rest.substr(0, cut)) + "</text>\n";
-    rest = cut < rest.size() ? rest.substr(cut + 1) : "";
-  }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t cidx = 0; cidx < cols; ++cidx) {
-      const int64_t l = layers[r], h = heads[cidx];
-      const double ox = 40 + cidx * panel_w + label_w, oy = 95 + r * panel_h + top;
-      std::snprintf(b, sizeof b, "<g class=\"heatmap\" data-layer=\"%lld\" data-head=\"%lld\">\n",
-                    (long long)l, (long long)h);
-      s += b;
-      std::snprintf(b, sizeof b,
-                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">layer %lld, "
-                    "head %lld</text>\n",
-                    ox, oy - top + 14, (long long)l, (long long)h);
-      s += b;
-      std::snprintf(
-          b, sizeof b,
-          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">key position j (column)</text>\n",
-          ox + map / 2, oy - top + 32);
-      s += b;
-      std::snprintf(b, sizeof b,
-                    "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" "
-                    "text-anchor=\"middle\">query position i (row)</text>\n",
-                    ox - label_w + 10, oy + map / 2);
-      s += b;
-      for (int64_t j = 0; j < T; ++j) {
-        std::snprintf(b, sizeof b,
-                      "<text transform=\"translate(%.1f,%.1f) rotate(-60)\" class=\"key-label\">",
-                      ox + (j + 0.5) * cell, oy - 4);
-        s += b + xml_escape(std::to_string(j) + " " + m.tokens[j]) + "</text>\n";
-      }
-      for (int64_t i = 0; i < T; ++i) {
-        std::snprintf(b, sizeof b,
-                      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" class=\"query-label\">",
-                      ox - 4, oy + (i + 0.5) * cell + 4);
-        s += b + xml_escape(m.tokens[i] + " " + std::to_string(i)) + "</text>\n";
-        std::vector<double> row(m.weights[l][h].begin() + i * T,
-                                m.weights[l][h].begin() + (i + 1) * T);
-        const std::vector<int64_t> shown = round_row(row, sel.decimals);
-        for (int64_t j = 0; j < T; ++j) {
-          const bool mk = masked(m, i, j);
-          std::snprintf(b, sizeof b,
-                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" "
-                        "stroke=\"white\"/>",
-                        ox + j * cell, oy + i * cell, cell, cell,
-                        mk ? "url(#hatch)" : colour(row[j]).c_str());
-          s += b;
-          if (numbers && !mk) {
-            std::snprintf(b, sizeof b,
-                          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"%.0f\" "
-                          "fill=\"%s\">%s</text>",
-                          ox + (j + 0.5) * cell, oy + (i + 0.5) * cell + 3, cell <= 20 ? 7.0 : 9.0,
-                          row[j] > 0.55 ? "white" : "black", fixed(shown[j], sel.decimals).c_str());
-            s += b;
-          }
-        }
-        s += "\n";
-      }
-      s += "</g>\n";
-    }
-  // Colour bar and legend.
-  const double bx = W - 70, by = 90, bh = 200;
-  std::snprintf(b, sizeof b,
-                "<rect x=\"%.0f\" y=\"%.0f\" width=\"16\" height=\"%.0f\" fill=\"url(#bar)\" "
-                "stroke=\"#333\"/>"
-                "<text x=\"%.0f\" y=\"%.0f\">1</text><text x=\"%.0f\" y=\"%.0f\">0.5</text><text "
-                "x=\"%.0f\" y=\"%.0f\">0</text>"
-                "<text x=\"%.0f\" y=\"%.0f\">weight</text>\n"
-                "<rect x=\"%.0f\" y=\"%.0f\" width=\"16\" height=\"16\" "
-                "fill=\"url(#hatch)\"/><text x=\"%.0f\" y=\"%.0f\">masked</text>"
-                "<text x=\"%.0f\" y=\"%.0f\">(future: 0)</text>\n",
-                bx, by, bh, bx + 20, by + 8, bx + 20, by + bh / 2 + 4, bx + 20, by + bh, bx - 4,
-                by - 8, bx, by + bh + 20, bx + 20, by + bh + 33, bx - 10, by + bh + 50);
-  s += b;
-  s += "</svg>\n";
-  return s;
+  SvgLayout g;
+  g.T = m.T();
+  g.cell = g.T <= 16 ? 34 : g.T <= 32 ? 20 : 12;
+  g.numbers = g.T <= 24;
+  g.map = g.cell * static_cast<double>(g.T);
+  g.panel_w = g.label_w + g.map + g.gap;
+  g.panel_h = g.top + g.map + g.gap;
+  const auto cols = static_cast<double>(heads.size()), rows = static_cast<double>(layers.size());
+  g.W = std::max(760.0, 40 + cols * g.panel_w + 90);
+  g.H = 95 + rows * g.panel_h + 60;
+  std::string s = svg_head(m, sel, g);
+  for (size_t r = 0; r < layers.size(); ++r)
+    for (size_t c = 0; c < heads.size(); ++c)
+      s += svg_panel(m, sel, g, layers[r], heads[c],
+                     40 + static_cast<double>(c) * g.panel_w + g.label_w,
+                     95 + static_cast<double>(r) * g.panel_h + g.top);
+  return s + svg_legend(g) + "</svg>\n";
 }
 
 }  // namespace attend::viz

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
 
@@ -29,6 +31,10 @@ struct AttentionMap {
   int64_t T() const { return static_cast<int64_t>(tokens.size()); }
 };
 
+// "GPT: 4 layers, 4 heads (4 key/value heads), C 128, V 65, tokenizer char".
+std::string describe(const nn::GPTConfig& config, const std::string& tokenizer);
+
+// The model's own attention on the prompt: one forward with an nn::AttentionTrace.
 // Throws if the prompt is empty or longer than block_size (giving both numbers).
 AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tokenizer,
                                const std::string& prompt);
@@ -47,6 +53,13 @@ struct AttentionSelection {
   int decimals = 2;
   bool scores = false;  // CSV/JSON: include the scores
 };
+
+// The JSON payload of the JSON view and the HTML page: model, convention, caption,
+// tokens, ids, head_size, decimals, scale, and per selected layer and head the weights,
+// the shown (rounded) numbers in units of 10^-decimals and, when asked, the scores
+// q.k/sqrt(HS) before the mask. Throws naming --layer or --head out of range.
+nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionSelection& sel);
+std::string attention_caption(int decimals);
 
 std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel);
 std::string attention_json(const AttentionMap& m, const AttentionSelection& sel);

@@ -105,13 +105,13 @@ TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for 
     INFO(ca.model[i].first);
     CHECK(test::bit_identical(ca.model[i].second, cb.model[i].second));
   }
-  REQUIRE(ca.optimizer_state.size() == cb.optimizer_state.size());
-  for (size_t i = 0; i < ca.optimizer_state.size(); ++i) {
-    INFO(ca.optimizer_state[i].first);
-    CHECK(test::bit_identical(ca.optimizer_state[i].second, cb.optimizer_state[i].second));
+  REQUIRE(ca.optimizer.tensors.size() == cb.optimizer.tensors.size());
+  for (size_t i = 0; i < ca.optimizer.tensors.size(); ++i) {
+    INFO(ca.optimizer.tensors[i].first);
+    CHECK(test::bit_identical(ca.optimizer.tensors[i].second, cb.optimizer.tensors[i].second));
   }
-  CHECK(ca.content_hash == cb.content_hash);
-  CHECK(ca.optimizer_step == 8);
+  CHECK(ca.meta.content_hash == cb.meta.content_hash);
+  CHECK(ca.optimizer.step == 8);
   // Per-step losses, printed with 17 significant digits: identical strings.
   std::vector<std::string> la = column(dir / "A" / "metrics.csv", 1),
                            lb = column(dir / "B" / "metrics.csv", 1);
@@ -141,7 +141,7 @@ TEST_CASE("exact resume keeps non-round settings bit for bit (4 steps + resume t
   for (size_t i = 0; i < ca.model.size(); ++i)
     differ += !test::bit_identical(ca.model[i].second, cb.model[i].second);
   CHECK(differ == 0);
-  CHECK(ca.content_hash == cb.content_hash);
+  CHECK(ca.meta.content_hash == cb.meta.content_hash);
   fs::remove_all(dir);
 }
 
@@ -203,7 +203,7 @@ TEST_CASE("kill -9 during checkpoint writes leaves every checkpoint loadable") {
     CHECK(train::newest_valid_checkpoint(run).path == all.back());
     // And the run continues from it.
     Run r = attend_cmd("train --resume " + run.string() + " --max_iters " +
-                       std::to_string(train::load_checkpoint(all.back()).step + 1));
+                       std::to_string(train::load_checkpoint(all.back()).meta.step + 1));
     CHECK_MESSAGE(r.code == 0, r.out);
   }
   fs::remove_all(dir);
@@ -242,7 +242,7 @@ TEST_CASE("SIGTERM and SIGINT finish the step, write a checkpoint and exit 0 say
     CHECK(out.find("continue with: attend train --resume") != std::string::npos);
     // The checkpoint is of the last finished step, not of the last interval.
     const fs::path newest = train::newest_valid_checkpoint(run).path;
-    const int64_t step = train::load_checkpoint(newest).step;
+    const int64_t step = train::load_checkpoint(newest).meta.step;
     CHECK(out.find(newest.filename().string()) != std::string::npos);
     CHECK(column(run / "metrics.csv", 0).empty() == false);
     CHECK(step >= 50);

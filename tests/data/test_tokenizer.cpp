@@ -213,3 +213,29 @@ TEST_CASE("malformed tokenizer files are refused with the file and the reason") 
   check_error([] { train_bpe_tokenizer("abc", 100); }, "bpe: vocab_size must be at least 256");
   fs::remove_all(dir);
 }
+
+TEST_CASE("tokenizer arrays: a round trip, and offsets or merges out of range refused") {
+  TokenizerSpec s{"bpe", "bpe:258", {}, {{'a', 'b'}, {256, 'c'}}};
+  for (int b = 0; b < 256; ++b) s.tokens.emplace_back(1, static_cast<char>(b));
+  s.tokens.push_back("ab");
+  s.tokens.push_back("abc");
+  TokenizerArrays a = to_arrays(s);
+  TokenizerSpec back = from_arrays("bpe", "bpe:258", a, "f.h5: /tokenizer");
+  CHECK(back.tokens == s.tokens);
+  CHECK(back.merges == s.merges);
+  TokenizerArrays neg = a;
+  neg.offsets[1] = -5;  // would read before the bytes
+  check_error([&] { from_arrays("bpe", "x", neg, "f.h5: /tokenizer"); },
+              "f.h5: /tokenizer: token_offsets decrease at entry 1");
+  TokenizerArrays first = a;
+  first.offsets[0] = -1;
+  check_error([&] { from_arrays("bpe", "x", first, "f.h5: /tokenizer"); },
+              "token_offsets must start at 0 and end at the 261 token bytes");
+  TokenizerArrays past = a;
+  past.offsets.back() += 10;
+  check_error([&] { from_arrays("bpe", "x", past, "f.h5: /tokenizer"); }, "must start at 0");
+  TokenizerArrays merge = a;
+  merge.merges[1] = 9999;
+  check_error([&] { from_arrays("bpe", "x", merge, "f.h5: /tokenizer"); },
+              "merge 0 (97, 9999) names a token outside [0, 258)");
+}

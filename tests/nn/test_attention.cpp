@@ -41,7 +41,9 @@ TEST_CASE("causal attention weights: future exactly 0, rows sum to 1") {
     Attention a({16, 4, 2, true, true, 0.0});
     randomize(a, g, dt);
     Tensor x = randn({3, 7, 16}, g, dt);
-    Tensor w = a.forward(x, Tensor(), true).weights;
+    AttentionTrace tr;
+    a.forward(x, Tensor(), &tr);
+    Tensor w = tr.weights;
     REQUIRE(w.shape() == Shape{3, 4, 7, 7});
     const double tol = dt == DType::F32 ? 1e-6 : 1e-12;
     double worst = 0;
@@ -180,9 +182,11 @@ TEST_CASE("cross-attention reads keys and values from the context") {
   const Tensor& W = a.c_attn->weight;
   Tensor want = reference_attention(x, ctx, narrow(W, 0, 0, 8), narrow(W, 0, 8, 8),
                                     narrow(W, 0, 16, 8), a.c_proj->weight, 2, false);
-  AttentionOutput out = a.forward(x, ctx, true);
+  AttentionTrace tr;
+  AttentionOutput out = a.forward(x, ctx, &tr);
   test::check_close(out.y, want, 1e-12, 1e-12);
-  CHECK(out.weights.shape() == Shape{2, 2, 3, 5});
+  CHECK(tr.weights.shape() == Shape{2, 2, 3, 5});
+  CHECK(tr.scores.shape() == Shape{2, 2, 3, 5});
 }
 
 TEST_CASE("decoding with the key/value cache equals the full forward") {

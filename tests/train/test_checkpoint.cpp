@@ -24,17 +24,18 @@ CheckpointData make(nn::GPT& m, AdamW& opt) {
   d.config = {
       {"vocab_size", int64_t{11}}, {"learning_rate", 1e-3}, {"optimizer", std::string("adamw")}};
   d.model = m.state_dict();
-  d.optimizer = "adamw";
-  d.optimizer_step = opt.steps();
-  d.optimizer_state = opt.state();
+  d.optimizer.name = "adamw";
+  d.optimizer.step = opt.steps();
+  d.optimizer.tensors = opt.state();
   d.seed = 1337;
-  d.data_dir = "/data/prepared";
-  d.train_tokens = 1000, d.val_tokens = 100, d.train_hash = 0xfeedbeefcafe1234ull, d.val_hash = 42;
+  d.data.dir = "/data/prepared";
+  d.data.train_tokens = 1000, d.data.val_tokens = 100, d.data.train_hash = 0xfeedbeefcafe1234ull,
+  d.data.val_hash = 42;
   d.tokenizer = {"bpe", "bpe:258", {}, {{'a', 'b'}, {256, 'c'}}};
   for (int b = 0; b < 256; ++b) d.tokenizer.tokens.emplace_back(1, static_cast<char>(b));
   d.tokenizer.tokens.push_back("ab");
   d.tokenizer.tokens.push_back("abc");
-  d.step = 7, d.tokens_seen = 7 * 768, d.best_step = 5, d.best_val_loss = 2.25;
+  d.meta.step = 7, d.meta.tokens_seen = 7 * 768, d.meta.best_step = 5, d.meta.best_val_loss = 2.25;
   return d;
 }
 
@@ -68,25 +69,25 @@ TEST_CASE("a checkpoint round-trips every group") {
   }
   // lm_head.weight is stored once, as a hard link, and comes back as the same tensor.
   CHECK(got.at("lm_head.weight").is_same(got.at("transformer.wte.weight")));
-  std::map<std::string, Tensor> ost(r.optimizer_state.begin(), r.optimizer_state.end());
-  for (auto& [n, t] : d.optimizer_state) CHECK(test::bit_identical(ost.at(n), t));
-  CHECK(r.optimizer == "adamw");
-  CHECK(r.optimizer_step == 1);
+  std::map<std::string, Tensor> ost(r.optimizer.tensors.begin(), r.optimizer.tensors.end());
+  for (auto& [n, t] : d.optimizer.tensors) CHECK(test::bit_identical(ost.at(n), t));
+  CHECK(r.optimizer.name == "adamw");
+  CHECK(r.optimizer.step == 1);
   CHECK(r.seed == 1337);
-  CHECK(r.data_dir == "/data/prepared");
-  CHECK(r.train_hash == 0xfeedbeefcafe1234ull);
+  CHECK(r.data.dir == "/data/prepared");
+  CHECK(r.data.train_hash == 0xfeedbeefcafe1234ull);
   CHECK(r.tokenizer.tokens == d.tokenizer.tokens);
   CHECK(r.tokenizer.merges == d.tokenizer.merges);
   CHECK(r.tokenizer.name == "bpe:258");
-  CHECK(r.step == 7);
-  CHECK(r.best_step == 5);
-  CHECK(r.best_val_loss == 2.25);
+  CHECK(r.meta.step == 7);
+  CHECK(r.meta.best_step == 5);
+  CHECK(r.meta.best_val_loss == 2.25);
   std::map<std::string, ConfigValue> cfg(r.config.begin(), r.config.end());
   CHECK(std::get<double>(cfg.at("learning_rate")) == 1e-3);
   CHECK(std::get<int64_t>(cfg.at("vocab_size")) == 11);
   CHECK(std::get<std::string>(cfg.at("optimizer")) == "adamw");
-  CHECK(!r.created.empty());
-  CHECK(r.content_hash == d.content_hash);
+  CHECK(!r.meta.created.empty());
+  CHECK(r.meta.content_hash == d.meta.content_hash);
   // The file's own layout, as h5py would see it.
   h5::File f = h5::File::open((dir / "c.h5").string());
   CHECK(f.attr_int("/config", "vocab_size") == 11);
@@ -177,6 +178,6 @@ TEST_CASE("corrupt, truncated and foreign checkpoints are refused naming the fil
   check_error([&] { load_checkpoint(dir / "text.h5"); }, "text.h5: cannot open as HDF5");
   check_error([&] { load_checkpoint(dir / "none.h5"); }, "none.h5: no such checkpoint file");
   // The good one still loads.
-  CHECK(load_checkpoint(dir / "good.h5").step == 7);
+  CHECK(load_checkpoint(dir / "good.h5").meta.step == 7);
   fs::remove_all(dir);
 }

@@ -122,11 +122,27 @@ TEST_CASE("the attention data: masked cells exactly 0, rows sum to 1, shown rows
         REQUIRE(std::abs(s - 1.0) <= 1e-6);
         REQUIRE(sum(round_row(row, 2)) == 100);
       }
-  // The weights are the model's own: the forward's returned weights for layer 0.
-  std::vector<Tensor> w;
-  std::vector<double> ids(m.ids.begin(), m.ids.end());
-  f.model.forward(tensor(ids, {1, T}, DType::I64), Tensor(), &w);
-  CHECK(w[0].at({0, 2, 5, 3}) == m.weights[0][2][5 * T + 3]);
+  // The scores against an independent derivation from the weights: layer 0, head 2 (of 4,
+  // with 2 key/value heads, so it reads k/v head 1): q = ln_1(x) Wq^T + bq, k likewise
+  // from c_attn's rows C + HS .. C + 2 HS. f32 GEMMs of another shape: equal to rounding
+  // (the scores here are below 1; 1e-5 is about 100 ulps).
+  {
+    NoGradGuard ng;
+    std::vector<double> ids(m.ids.begin(), m.ids.end());
+    const auto& tr = *f.model.transformer;
+    Tensor x = add(tr.wte->forward(tensor(ids, {T}, DType::I64)),
+                   tr.wpe->forward(arange(0, static_cast<double>(T), 1, DType::I64)));
+    Tensor h = (*tr.h)[0].ln_1->forward(x);  // (T, C)
+    const Tensor& W = (*tr.h)[0].attn->c_attn->weight;
+    const Tensor& b = (*tr.h)[0].attn->c_attn->bias;
+    const int64_t C = 16, HS = 4;
+    Tensor q = add(matmul(h, transpose(narrow(W, 0, 2 * HS, HS), 0, 1)), narrow(b, 0, 2 * HS, HS));
+    Tensor k = add(matmul(h, transpose(narrow(W, 0, C + HS, HS), 0, 1)), narrow(b, 0, C + HS, HS));
+    Tensor s = matmul(q, transpose(k, 0, 1));  // (T, T)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j)
+        CHECK(std::abs(s.at({i, j}) - m.scores[0][2][i * T + j]) <= 1e-5);
+  }
   test::check_error([&] { compute_attention(f.model, *f.tok, std::string(40, 'a')); },
                     "attention: the prompt is 40 tokens, longer than block_size 32");
 }
@@ -217,5 +233,16 @@ TEST_CASE("loss plots are well-formed SVG with labelled axes and a legend") {
     CHECK(svg.find(">train loss (per step)<") != std::string::npos);
     CHECK(svg.find(">val loss (evaluation)<") != std::string::npos);
     CHECK((svg.find("(log scale)") != std::string::npos) == log_y);
+  }
+}
+
+TEST_CASE("a loss plot whose values differ by an ulp ends, with a few ticks") {
+  // Regression (adversarial M5): the tick loop never ended when step < half an ulp of v.
+  Series a{"a", "#000", {0, 1}, {1.0, std::nextafter(1.0, 2.0)}, false};
+  Series b{"b", "#000", {1e17, 1e17 + 16}, {2.0, 3.0}, false};
+  for (const Series& s : {a, b}) {
+    const std::string svg = line_plot_svg({s}, {"t", "step", "loss", false});
+    CHECK(xml_problem(svg) == "");
+    CHECK(svg.size() < 20000);
   }
 }
