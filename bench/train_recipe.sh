@@ -11,7 +11,7 @@ run="$(mktemp -d)/run"
 echo "attend $("$build/attend" --version | cut -d' ' -f2), threads ${OMP_NUM_THREADS:-$(nproc)}, corpus $text"
 start=$(date +%s%N)
 "$build/attend" train --data "$text" --out "$run" --preset cpu-char --eval_interval 500 --eval_iters 200 \
-  --log_interval 100 | tail -n 8
+  --log_interval 100 2>&1 | tail -n 8
 end=$(date +%s%N)
 echo "wall time: $(( (end - start) / 1000000 )) ms"
 "$build/attend" eval --checkpoint "$run" --data "$run/data/val.bin"

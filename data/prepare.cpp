@@ -6,6 +6,7 @@
 #include "data/token_file.h"
 #include "data/utf8.h"
 #include "tensor/error.h"
+#include "tensor/util.h"
 
 namespace attend::data {
 
@@ -56,7 +57,7 @@ std::unique_ptr<Tokenizer> tokenizer_for_corpus(const std::string& spec,
   if (spec.rfind("bpe:", 0) == 0) {
     const std::string n = spec.substr(4);
     if (!n.empty() && std::all_of(n.begin(), n.end(), ::isdigit))
-      return train_bpe_tokenizer(corpus, std::stoll(n));
+      return train_bpe_tokenizer(corpus, parse_int(n, "--tokenizer " + spec));
   }
   return tokenizer_from_arg(spec);
 }

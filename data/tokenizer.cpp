@@ -21,11 +21,7 @@ using nlohmann::json;
 namespace {
 
 void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  ATTEND_CHECK(out.good(), path.string(), ": cannot open for writing");
-  out << text;
-  out.close();
-  ATTEND_CHECK(out.good(), path.string(), ": write failed (disk full?)");
+  write_file_atomic(path, text);
 }
 
 class CharTokenizer : public Tokenizer {
