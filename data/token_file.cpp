@@ -80,7 +80,11 @@ TokenFile::TokenFile(const fs::path& path) : path_(path) {
   if (width != 2 && width != 4) fail(str("invalid token width ", width, " (expected 2 or 4)"));
   if (vocab == 0 || (width == 2 && vocab > 65536))
     fail(str("invalid vocab_size ", vocab, " for ", width, "-byte tokens"));
-  if (map_bytes_ != kTokenHeaderBytes + count * width)
+  if (width == 4 && vocab > (uint64_t{1} << 31))
+    fail(str("invalid vocab_size ", vocab, " (token ids are 32-bit signed: at most 2^31)"));
+  // count is checked against the file before it is multiplied (a crafted count overflows).
+  if (count > (map_bytes_ - kTokenHeaderBytes) / width ||
+      map_bytes_ != kTokenHeaderBytes + count * width)
     fail(str("truncated or padded: the header says ", count, " tokens of ", width, " bytes (",
              kTokenHeaderBytes + count * width, " bytes in all), the file has ", map_bytes_,
              " bytes"));

@@ -1,12 +1,14 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <set>
 
 #include "tensor/kernels.h"
@@ -217,28 +219,101 @@ Meta read_meta(const h5::File& f) {
 
 }  // namespace
 
+namespace {
+
+// Note [Checkpoint writer in a child process]
+// HDF5 cannot survive a failed write: after a full disk (or a file-size limit) H5Fclose
+// fails, the file stays registered half closed, and any later close, including HDF5's own
+// exit handler, crashes (SIGSEGV in H5F__close_cb). So the file is written by a forked
+// child, which shares the tensors copy-on-write (no extra memory), runs only HDF5 (no
+// OpenMP, no logging) and leaves with _exit: its status and, on failure, its error
+// message come back through a pipe. Whatever HDF5 does, this process stays sound and
+// removes the partial file.
+std::string write_in_child(const std::function<void()>& write) {
+  int fds[2];
+  ATTEND_CHECK(::pipe(fds) == 0, "checkpoint: cannot create a pipe: ", std::strerror(errno));
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]), ::close(fds[1]);
+    throw Error(str("checkpoint: cannot fork the writer: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string msg;
+    try {
+      write();
+      ::_exit(0);
+    } catch (const std::exception& e) {
+      msg = e.what();
+    } catch (...) {
+      msg = "unknown error";
+    }
+    for (size_t done = 0; done < msg.size();) {
+      const ssize_t n = ::write(fds[1], msg.data() + done, msg.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::_exit(1);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    msg.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  if (WIFSIGNALED(status))
+    return str("the checkpoint writer was killed by signal ", WTERMSIG(status),
+               msg.empty() ? "" : ": ", msg);
+  return msg.empty() ? std::string("the checkpoint writer failed") : msg;
+}
+
+void write_file(const fs::path& file, const CheckpointData& d) {
+  h5::File f = h5::File::create(file.string());
+  for (const char* g : kGroups) f.create_group(g);
+  write_config(f, d.config);
+  write_model(f, d.model);
+  write_optimizer(f, d.optimizer);
+  f.set_attr("/rng", "seed", d.seed);
+  f.set_attr("/rng", "scheme", std::string("philox4x32-10, Note [Random streams]"));
+  write_data(f, d.data);
+  write_tokenizer(f, d.tokenizer);
+  write_meta(f, d.meta);
+  f.close();
+}
+
+}  // namespace
+
 void save_checkpoint(const fs::path& path, CheckpointData& d) {
   d.meta.content_hash = content_hash(d);
   if (d.meta.created.empty()) d.meta.created = utc_now();
   fs::path tmp = path;
   tmp += ".tmp";
-  {
-    h5::File f = h5::File::create(tmp.string());
-    for (const char* g : kGroups) f.create_group(g);
-    write_config(f, d.config);
-    write_model(f, d.model);
-    write_optimizer(f, d.optimizer);
-    f.set_attr("/rng", "seed", d.seed);
-    f.set_attr("/rng", "scheme", std::string("philox4x32-10, Note [Random streams]"));
-    write_data(f, d.data);
-    write_tokenizer(f, d.tokenizer);
-    write_meta(f, d.meta);
-    f.close();
-  }
-  fsync_path(tmp, false);
+  const std::string failed = write_in_child([&] { write_file(tmp, d); });
   std::error_code ec;
+  if (!failed.empty()) {
+    fs::remove(tmp, ec);  // a partial file would keep a full disk full
+    throw Error(failed);
+  }
+  try {
+    fsync_path(tmp, false);
+  } catch (const Error&) {
+    fs::remove(tmp, ec);
+    throw;
+  }
   fs::rename(tmp, path, ec);
-  ATTEND_CHECK(!ec, path.string(), ": cannot rename the new checkpoint into place: ", ec.message());
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    throw Error(str(path.string(), ": cannot rename the new checkpoint into place: ", why));
+  }
   fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path(), true);
 }
 

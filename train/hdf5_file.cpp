@@ -1,5 +1,7 @@
 #include "train/hdf5_file.h"
 
+#include <limits>
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -167,6 +169,17 @@ Tensor File::read_tensor(const std::string& name, DType dtype, const Shape& shap
   Shape want = shape.empty() ? Shape{1} : shape;
   if (got != want)
     fail(str("dataset ", name, " has shape ", shape_str(got), ", expected ", shape_str(want)));
+  // Before allocating: the byte size without overflow, and data actually stored for it
+  // (we never compress, so a dataset declaring more than its storage is crafted).
+  uint64_t bytes = dtype_size(dtype);
+  for (hsize_t d : dims)
+    if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / d)
+      fail(str("dataset ", name, " declares shape ", shape_str(got), ": its size overflows"));
+    else
+      bytes *= d;
+  if (H5Dget_storage_size(d.get()) < bytes)
+    fail(str("dataset ", name, " declares ", bytes, " bytes (shape ", shape_str(got),
+             ") but stores ", H5Dget_storage_size(d.get())));
   Tensor t = empty(shape, dtype);
   if (t.numel() > 0 &&
       H5Dread(d.get(), mem_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()) < 0)
@@ -199,12 +212,21 @@ void write_attr(hid_t file, const std::string& path, const std::string& object,
     throw Error(str(path, ": cannot write attribute ", object, "@", name));
 }
 
+// An attribute holding exactly one value: every read below goes through this check, so a
+// crafted array attribute is refused before H5Aread could write past a scalar.
 Handle open_attr(hid_t file, const std::string& path, const std::string& object,
                  const std::string& name) {
   Handle o = open_object(file, object, path);
   hid_t a = H5Aopen(o.get(), name.c_str(), H5P_DEFAULT);
   if (a < 0) throw Error(str(path, ": missing attribute ", object, "@", name));
-  return Handle(a, H5Aclose);
+  Handle h(a, H5Aclose);
+  Handle space(H5Aget_space(a), H5Sclose);
+  const H5S_class_t cls = space.get() < 0 ? H5S_NO_CLASS : H5Sget_simple_extent_type(space.get());
+  const hssize_t n = space.get() < 0 ? -1 : H5Sget_simple_extent_npoints(space.get());
+  if (cls != H5S_SCALAR && !(cls == H5S_SIMPLE && n == 1))
+    throw Error(str(path, ": attribute ", object, "@", name, " holds ", n,
+                    " values; expected a single value"));
+  return h;
 }
 
 }  // namespace
@@ -280,7 +302,10 @@ std::string File::attr_string(const std::string& o, const std::string& n) const 
   Handle t(H5Aget_type(a.get()), H5Tclose);
   if (H5Tis_variable_str(t.get()) > 0)
     fail("attribute " + o + "@" + n + " is a variable-length string");
-  std::string s(H5Tget_size(t.get()), '\0');
+  const size_t size = H5Tget_size(t.get());
+  if (size == 0 || size > (size_t{1} << 20))
+    fail(str("attribute ", o, "@", n, " is a string of ", size, " bytes (at most 1 MiB)"));
+  std::string s(size, '\0');
   if (H5Aread(a.get(), t.get(), s.data()) < 0) fail("cannot read attribute " + o + "@" + n);
   s.resize(std::strlen(s.c_str()));
   return s;

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "train/step.h"
+
 namespace attend::train {
 
 namespace fs = std::filesystem;
@@ -14,6 +16,9 @@ LoadedModel load_model(const LoadedCheckpoint& ck) {
   ATTEND_CHECK(m.config.model.vocab_size == m.tokenizer->vocab_size(), ck.path.string(),
                ": /config vocab_size ", m.config.model.vocab_size, " but the tokenizer has ",
                m.tokenizer->vocab_size());
+  const std::string bad = first_non_finite(d.model);
+  ATTEND_CHECK(bad.empty(), ck.path.string(), ": /model/", bad,
+               " holds NaN or infinite values; this model cannot be used");
   m.model = std::make_unique<nn::GPT>(m.config.model, 0);
   std::map<std::string, Tensor> state(d.model.begin(), d.model.end());
   m.model->load_state_dict(state);

@@ -69,15 +69,54 @@ void prune_checkpoints(const fs::path& run_dir, int64_t keep, const std::string&
 LoadedCheckpoint newest_valid_checkpoint(const fs::path& run_dir) {
   std::error_code ec;
   ATTEND_CHECK(fs::is_directory(run_dir, ec), run_dir.string(), ": no such run folder");
-  auto all = list_checkpoints(run_dir);
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    try {
-      return {*it, load_checkpoint(*it)};
-    } catch (const Error& e) {
-      spdlog::warn("skipping {}: {}", it->string(), e.what());
+  // A trainer may prune while we read: a file that vanished is no corruption; list again
+  // (a newer checkpoint replaced it).
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    bool vanished = false;
+    auto all = list_checkpoints(run_dir);
+    for (auto it = all.rbegin(); it != all.rend() && !vanished; ++it) {
+      try {
+        return {*it, load_checkpoint(*it)};
+      } catch (const Error& e) {
+        if (!fs::exists(*it, ec)) {
+          vanished = true;
+        } else {
+          spdlog::warn("skipping {}: {}", it->string(), e.what());
+        }
+      }
     }
+    if (!vanished) break;
   }
   throw Error(str(run_dir.string(), ": no loadable checkpoint (ckpt_*.h5) in this folder"));
+}
+
+void remove_stale_temporaries(const fs::path& run_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("ckpt_", 0) == 0 && n.find(".h5.tmp") != std::string::npos) {
+      spdlog::info("removing {}, left by an interrupted checkpoint write", e.path().string());
+      fs::remove(e.path(), ec);
+    }
+  }
+}
+
+std::vector<fs::path> set_aside_later_checkpoints(const fs::path& run_dir, int64_t step) {
+  std::vector<fs::path> later;
+  for (const fs::path& p : list_checkpoints(run_dir))
+    if (p.filename().string() > checkpoint_name(step)) later.push_back(p);
+  if (later.empty()) return later;
+  const fs::path aside = run_dir / fmt::format("abandoned_after_{:08d}", step);
+  std::error_code ec;
+  fs::create_directories(aside, ec);
+  ATTEND_CHECK(!ec, aside.string(), ": cannot create: ", ec.message());
+  for (const fs::path& p : later) {
+    fs::rename(p, aside / p.filename(), ec);
+    ATTEND_CHECK(!ec, p.string(), ": cannot move into ", aside.string(), ": ", ec.message());
+  }
+  spdlog::warn("resuming from step {}: moved {} later checkpoint(s) of the abandoned run into {}",
+               step, later.size(), aside.string());
+  return later;
 }
 
 LoadedCheckpoint load_checkpoint_or_run(const std::string& arg) {

@@ -37,6 +37,14 @@ std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path&
 void prune_checkpoints(const std::filesystem::path& run_dir, int64_t keep,
                        const std::string& also_keep);
 
+// Removes ckpt_*.h5.tmp left by a write that was killed (call holding the RunLock).
+void remove_stale_temporaries(const std::filesystem::path& run_dir);
+// Resuming from an older checkpoint abandons the later ones: they move into
+// RUN_DIR/abandoned_after_<step>/ (kept, not deleted), so the folder's newest checkpoint
+// is always the live run's and pruning never deletes the live run. Returns what moved.
+std::vector<std::filesystem::path> set_aside_later_checkpoints(const std::filesystem::path& run_dir,
+                                                               int64_t step);
+
 struct LoadedCheckpoint {
   std::filesystem::path path;
   CheckpointData data;

@@ -2,7 +2,22 @@
 
 #include <cmath>
 
+#include "tensor/kernels.h"
+
 namespace attend::train {
+
+std::string first_non_finite(const nn::NamedTensors& tensors) {
+  for (const auto& [name, t] : tensors) {
+    const Tensor c = kernel::contiguous(t);
+    bool finite = true;
+    dispatch_float(c.dtype(), "first_non_finite", [&]<typename T>() {
+      const T* p = c.data<T>();
+      for (int64_t i = 0; i < c.numel() && finite; ++i) finite = std::isfinite(p[i]);
+    });
+    if (!finite) return name;
+  }
+  return "";
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const nn::GPT& model) {
   const nn::NamedTensors named = model.named_parameters();
@@ -46,6 +61,9 @@ StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDat
                "; stopping before the update");
   NoGradGuard no_grad;
   optimizer.step(lr);
+  const std::string bad = first_non_finite(model.named_parameters());
+  ATTEND_CHECK(bad.empty(), "step ", step, ": the update at lr ", lr, " made ", bad,
+               " non-finite (the model diverged); stopping");
   return r;
 }
 

@@ -25,6 +25,9 @@ struct StepResult {
   double lr = 0;         // the learning rate of the update
 };
 
+// The name of the first parameter holding a NaN or an infinity, or "" if all are finite.
+std::string first_non_finite(const nn::NamedTensors& tensors);
+
 // The model's optimizer as the config asks (AdamW or SGD over its named parameters).
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const nn::GPT& model);
 LrSchedule make_schedule(const TrainConfig& c);
@@ -34,7 +37,9 @@ LrSchedule make_schedule(const TrainConfig& c);
 double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data,
                             const TrainConfig& c, int64_t step);
 
-// accumulate_gradients, clipping, the update at lr = schedule(step).
+// accumulate_gradients, clipping, the update at lr = schedule(step); then every parameter
+// is checked finite (a diverging update throws naming the parameter, so no non-finite
+// model is ever checkpointed).
 StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDataset& train_data,
                       const TrainConfig& c, int64_t step, double lr);
 

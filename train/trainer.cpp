@@ -160,7 +160,8 @@ class Run {
         estimate_loss(model_, *data_.val, seed, at, c_.eval_iters, c_.batch_size, Stream::EvalVal);
     spdlog::info("step {}: train loss {:.4f}, val loss {:.4f}", at, tl, vl);
     out.evaluated = true, out.final_train_loss = tl, out.final_val_loss = vl;
-    const bool improved = at > 0 && (best_step_ < 0 || vl < best_val_);
+    // A non-finite val loss is never "best" (NaN compares false, but a first one would win).
+    const bool improved = at > 0 && std::isfinite(vl) && (best_step_ < 0 || vl < best_val_);
     if (improved) best_step_ = at, best_val_ = vl;
     if (metrics_.empty() || metrics_.back().step != at)
       metrics_.push_back({at, NAN, NAN, schedule_.at(at), NAN, NAN, elapsed()});
@@ -244,6 +245,8 @@ TrainOutcome run_training(const TrainRequest& req) {
   fs::create_directories(s.run_dir, ec);
   ATTEND_CHECK(!ec, s.run_dir.string(), ": cannot create the run folder: ", ec.message());
   RunLock lock(s.run_dir);
+  remove_stale_temporaries(s.run_dir);
+  if (s.resumed) set_aside_later_checkpoints(s.run_dir, s.resumed->data.meta.step);
   if (!s.resumed && !list_checkpoints(s.run_dir).empty())
     throw Error(str(s.run_dir.string(), ": already holds checkpoints; use --resume ",
                     s.run_dir.string(), " to continue, or choose another --out"));

@@ -262,7 +262,8 @@ TEST_CASE(
   CAPTURE(r.out);
   CHECK(r.out.find("step ") != std::string::npos);
   CHECK((r.out.find("the loss is") != std::string::npos ||
-         r.out.find("the gradient norm is") != std::string::npos));
+         r.out.find("the gradient norm is") != std::string::npos ||
+         r.out.find("non-finite (the model diverged)") != std::string::npos));
   CHECK(r.out.find("no checkpoint written") != std::string::npos);
   for (const fs::path& p : train::list_checkpoints(dir / "run")) {
     train::CheckpointData d = train::load_checkpoint(p);
@@ -271,6 +272,57 @@ TEST_CASE(
       CHECK(std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }));
     }
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE(
+    "a diverged model is never checkpointed nor marked best, and sample refuses NaN weights") {
+  // Regression (adversarial M1): with lr 1e308 and an evaluation every step the NaN model
+  // was saved, marked best ("the last good one"), and sample printed "zzzz" with exit 0.
+  fs::path dir = temp_dir("diverge");
+  fs::path corpus = make_corpus(dir);
+  Run r = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "run").string() +
+                     kTiny + " --learning_rate 1e308 --max_iters 2 --eval_interval 1");
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(r.out.find("the model diverged") != std::string::npos, r.out);
+  CHECK(train::list_checkpoints(dir / "run").empty());
+  // A checkpoint with a NaN weight (written by hand) is refused by sample and eval.
+  Run ok = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "ok").string() +
+                      kTiny + " --max_iters 1");
+  REQUIRE_MESSAGE(ok.code == 0, ok.out);
+  const fs::path ckpt = train::newest_valid_checkpoint(dir / "ok").path;
+  train::CheckpointData d = train::load_checkpoint(ckpt);
+  for (auto& [name, t] : d.model)
+    if (name == "transformer.ln_f.weight") t.data<float>()[0] = NAN;
+  train::save_checkpoint(dir / "nan.h5", d);
+  Run s = attend_cmd("sample --checkpoint " + (dir / "nan.h5").string() + " --max_new_tokens 5");
+  CHECK(s.code == 1);
+  CHECK_MESSAGE(s.out.find("/model/transformer.ln_f.weight holds NaN or infinite values") !=
+                    std::string::npos,
+                s.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE(
+    "resuming from an older checkpoint sets the later ones aside instead of pruning the new") {
+  // Regression (adversarial M8): pruning kept the abandoned run's higher-numbered files and
+  // deleted the new run's, so the next --resume RUN silently continued the abandoned run.
+  fs::path dir = temp_dir("branch");
+  fs::path corpus = make_corpus(dir);
+  const fs::path run = dir / "run";
+  Run a = attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
+                     " --max_iters 10 --checkpoint_interval 1 --keep_checkpoints 3"
+                     " --eval_interval 1000");
+  REQUIRE_MESSAGE(a.code == 0, a.out);
+  std::ofstream(run / "ckpt_00000011.h5.tmp") << "partial";  // as a killed write leaves it
+  Run b = attend_cmd("train --resume " + (run / "ckpt_00000008.h5").string() + " --max_iters 9");
+  REQUIRE_MESSAGE(b.code == 0, b.out);
+  CHECK(b.out.find("moved 2 later checkpoint(s)") != std::string::npos);
+  const train::LoadedCheckpoint newest = train::newest_valid_checkpoint(run);
+  CHECK(newest.path.filename() == "ckpt_00000009.h5");
+  CHECK(newest.data.meta.step == 9);
+  CHECK(fs::exists(run / "abandoned_after_00000008" / "ckpt_00000010.h5"));
+  CHECK(!fs::exists(run / "ckpt_00000011.h5.tmp"));
   fs::remove_all(dir);
 }
 
@@ -288,10 +340,14 @@ TEST_CASE("a full disk during a checkpoint leaves the previous one byte-identica
   REQUIRE(before.size() > 200 * 1024);
   // Files may grow to 100 KiB only: the next checkpoint's write fails.
   Run second = attend_cmd("train --resume " + run.string() + " --max_iters 4", "ulimit -f 100; ");
-  CHECK(second.code != 0);
+  // Regression (adversarial H4): exit 1 with the error, not a crash in HDF5 at exit (139),
+  // and no partial .tmp left to keep the disk full.
+  CHECK(second.code == 1);
   CAPTURE(second.out);
+  CHECK(second.out.find("disk full?") != std::string::npos);
   CHECK(file_bytes(ckpt) == before);
   CHECK(!fs::exists(run / "ckpt_00000004.h5"));
+  CHECK(!fs::exists(run / "ckpt_00000004.h5.tmp"));
   CHECK(train::newest_valid_checkpoint(run).path == ckpt);
   fs::remove_all(dir);
 }

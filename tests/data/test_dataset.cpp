@@ -1,4 +1,5 @@
 // Token files, batches and `prepare`: formats, purity of batches, bad input.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -67,6 +68,18 @@ TEST_CASE("bad token files are refused naming the file and the problem") {
   put_bytes(p, "short");
   check_error([&] { TokenFile f(p); }, "too short for a token file");
   check_error([&] { TokenFile f(dir / "missing.bin"); }, "missing.bin: cannot open token file");
+  // Regression (adversarial H3): count * width overflows to the real size; it read past
+  // the mapping (SIGBUS). 16 tokens of 4 bytes plus a count of 2^62 + 16.
+  {
+    write_token_file(p, iota_tokens(16, 70000), 70000);
+    std::string w = bytes_of(p);
+    REQUIRE(w.size() == 32 + 64);
+    const uint64_t count = (uint64_t{1} << 62) + 16;
+    std::memcpy(w.data() + 16, &count, 8);
+    put_bytes(p, w);
+    check_error([&] { TokenFile f(p); },
+                "t.bin: truncated or padded: the header says 4611686018427387920 tokens");
+  }
   write_token_file(p, iota_tokens(10, 50), 50);
   check_error([&] { TokenDataset d(p, 10); },
               "t.bin: 10 tokens is too short for block_size 10 (need at least 11)");

@@ -181,3 +181,72 @@ TEST_CASE("corrupt, truncated and foreign checkpoints are refused naming the fil
   CHECK(load_checkpoint(dir / "good.h5").meta.step == 7);
   fs::remove_all(dir);
 }
+
+namespace {
+
+// Replaces object@name with an array attribute of n int64 (or fixed strings).
+void set_array_attr(const fs::path& file, const char* object, const char* name, hsize_t n,
+                    bool strings) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  hid_t o = H5Oopen(f, object, H5P_DEFAULT);
+  H5Adelete(o, name);
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  hid_t type = strings ? H5Tcopy(H5T_C_S1) : H5Tcopy(H5T_STD_I64LE);
+  if (strings) H5Tset_size(type, 64);
+  std::vector<char> data(n * 64, 'x');
+  hid_t a = H5Acreate2(o, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  REQUIRE(a >= 0);
+  REQUIRE(H5Awrite(a, type, data.data()) >= 0);
+  H5Aclose(a), H5Tclose(type), H5Sclose(space), H5Oclose(o), H5Fclose(f);
+}
+
+// Replaces a dataset with a chunked f32 one of `dims` with nothing written (HDF5 keeps
+// no storage for it): the file stays small however large the declared shape.
+void set_declared_dataset(const fs::path& file, const char* name, std::vector<hsize_t> dims) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  H5Ldelete(f, name, H5P_DEFAULT);
+  hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+  hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  REQUIRE(d >= 0);
+  H5Dclose(d), H5Pclose(dcpl), H5Sclose(space), H5Fclose(f);
+}
+
+}  // namespace
+
+TEST_CASE("crafted HDF5: array attributes and over-declared datasets are refused before reading") {
+  // Regressions (adversarial H1, H2): an array attribute was read into a scalar (stack or
+  // heap overflow); a dataset whose byte size overflows int64 got a 0-byte buffer that
+  // H5Dread then filled.
+  fs::path dir = temp_dir("crafted");
+  nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
+  AdamW opt(m.named_parameters(), {});
+  CheckpointData d = make(m, opt);
+  save_checkpoint(dir / "good.h5", d);
+  auto fresh = [&](const char* name) {
+    fs::copy_file(dir / "good.h5", dir / name, fs::copy_options::overwrite_existing);
+    return dir / name;
+  };
+  set_array_attr(fresh("a.h5"), "/config", "learning_rate", 1000, false);
+  check_error([&] { load_checkpoint(dir / "a.h5"); },
+              "a.h5: attribute /config@learning_rate holds 1000 values; expected a single value");
+  set_array_attr(fresh("b.h5"), "/meta", "step", 2, false);
+  check_error([&] { load_checkpoint(dir / "b.h5"); }, "attribute /meta@step holds 2 values");
+  set_array_attr(fresh("c.h5"), "/meta", "created", 100, true);
+  check_error([&] { load_checkpoint(dir / "c.h5"); }, "attribute /meta@created holds 100 values");
+  set_declared_dataset(fresh("d.h5"), "/model/transformer.wpe.weight",
+                       {hsize_t{1} << 32, hsize_t{1} << 30});
+  check_error([&] { load_checkpoint(dir / "d.h5"); },
+              "dataset /model/transformer.wpe.weight declares shape (4294967296,1073741824): its "
+              "size overflows");
+  set_declared_dataset(fresh("e.h5"), "/model/transformer.wpe.weight", {hsize_t{1} << 19, 1024});
+  check_error([&] { load_checkpoint(dir / "e.h5"); },
+              "dataset /model/transformer.wpe.weight declares 2147483648 bytes (shape "
+              "(524288,1024)) but stores 0");
+  CHECK(fs::file_size(dir / "e.h5") < 1024 * 1024);
+  fs::remove_all(dir);
+}
