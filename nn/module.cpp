@@ -86,6 +86,17 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
   }
   for (const auto& [name, _] : state)
     if (!known.count(name)) unexpected.push_back(name);
+  // A tied parameter (one tensor, two names) must come as one tensor or two equal ones;
+  // otherwise one of the two would be dropped silently.
+  std::map<const TensorImpl*, std::string> first_name;
+  for (const auto& [name, t] : mine) {
+    auto [it, fresh] = first_name.emplace(t.impl(), name);
+    if (fresh || !state.count(name) || !state.count(it->second)) continue;
+    const Tensor &a = state.at(it->second), &b = state.at(name);
+    if (a.impl() != b.impl() && a.shape() == b.shape() &&
+        kernel::contiguous(a).to_vector<double>() != kernel::contiguous(b).to_vector<double>())
+      mismatched.push_back(name + " (tied to " + it->second + ", but its values differ)");
+  }
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
     std::string msg = "load_state_dict: the state does not match the model:";
     auto list = [&](const char* what, const std::vector<std::string>& v) {

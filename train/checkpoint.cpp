@@ -65,13 +65,44 @@ uint64_t content_hash(const CheckpointData& d) {
     f.add(name);
     f.add(t);
   }
+  f.add(d.optimizer.name);
   for (const auto& [name, t] : sorted(d.optimizer.tensors)) {
     f.add(name);
     f.add(t);
   }
-  f.add(&d.meta.step, sizeof d.meta.step);
   f.add(&d.optimizer.step, sizeof d.optimizer.step);
-  return f.h;
+  // Every other group that changes behaviour: a checkpoint is trusted only whole.
+  ConfigValues config = d.config;
+  std::sort(config.begin(), config.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [name, v] : config) {
+    f.add(name);
+    const auto tag = static_cast<uint8_t>(v.index());
+    f.add(&tag, 1);
+    std::visit(
+        [&](const auto& x) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>)
+            f.add(x);
+          else
+            f.add(&x, sizeof x);
+        },
+        v);
+  }
+  f.add(&d.seed, sizeof d.seed);
+  f.add(d.data.dir);
+  for (const int64_t x : {d.data.train_tokens, d.data.val_tokens}) f.add(&x, sizeof x);
+  for (const uint64_t x : {d.data.train_hash, d.data.val_hash}) f.add(&x, sizeof x);
+  f.add(d.tokenizer.kind);
+  f.add(d.tokenizer.name);
+  for (const std::string& t : d.tokenizer.tokens) {
+    const uint64_t n = t.size();
+    f.add(&n, sizeof n);
+    f.add(t.data(), t.size());
+  }
+  for (const auto& [x, y] : d.tokenizer.merges) f.add(&x, sizeof x), f.add(&y, sizeof y);
+  for (const int64_t x : {d.meta.step, d.meta.tokens_seen, d.meta.best_step}) f.add(&x, sizeof x);
+  f.add(&d.meta.best_val_loss, sizeof d.meta.best_val_loss);
+  return f.h;  // not /meta created: when a file was written changes nothing it does
 }
 
 namespace {
@@ -212,9 +243,13 @@ Meta read_meta(const h5::File& f) {
                    ? " (version 2 changed the random streams; retrain, or use the attend that "
                      "wrote it)"
                    : " (written by a newer attend)");
-  return {f.attr_int("/meta", "step"),       f.attr_int("/meta", "tokens_seen"),
-          f.attr_int("/meta", "best_step"),  f.attr_double("/meta", "best_val_loss"),
-          f.attr_string("/meta", "created"), f.attr_uint("/meta", "content_hash")};
+  Meta m{f.attr_int("/meta", "step"),       f.attr_int("/meta", "tokens_seen"),
+         f.attr_int("/meta", "best_step"),  f.attr_double("/meta", "best_val_loss"),
+         f.attr_string("/meta", "created"), f.attr_uint("/meta", "content_hash")};
+  ATTEND_CHECK(m.step >= 0 && m.tokens_seen >= 0 && m.best_step >= -1 && m.best_step <= m.step,
+               f.path(), ": /meta is inconsistent: step ", m.step, ", tokens_seen ", m.tokens_seen,
+               ", best_step ", m.best_step);
+  return m;
 }
 
 }  // namespace
@@ -292,8 +327,8 @@ void write_file(const fs::path& file, const CheckpointData& d) {
 }  // namespace
 
 void save_checkpoint(const fs::path& path, CheckpointData& d) {
-  d.meta.content_hash = content_hash(d);
   if (d.meta.created.empty()) d.meta.created = utc_now();
+  d.meta.content_hash = content_hash(d);  // last: it covers every other field
   fs::path tmp = path;
   tmp += ".tmp";
   const std::string failed = write_in_child([&] { write_file(tmp, d); });
@@ -331,6 +366,8 @@ CheckpointData load_checkpoint(const fs::path& path) {
   d.seed = f.attr_uint("/rng", "seed");
   d.data = read_data(f);
   d.tokenizer = read_tokenizer(f);
+  ATTEND_CHECK(d.optimizer.step == d.meta.step, path.string(), ": /optimizer step ",
+               d.optimizer.step, " differs from /meta step ", d.meta.step);
   const uint64_t h = content_hash(d);
   ATTEND_CHECK(h == d.meta.content_hash, path.string(), ": content hash mismatch (stored ",
                d.meta.content_hash, ", computed ", h, "): the file is corrupt");

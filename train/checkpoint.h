@@ -16,11 +16,17 @@
 //                best_val_loss, best_step, created (UTC, ISO 8601), content_hash
 //
 // Integrity: the latest HDF5 file format (checksummed metadata), every dataset chunked
-// with the Fletcher32 filter, element type and shape checked before each read, and
-// content_hash (FNV-1a 64 over the names and bytes of the model and optimizer tensors
-// and the step) verified on load. Writing is atomic: a temporary file in the same
-// folder, closed (checked), fsync'ed, renamed over the final name, then the folder
-// fsync'ed; a kill or a full disk at any moment leaves earlier checkpoints untouched.
+// with the Fletcher32 filter; before anything is read, each attribute must hold one value,
+// each dataset's element type, shape and byte size (overflow-checked, against what the
+// file stores) are checked, and every object must be a hard link inside the file. A
+// checkpoint is trusted only whole: content_hash (FNV-1a 64 over every group: /config,
+// the tensors of /model and /optimizer, /rng, /data, /tokenizer, /meta) is verified on
+// load, /meta must be consistent (step >= 0, best_step in [-1, step], the optimizer's
+// step equal), the optimizer's slots exactly its parameters', tied tensors one tensor.
+// Writing is atomic: a temporary file in the same folder, written by a child process
+// (Note [Checkpoint writer in a child process]), fsync'ed, renamed over the final name,
+// then the folder fsync'ed; a kill or a full disk at any moment leaves earlier
+// checkpoints untouched.
 #pragma once
 
 #include <cstdint>

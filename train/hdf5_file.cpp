@@ -74,6 +74,12 @@ std::vector<std::string> File::list(const std::string& group) const {
     std::string s(static_cast<size_t>(n), '\0');
     H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size() + 1,
                        H5P_DEFAULT);
+    // Only hard links: a soft or external link could point anywhere, other files included.
+    H5L_info_t link;
+    const std::string full = group + "/" + s;
+    if (H5Lget_info(file_.get(), full.c_str(), &link, H5P_DEFAULT) < 0 ||
+        link.type != H5L_TYPE_HARD)
+      fail(full + " is a soft or external link; a checkpoint holds its objects itself");
     names.push_back(s);
   }
   return names;

@@ -66,6 +66,9 @@ nn::NamedTensors AdamW::state() const {
 }
 
 void AdamW::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  ATTEND_CHECK(state.size() == 2 * params_.size(), "optimizer state: expected ", 2 * params_.size(),
+               " tensors (exp_avg and exp_avg_sq of each parameter), got ", state.size());
+  ATTEND_CHECK(steps >= 0, "optimizer state: step must be >= 0, got ", steps);
   for (size_t i = 0; i < params_.size(); ++i) {
     check_state(state, "exp_avg." + params_[i].first, m_[i]);
     check_state(state, "exp_avg_sq." + params_[i].first, v_[i]);
@@ -114,6 +117,9 @@ nn::NamedTensors SGD::state() const {
 }
 
 void SGD::load_state(const std::map<std::string, Tensor>& state, int64_t steps) {
+  ATTEND_CHECK(state.size() == params_.size(), "optimizer state: expected ", params_.size(),
+               " tensors (momentum_buffer of each parameter), got ", state.size());
+  ATTEND_CHECK(steps >= 0, "optimizer state: step must be >= 0, got ", steps);
   for (size_t i = 0; i < params_.size(); ++i)
     check_state(state, "momentum_buffer." + params_[i].first, buf_[i]);
   for (size_t i = 0; i < params_.size(); ++i)

@@ -25,7 +25,7 @@ CheckpointData make(nn::GPT& m, AdamW& opt) {
       {"vocab_size", int64_t{11}}, {"learning_rate", 1e-3}, {"optimizer", std::string("adamw")}};
   d.model = m.state_dict();
   d.optimizer.name = "adamw";
-  d.optimizer.step = opt.steps();
+  d.optimizer.step = 7;  // a checkpoint's optimizer has taken one update per step
   d.optimizer.tensors = opt.state();
   d.seed = 1337;
   d.data.dir = "/data/prepared";
@@ -72,7 +72,7 @@ TEST_CASE("a checkpoint round-trips every group") {
   std::map<std::string, Tensor> ost(r.optimizer.tensors.begin(), r.optimizer.tensors.end());
   for (auto& [n, t] : d.optimizer.tensors) CHECK(test::bit_identical(ost.at(n), t));
   CHECK(r.optimizer.name == "adamw");
-  CHECK(r.optimizer.step == 1);
+  CHECK(r.optimizer.step == 7);
   CHECK(r.seed == 1337);
   CHECK(r.data.dir == "/data/prepared");
   CHECK(r.data.train_hash == 0xfeedbeefcafe1234ull);
@@ -128,7 +128,7 @@ for n in names:
     assert d.dtype == np.float32 and d.fletcher32 and d.chunks is not None, n
 total = sum(float(np.sum(f['model/' + n][()], dtype=np.float64)) for n in names if n != 'lm_head.weight')
 assert abs(total - float(sys.argv[2])) < 1e-6 * max(1.0, abs(total)), (total, sys.argv[2])
-assert f['meta'].attrs['step'] == 7 and f['optimizer'].attrs['step'] == 0
+assert f['meta'].attrs['step'] == 7 and f['optimizer'].attrs['step'] == 7
 assert f['optimizer/exp_avg/transformer.wte.weight'].shape == (11, 8)
 print('h5py ok')
 )PY";
@@ -248,5 +248,79 @@ TEST_CASE("crafted HDF5: array attributes and over-declared datasets are refused
               "dataset /model/transformer.wpe.weight declares 2147483648 bytes (shape "
               "(524288,1024)) but stores 0");
   CHECK(fs::file_size(dir / "e.h5") < 1024 * 1024);
+  fs::remove_all(dir);
+}
+
+namespace {
+
+void set_int_attr(const fs::path& file, const char* object, const char* name, int64_t v) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  hid_t o = H5Oopen(f, object, H5P_DEFAULT);
+  hid_t a = H5Aopen(o, name, H5P_DEFAULT);
+  REQUIRE(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+  H5Aclose(a), H5Oclose(o), H5Fclose(f);
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint is trusted only whole: every group hashed, links, slots, ties and meta") {
+  // Regressions (adversarial L9, M4): /config was not hashed (n_layer = 10^6 built a huge
+  // model before any check); a tied tensor stored twice, a negative step, an extra
+  // optimizer slot and external links were accepted.
+  fs::path dir = temp_dir("whole");
+  nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
+  AdamW opt(m.named_parameters(), {});
+  CheckpointData d = make(m, opt);
+  save_checkpoint(dir / "good.h5", d);
+  auto fresh = [&](const char* name) {
+    fs::copy_file(dir / "good.h5", dir / name, fs::copy_options::overwrite_existing);
+    return dir / name;
+  };
+  set_int_attr(fresh("config.h5"), "/config", "vocab_size", 1000000);
+  check_error([&] { load_checkpoint(dir / "config.h5"); }, "config.h5: content hash mismatch");
+  set_int_attr(fresh("rng.h5"), "/rng", "seed", 7);
+  check_error([&] { load_checkpoint(dir / "rng.h5"); }, "rng.h5: content hash mismatch");
+  // Inconsistent /meta, hashed anew so that only the consistency check can refuse it.
+  CheckpointData neg = d;
+  neg.meta.step = -10, neg.optimizer.step = -10;
+  save_checkpoint(dir / "neg.h5", neg);
+  check_error([&] { load_checkpoint(dir / "neg.h5"); }, "neg.h5: /meta is inconsistent: step -10");
+  CheckpointData lag = d;
+  lag.optimizer.step = 3;
+  save_checkpoint(dir / "lag.h5", lag);
+  check_error([&] { load_checkpoint(dir / "lag.h5"); },
+              "/optimizer step 3 differs from /meta step 7");
+  // An extra optimizer slot.
+  CheckpointData extra = d;
+  extra.optimizer.tensors.emplace_back("exp_avg.ghost", zeros({2}));
+  save_checkpoint(dir / "extra.h5", extra);
+  const CheckpointData back = load_checkpoint(dir / "extra.h5");
+  AdamW fresh_opt(m.named_parameters(), {});
+  check_error(
+      [&] {
+        fresh_opt.load_state({back.optimizer.tensors.begin(), back.optimizer.tensors.end()}, 7);
+      },
+      "optimizer state: expected 56 tensors (exp_avg and exp_avg_sq of each parameter), got 57");
+  // lm_head stored as its own tensor with other values: refused, not silently dropped.
+  CheckpointData untied = d;
+  for (auto& [name, t] : untied.model)
+    if (name == "lm_head.weight") t = kernel::clone(t), t.data<float>()[0] += 1;
+  nn::GPT m2(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 4);
+  check_error(
+      [&] {
+        m2.load_state_dict({untied.model.begin(), untied.model.end()});
+      },
+      "lm_head.weight (tied to transformer.wte.weight, but its values differ)");
+  // An external link in /model.
+  {
+    hid_t f = H5Fopen(fresh("ext.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    REQUIRE(H5Lcreate_external("other.h5", "/x", f, "/model/zz.external", H5P_DEFAULT,
+                               H5P_DEFAULT) >= 0);
+    H5Fclose(f);
+  }
+  check_error([&] { load_checkpoint(dir / "ext.h5"); },
+              "/model/zz.external is a soft or external link");
   fs::remove_all(dir);
 }
