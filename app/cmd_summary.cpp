@@ -39,6 +39,7 @@ int run_summary(const SummaryArgs& a) {
       flags.values[a.fields[i]->name] =
           train::parse_value(*a.fields[i], a.values[i], std::string("--") + a.fields[i]->name);
   const nn::GPTConfig c = train::resolve_config({flags}, base).config.model;
+  c.validate("--");
   std::fputs(viz::format_summary(nn::summarize(c, a.batch, a.seq)).c_str(), stdout);
   return 0;
 }

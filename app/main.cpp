@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
   } catch (const attend::Error& e) {
     spdlog::error("{}", e.what());
     return 1;
+  } catch (const std::bad_alloc&) {
+    spdlog::error("out of memory (an allocation failed); try a smaller model or batch");
+    return 1;
   } catch (const std::exception& e) {
     spdlog::critical("internal error: {}", e.what());
     return 2;

@@ -24,6 +24,16 @@ void GPTConfig::validate(const std::string& flag) const {
   ATTEND_CHECK(n_head % n_kv_head == 0, who, flag, "n_head ", n_head, " must be divisible by ",
                flag, "n_kv_head ", n_kv_head);
   ATTEND_CHECK(dropout >= 0 && dropout < 1, who, flag, "dropout must be in [0, 1), got ", dropout);
+  ATTEND_CHECK(vocab_size <= (int64_t{1} << 31), who, flag, "vocab_size ", vocab_size,
+               " exceeds 2^31 (token ids are 32-bit)");
+  // Sizes a machine could hold, so that every count below fits int64 without overflow.
+  const double C = static_cast<double>(n_embd);
+  const double params = static_cast<double>(vocab_size) * C + static_cast<double>(block_size) * C +
+                        static_cast<double>(n_layer) * (12 * C * C + 13 * C) + 2 * C;
+  ATTEND_CHECK(params < 1e15, who, "the model would have about ", params, " parameters (", flag,
+               "n_layer ", n_layer, ", ", flag, "n_embd ", n_embd, ", ", flag, "vocab_size ",
+               vocab_size, ", ", flag, "block_size ", block_size,
+               "); attend refuses more than 10^15");
 }
 
 namespace {

@@ -5,7 +5,16 @@ namespace attend::nn {
 ModelSummary summarize(const GPTConfig& c, int64_t B, int64_t T) {
   c.validate();
   ATTEND_CHECK(B > 0, "summary: --batch must be positive, got ", B);
-  if (T <= 0) T = c.block_size;
+  ATTEND_CHECK(T >= 0, "summary: --seq must be positive (or 0: block_size), got ", T);
+  if (T == 0) T = c.block_size;
+  {
+    const double per_seq = static_cast<double>(T) * (static_cast<double>(c.n_layer) *
+                                                         (15.0 * c.n_embd + 2.0 * c.n_head * T) +
+                                                     2.0 * c.n_embd + 2.0 * c.vocab_size);
+    ATTEND_CHECK(4.0 * static_cast<double>(B) * per_seq < 0x1p62, "summary: --batch ", B,
+                 " at --seq ", T, ": the activations would need about ",
+                 4.0 * static_cast<double>(B) * per_seq, " bytes, past what int64 counts");
+  }
   ATTEND_CHECK(T <= c.block_size, "summary: --seq ", T, " exceeds block_size ", c.block_size);
   ModelSummary s;
   s.config = c;
@@ -23,8 +32,16 @@ ModelSummary summarize(const GPTConfig& c, int64_t B, int64_t T) {
   row("transformer.wte", "Embedding", {B, T, C}, p.token_embedding, 1);
   row("transformer.wpe", "Embedding", {T, C}, p.position_embedding, 1);
   row("transformer.drop", "Dropout", {B, T, C}, 0, 1);
+  // Block 0 in full; the others, alike, as one row (or two), whatever n_layer is.
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string h = "transformer.h." + std::to_string(l);
+    if (l > 0 && l < c.n_layer - 1) {
+      row(h + " .. transformer.h." + std::to_string(c.n_layer - 2), "Block", {B, T, C},
+          p.per_layer() * (c.n_layer - 2), 1,
+          std::to_string(c.n_layer - 2) + " blocks like block 0");
+      l = c.n_layer - 2;
+      continue;
+    }
     row(h, "Block", {B, T, C}, p.per_layer(), 1,
         l == 0 && c.n_layer > 1 ? "blocks 1.. have the same rows" : "");
     if (l > 0) continue;

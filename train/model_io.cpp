@@ -1,6 +1,12 @@
 #include "train/model_io.h"
 
+#include <spdlog/fmt/fmt.h>
+
+#include <fstream>
 #include <map>
+#include <set>
+
+#include "nn/summary.h"
 
 #include "train/step.h"
 
@@ -16,6 +22,7 @@ LoadedModel load_model(const LoadedCheckpoint& ck) {
   ATTEND_CHECK(m.config.model.vocab_size == m.tokenizer->vocab_size(), ck.path.string(),
                ": /config vocab_size ", m.config.model.vocab_size, " but the tokenizer has ",
                m.tokenizer->vocab_size());
+  check_config_matches_model(ck, m.config.model);
   const std::string bad = first_non_finite(d.model);
   ATTEND_CHECK(bad.empty(), ck.path.string(), ": /model/", bad,
                " holds NaN or infinite values; this model cannot be used");
@@ -26,6 +33,50 @@ LoadedModel load_model(const LoadedCheckpoint& ck) {
   m.step = d.meta.step;
   m.checkpoint = ck.path;
   return m;
+}
+
+void check_config_matches_model(const LoadedCheckpoint& ck, const nn::GPTConfig& c) {
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(str(ck.path.string(), ": /config: ", e.what()));
+  }
+  std::set<const TensorImpl*> seen;
+  int64_t stored = 0;
+  for (const auto& [_, t] : ck.data.model)
+    if (seen.insert(t.impl()).second) stored += t.numel();
+  const int64_t want = nn::count_parameters(c).total();
+  ATTEND_CHECK(stored == want, ck.path.string(), ": /config describes a model of ", want,
+               " parameters but /model stores ", stored);
+}
+
+namespace {
+// MemAvailable from /proc/meminfo in bytes, or -1.
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
+}
+}  // namespace
+
+void check_training_memory(const nn::GPTConfig& c, int64_t batch_size) {
+  const nn::ModelSummary s = nn::summarize(c, batch_size, c.block_size);
+  const double state = static_cast<double>(s.weight_bytes + s.grad_bytes + s.adamw_bytes);
+  const double act = static_cast<double>(s.activation_bytes), total = state + act;
+  const int64_t avail = available_memory();
+  if (avail < 0 || total <= static_cast<double>(avail)) return;
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  throw Error(fmt::format(
+      "training needs an estimated {:.2f} GiB ({:.2f} GiB of weights, gradients and optimizer "
+      "state; {:.2f} GiB of activations at --batch_size {} and --block_size {}), more than the "
+      "{:.2f} GiB this machine has available; lower {}",
+      total / GiB, state / GiB, act / GiB, batch_size, c.block_size,
+      static_cast<double>(avail) / GiB,
+      act > state ? "--batch_size or --block_size, or the model (--n_layer, --n_embd)"
+                  : "the model (--n_layer, --n_embd, the vocabulary)"));
 }
 
 LoadedModel load_model(const std::string& file_or_run_dir) {

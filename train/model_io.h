@@ -25,6 +25,16 @@ LoadedModel load_model(const LoadedCheckpoint& checkpoint);
 // A checkpoint file, or a run folder's newest valid checkpoint.
 LoadedModel load_model(const std::string& file_or_run_dir);
 
+// Checks a checkpoint's /config against its /model before anything is built from it:
+// the config is valid and implies exactly the parameters the file stores (so a crafted
+// config cannot make us allocate a model the file does not hold).
+void check_config_matches_model(const LoadedCheckpoint& checkpoint, const nn::GPTConfig& model);
+
+// Refuses a training run whose memory estimate (weights, gradients, optimizer state and
+// activations, from nn::summarize) exceeds what the machine has available, naming the
+// estimate and the flags that drive it. Does nothing where MemAvailable is unknown.
+void check_training_memory(const nn::GPTConfig& model, int64_t batch_size);
+
 // Mean loss over every non-overlapping window of a token file (see TokenDataset::windows).
 double evaluate_windows(const nn::GPT& model, const std::filesystem::path& token_file,
                         int64_t batch_size = 8);

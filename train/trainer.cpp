@@ -251,6 +251,8 @@ TrainOutcome run_training(const TrainRequest& req) {
     throw Error(str(s.run_dir.string(), ": already holds checkpoints; use --resume ",
                     s.run_dir.string(), " to continue, or choose another --out"));
   TrainData data = open_data(req, s);
+  check_training_memory(Run::model_config(c, data), c.batch_size);
+  if (s.resumed) check_config_matches_model(*s.resumed, Run::model_config(c, data));
   Run run(s, data);
   run.describe();
 

@@ -328,6 +328,40 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
+TEST_CASE("requests past the machine's memory are refused up front, naming the estimate") {
+  // Regression (adversarial M4): --batch_size 50000000 or --n_layer 200000 allocated until
+  // "internal error: std::bad_alloc" (exit 2), naming no flag.
+  fs::path dir = temp_dir("mem");
+  fs::path corpus = make_corpus(dir);
+  Run b = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "a").string() +
+                     " --batch_size 50000000");
+  CHECK(b.code == 1);
+  CHECK_MESSAGE(b.out.find("of activations at --batch_size 50000000") != std::string::npos, b.out);
+  CHECK(b.out.find("more than the") != std::string::npos);
+  Run l = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "b").string() +
+                     " --n_layer 200000");
+  CHECK(l.code == 1);
+  CHECK_MESSAGE(l.out.find("training needs an estimated") != std::string::npos, l.out);
+  Run e = attend_cmd("summary --n_embd 4611686018427387904 --n_head 1");
+  CHECK(e.code == 1);
+  CHECK_MESSAGE(e.out.find("attend refuses more than 10^15") != std::string::npos, e.out);
+  Run rows = attend_cmd("summary --n_layer 1000000 --n_embd 64 --n_head 2");
+  CHECK(rows.code == 0);
+  CHECK(std::count(rows.out.begin(), rows.out.end(), '\n') < 80);
+  // A checkpoint whose (rehashed) /config asks for far more than /model stores.
+  Run ok = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "ok").string() +
+                      kTiny + " --max_iters 1");
+  REQUIRE_MESSAGE(ok.code == 0, ok.out);
+  train::CheckpointData d = train::newest_valid_checkpoint(dir / "ok").data;
+  for (auto& [name, v] : d.config)
+    if (name == "n_layer") v = int64_t{1000000};
+  train::save_checkpoint(dir / "big.h5", d);
+  Run s = attend_cmd("sample --checkpoint " + (dir / "big.h5").string());
+  CHECK(s.code == 1);
+  CHECK_MESSAGE(s.out.find("/config describes a model of") != std::string::npos, s.out);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a full disk during a checkpoint leaves the previous one byte-identical") {
   fs::path dir = temp_dir("full");
   fs::path corpus = make_corpus(dir);
