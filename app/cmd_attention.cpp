@@ -57,8 +57,8 @@ void add_attention(CLI::App& app, int& rc) {
       "attention weights of a prompt: .html explorer, .svg heatmaps, .csv or .json data");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint file or run folder")->required();
   cmd->add_option("--prompt", a->prompt, "the text whose attention to show")->required();
-  cmd->add_option("--layer", a->layer, "one layer (default: all)");
-  cmd->add_option("--head", a->head, "one head (default: all)");
+  cmd->add_option("--layer", a->layer, "one layer (default: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--head", a->head, "one head (default: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--out", a->out, "FILE.html | FILE.svg | FILE.csv | FILE.json")->required();
   cmd->add_option("--decimals", a->decimals, "decimals of the numbers shown in cells")
       ->capture_default_str();

@@ -50,7 +50,9 @@ void add_sample(CLI::App& app, int& rc) {
       ->capture_default_str();
   cmd->add_option(flag_names("top_p"), o.top_p, "keep the smallest set reaching this probability")
       ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "same seed, same text")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "same seed, same text")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 63))
+      ->capture_default_str();
   cmd->callback([a, &rc] { rc = run_sample(*a); });
 }
 

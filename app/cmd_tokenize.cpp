@@ -38,7 +38,8 @@ int run_tokenize(const TokenizeArgs& a) {
                    ", outside [0, ", tok->vocab_size(), ")");
       ids.push_back(static_cast<int32_t>(v));
     }
-    std::fputs(tok->decode(ids).c_str(), stdout);
+    const std::string text = tok->decode(ids);
+    std::fwrite(text.data(), 1, text.size(), stdout);  // the bytes as they are, NULs too
     return 0;
   }
   data::TokenIds ids = tok->encode(input);

@@ -30,6 +30,8 @@ int run_train(const TrainArgs& t) {
     flags.values[f.name] = train::parse_value(f, t.values[i], std::string("--") + f.name);
   }
   layers.push_back(flags);
+  ATTEND_CHECK(t.out.empty() || t.resume.empty(), "train: --out ", t.out, " with --resume ",
+               t.resume, ": a resumed run continues in its own folder; give one of the two");
   train::TrainRequest req{train::resolve_config(layers), t.out, t.resume};
   const train::TrainOutcome s = train::run_training(req);
   std::printf("trained steps %lld..%lld", static_cast<long long>(s.first_step),

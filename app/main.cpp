@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
          "--log-level,--log_level",
          [](const std::string& l) { spdlog::set_level(spdlog::level::from_str(l)); },
          "trace, debug, info, warn, error, off")
+      ->check(CLI::IsMember(
+          {"trace", "debug", "info", "warn", "warning", "err", "error", "critical", "off"}))
       ->default_str("info");
   int rc = 0;
   for (auto add : {attend::cli::add_gradcheck, attend::cli::add_tokenize, attend::cli::add_prepare,

@@ -1,6 +1,11 @@
 #include "data/prepare.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "data/token_file.h"
@@ -62,22 +67,76 @@ std::unique_ptr<Tokenizer> tokenizer_for_corpus(const std::string& spec,
   return tokenizer_from_arg(spec);
 }
 
+namespace {
+
+// What prepare writes; an --out folder holding anything else is not prepare's to replace.
+bool prepare_owns(const std::string& name) {
+  return name == "train.bin" || name == "val.bin" || name == "tokenizer.json" ||
+         name == "encoder.json" || name == "vocab.bpe";
+}
+
+void check_out_folder(const fs::path& out, const fs::path& data) {
+  std::error_code ec;
+  const fs::path o = fs::weakly_canonical(out, ec), d = fs::weakly_canonical(data, ec);
+  const auto rel = o.lexically_relative(d);
+  ATTEND_CHECK(rel.empty() || *rel.begin() == "..", "prepare: --out ", out.string(),
+               " is inside --data ", data.string(), "; the output would become corpus text");
+  if (!fs::exists(out, ec)) return;
+  ATTEND_CHECK(fs::is_directory(out, ec), "prepare: --out ", out.string(), " is not a folder");
+  for (const auto& e : fs::directory_iterator(out, ec))
+    ATTEND_CHECK(prepare_owns(e.path().filename().string()), "prepare: --out ", out.string(),
+                 " holds ", e.path().filename().string(),
+                 ", which prepare did not write; choose a new or empty folder");
+}
+
+// Puts the finished folder `stage` in place of `out` in one step: renameat2's exchange
+// swaps the two folders atomically, so a reader (or a crash) sees the old prepared data
+// or the new, never a mix (train.bin of one corpus beside val.bin of another).
+void install(const fs::path& stage, const fs::path& out) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) {
+    fs::rename(stage, out, ec);
+    ATTEND_CHECK(!ec, out.string(), ": cannot move the prepared data into place: ", ec.message());
+    return;
+  }
+  ATTEND_CHECK(::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0,
+               out.string(), ": cannot swap in the prepared data: ", std::strerror(errno));
+  fs::remove_all(stage, ec);  // now the old data
+}
+
+}  // namespace
+
 PrepareResult prepare(const PrepareOptions& o) {
-  ATTEND_CHECK(o.val_fraction >= 0 && o.val_fraction < 1,
-               "prepare: val_fraction must be in [0, 1), got ", o.val_fraction);
+  ATTEND_CHECK(o.val_fraction > 0 && o.val_fraction < 1,
+               "prepare: --val_fraction must be in (0, 1) (training needs a validation split), "
+               "got ",
+               o.val_fraction);
+  check_out_folder(o.out, o.data);
   Corpus corpus = read_corpus(o.data);
   auto tok = tokenizer_for_corpus(o.tokenizer, corpus.text);
   TokenIds ids = tok->encode(corpus.text);
   const int64_t n = static_cast<int64_t>(ids.size());
   const int64_t n_train = n - static_cast<int64_t>(static_cast<double>(n) * o.val_fraction);
+  ATTEND_CHECK(n_train >= 2 && n - n_train >= 2, "prepare: ", o.data.string(), " gives ", n,
+               " tokens: ", n_train, " for train.bin and ", n - n_train,
+               " for val.bin at --val_fraction ", o.val_fraction, "; each needs at least 2");
   std::error_code ec;
-  fs::create_directories(o.out, ec);
-  ATTEND_CHECK(!ec, o.out.string(), ": cannot create folder: ", ec.message());
-  write_token_file(o.out / "train.bin", TokenIds(ids.begin(), ids.begin() + n_train),
-                   tok->vocab_size());
-  write_token_file(o.out / "val.bin", TokenIds(ids.begin() + n_train, ids.end()),
-                   tok->vocab_size());
-  tok->save(o.out);
+  fs::path stage = o.out;
+  stage += ".preparing." + std::to_string(::getpid());
+  fs::remove_all(stage, ec);
+  fs::create_directories(stage, ec);
+  ATTEND_CHECK(!ec, stage.string(), ": cannot create folder: ", ec.message());
+  try {
+    write_token_file(stage / "train.bin", TokenIds(ids.begin(), ids.begin() + n_train),
+                     tok->vocab_size());
+    write_token_file(stage / "val.bin", TokenIds(ids.begin() + n_train, ids.end()),
+                     tok->vocab_size());
+    tok->save(stage);
+    install(stage, o.out);
+  } catch (...) {
+    fs::remove_all(stage, ec);
+    throw;
+  }
   PrepareResult r;
   r.files = static_cast<int64_t>(corpus.files.size());
   r.bytes = static_cast<int64_t>(corpus.text.size());

@@ -70,13 +70,18 @@ void write_file_atomic(const fs::path& path, std::string_view bytes, Durability 
   }
 }
 
+namespace {
+// The text as an error message shows it: at most 60 characters.
+std::string shown(const std::string& t) { return t.size() > 60 ? t.substr(0, 60) + "..." : t; }
+}  // namespace
+
 int64_t parse_int(const std::string& text, const std::string& what) {
   int64_t v = 0;
   const char* end = text.data() + text.size();
   const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
   auto [p, ec] = std::from_chars(first, end, v);
   ATTEND_CHECK(ec == std::errc() && p == end && !text.empty(), what, ": expected an integer, got '",
-               text, "'");
+               shown(text), "'");
   return v;
 }
 
@@ -86,8 +91,8 @@ double parse_double(const std::string& text, const std::string& what) {
   const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
   auto [p, ec] = std::from_chars(first, end, v);
   ATTEND_CHECK(ec == std::errc() && p == end && !text.empty(), what, ": expected a number, got '",
-               text, "'");
-  ATTEND_CHECK(std::isfinite(v), what, ": expected a finite number, got '", text, "'");
+               shown(text), "'");
+  ATTEND_CHECK(std::isfinite(v), what, ": expected a finite number, got '", shown(text), "'");
   return v;
 }
 

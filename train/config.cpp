@@ -259,11 +259,23 @@ ResolvedConfig resolve_config(const std::vector<SettingsLayer>& layers, const Tr
 SettingsLayer read_config_file(const std::string& path) {
   const std::string text = read_file(path);
   nlohmann::json j;
+  std::set<std::string> keys;
+  std::string duplicate;
+  // A key given twice is an error, not "the last one wins" (top level only).
+  const auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& v) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+        !keys.insert(v.get<std::string>()).second && duplicate.empty())
+      duplicate = v.get<std::string>();
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(text);
+    j = nlohmann::json::parse(text, on_event);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(str(path, ": invalid JSON at byte ", e.byte));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str(path, ": invalid JSON: ", e.what()));
   }
+  ATTEND_CHECK(duplicate.empty(), path, ": setting '", duplicate, "' is given twice");
   ATTEND_CHECK(j.is_object(), path, ": expected a JSON object of flag -> value");
   SettingsLayer layer{path, {}};
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -277,12 +289,17 @@ SettingsLayer read_config_file(const std::string& path) {
       got = parse_value(*f, v.get<std::string>(), where);
     } else if (v.is_boolean() && want.index() == 2) {
       got = v.get<bool>();
+    } else if (v.is_number_unsigned() && want.index() == 0 &&
+               v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      throw Error(str(where, ": ", v.get<uint64_t>(), " is out of range for an integer setting"));
     } else if (v.is_number_integer() && want.index() == 0) {
       got = v.get<int64_t>();
     } else if (v.is_number() && want.index() == 1) {
       got = v.get<double>();
     } else {
-      throw Error(str(where, ": expected ", value_type_name(want), ", got ", v.dump()));
+      std::string shown = v.dump();
+      if (shown.size() > 60) shown = shown.substr(0, 60) + "...";
+      throw Error(str(where, ": expected ", value_type_name(want), ", got ", shown));
     }
     layer.values[f->name] = got;
   }

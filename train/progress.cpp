@@ -13,7 +13,12 @@ namespace attend::train {
 
 namespace {
 std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+// The first SIGINT/SIGTERM asks for a stop after the step (and a checkpoint); the handler
+// then steps aside, so a second one ends the process at once, as Ctrl-C usually does.
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  std::signal(sig, SIG_DFL);
+}
 }  // namespace
 
 std::string format_duration(double s) {

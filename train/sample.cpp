@@ -12,6 +12,9 @@
 namespace attend::train {
 
 int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, double u) {
+  for (int64_t i = 0; i < V; ++i)
+    ATTEND_CHECK(std::isfinite(logits[i]), "sample: the model's logit for token ", i, " is ",
+                 logits[i], "; its weights are broken");
   if (o.temperature <= 0)
     return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
   std::vector<int32_t> order(V);
@@ -21,9 +24,12 @@ int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, dou
                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   int64_t keep = o.top_k > 0 ? std::min(o.top_k, V) : V;
   std::vector<double> p(keep);
-  const double mx = logits[order[0]] / o.temperature;
+  // (l - max) / t, never l / t - max / t: a tiny t would overflow both to inf (inf - inf
+  // is NaN); this way the limit t -> 0 is greedy, as it should be.
+  const double mx = logits[order[0]];
   double z = 0;
-  for (int64_t i = 0; i < keep; ++i) z += p[i] = std::exp(logits[order[i]] / o.temperature - mx);
+  for (int64_t i = 0; i < keep; ++i)
+    z += p[i] = std::exp((static_cast<double>(logits[order[i]]) - mx) / o.temperature);
   for (double& x : p) x /= z;
   if (o.top_p < 1.0) {
     double c = 0;

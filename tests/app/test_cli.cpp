@@ -43,6 +43,19 @@ Run attend_cmd(const std::string& args, const std::string& prefix = "") {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
+// Runs `attend ARGS` with stderr dropped: what a pipe or a file would receive.
+std::string attend_stdout(const std::string& args) {
+  const std::string cmd = std::string(ATTEND_BIN) + " " + args + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  ::pclose(p);
+  return out;
+}
+
 // A small corpus made here: verse with enough variety to learn from.
 fs::path make_corpus(const fs::path& dir) {
   std::string text;
@@ -480,6 +493,102 @@ TEST_CASE("tokenize and prepare from the command line") {
   Run bad = attend_cmd("tokenize --decode --tokenizer " + (dir / "d").string() + " --text '1 x 2'");
   CHECK(bad.code != 0);
   CHECK(bad.out.find("tokenize --decode: id 1: expected an integer, got 'x'") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("prepare replaces a prepared folder whole or not at all") {
+  // Regression (adversarial M2): a failed prepare left the new train.bin beside the old
+  // val.bin and tokenizer, and train accepted the mix.
+  fs::path dir = temp_dir("prep_atomic");
+  std::string a, b;
+  for (int i = 0; i < 2000; ++i) a += "abcdefgh \n"[i % 10], b += "stuvwxyz.\n"[(i * 7) % 10];
+  std::ofstream(dir / "A.txt") << a;
+  std::ofstream(dir / "B.txt") << b + b + b + b + b + b + b + b;
+  const fs::path out = dir / "dA";
+  REQUIRE(
+      attend_cmd("prepare --data " + (dir / "A.txt").string() + " --out " + out.string()).code ==
+      0);
+  const std::string train_a = file_bytes(out / "train.bin"), val_a = file_bytes(out / "val.bin"),
+                    tok_a = file_bytes(out / "tokenizer.json");
+  // Files may grow to 12 KiB: B's train.bin (about 14 KiB) cannot be written.
+  Run fail = attend_cmd("prepare --data " + (dir / "B.txt").string() + " --out " + out.string(),
+                        "ulimit -f 24; ");
+  CHECK(fail.code == 1);
+  CHECK(file_bytes(out / "train.bin") == train_a);
+  CHECK(file_bytes(out / "val.bin") == val_a);
+  CHECK(file_bytes(out / "tokenizer.json") == tok_a);
+  int leftovers = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    leftovers += e.path().filename().string().find(".preparing.") != std::string::npos;
+  CHECK(leftovers == 0);
+  // Success swaps the whole folder.
+  Run ok = attend_cmd("prepare --data " + (dir / "B.txt").string() + " --out " + out.string());
+  REQUIRE_MESSAGE(ok.code == 0, ok.out);
+  CHECK(file_bytes(out / "tokenizer.json") != tok_a);
+  // Folders prepare may not replace, and a split that training could not use.
+  std::ofstream(out / "notes.txt") << "mine";
+  Run foreign = attend_cmd("prepare --data " + (dir / "A.txt").string() + " --out " + out.string());
+  CHECK(foreign.code == 1);
+  CHECK(foreign.out.find("holds notes.txt, which prepare did not write") != std::string::npos);
+  Run inside = attend_cmd("prepare --data " + dir.string() + " --out " + (dir / "sub").string());
+  CHECK(inside.code == 1);
+  CHECK(inside.out.find("is inside --data") != std::string::npos);
+  Run zero = attend_cmd("prepare --data " + (dir / "A.txt").string() + " --out " +
+                        (dir / "z").string() + " --val_fraction 0");
+  CHECK(zero.code == 1);
+  CHECK(zero.out.find("--val_fraction must be in (0, 1)") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("data on stdout, diagnostics on stderr, and small inputs that were silently wrong") {
+  // Regressions (adversarial M6, L2, L5, L6, L7, L12).
+  fs::path dir = temp_dir("streams");
+  fs::path corpus = make_corpus(dir);
+  const fs::path run = dir / "run";
+  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
+                     " --max_iters 2")
+              .code == 0);
+  // A prompt longer than block_size warns; the warning must not land in the text.
+  const std::string text = attend_stdout("sample --checkpoint " + run.string() + " --prompt '" +
+                                         std::string(40, 'a') + "' --max_new_tokens 5");
+  CHECK(text.find("warn") == std::string::npos);
+  CHECK(text.find("[") == std::string::npos);
+  CHECK(text.rfind(std::string(40, 'a'), 0) == 0);
+  CHECK(attend_stdout("sample --checkpoint /nonexistent").empty());
+  Run lvl = attend_cmd("--log-level errr summary --preset gpt2");
+  CHECK(lvl.code != 0);
+  CHECK(lvl.out.find("errr not in") != std::string::npos);
+  Run both = attend_cmd("train --resume " + run.string() + " --out " + (dir / "x").string());
+  CHECK(both.code == 1);
+  CHECK(both.out.find("give one of the two") != std::string::npos);
+  CHECK(!fs::exists(dir / "x"));
+  Run head = attend_cmd("attention --checkpoint " + run.string() + " --prompt ab --head -2 --out " +
+                        (dir / "a.svg").string());
+  CHECK(head.code != 0);
+  Run seed = attend_cmd("sample --checkpoint " + run.string() + " --seed -1");
+  CHECK(seed.code != 0);
+  // Config files: integers past int64, duplicate keys, a huge value not echoed whole, 1e400.
+  auto train_with = [&](const std::string& name, const std::string& json) {
+    std::ofstream(dir / name) << json;
+    return attend_cmd("train --config " + (dir / name).string() + " --data " + corpus.string() +
+                      " --out " + (dir / ("r_" + name)).string());
+  };
+  Run big = train_with("big.json", R"({"max_iters": 18446744073709551615})");
+  CHECK(big.code == 1);
+  CHECK(big.out.find("out of range for an integer setting") != std::string::npos);
+  Run dup = train_with("dup.json", R"({"max_iters": 5, "max_iters": 7})");
+  CHECK(dup.code == 1);
+  CHECK(dup.out.find("setting 'max_iters' is given twice") != std::string::npos);
+  Run huge = train_with("huge.json", "{\"n_layer\": \"" + std::string(100000, '9') + "x\"}");
+  CHECK(huge.code == 1);
+  CHECK(huge.out.size() < 2000);
+  Run inf = train_with("inf.json", R"({"learning_rate": 1e400})");
+  CHECK(inf.code == 1);
+  // tokenize --decode: an id past the vocabulary is refused (4294967296 wrapped to 0).
+  Run wrap =
+      attend_cmd("tokenize --decode --tokenizer char:" + corpus.string() + " --text '4294967296'");
+  CHECK(wrap.code == 1);
+  CHECK(wrap.out.find("outside [0,") != std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -65,3 +65,15 @@ TEST_CASE("choose_token: a low temperature sharpens, a high one flattens") {
     CHECK(choose_token(l.data(), 2, opts(t, 0, 1), p1(t) + 1e-4) == 0);
   }
 }
+
+TEST_CASE("choose_token: a subnormal temperature is greedy, NaN logits are an error") {
+  // Regression (adversarial L1): l / t overflowed to inf, inf - inf gave NaN, and the
+  // least likely token came out.
+  const auto l = logits_of({0.1, 0.2, 0.3, 0.4});
+  for (double t : {1e-300, 1e-310})
+    for (double u : {0.0, 0.5, 0.999}) CHECK(choose_token(l.data(), 4, opts(t, 0, 1), u) == 3);
+  std::vector<float> bad = l;
+  bad[2] = NAN;
+  test::check_error([&] { choose_token(bad.data(), 4, opts(1, 0, 1), 0.5); },
+                    "sample: the model's logit for token 2 is nan");
+}
