@@ -7,6 +7,22 @@
 
 namespace attend::autograd {
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> stack;
+  auto take = [&stack](Node& n) {
+    for (Edge& e : n.next)
+      if (e.node) stack.push_back(std::move(e.node));
+    n.next.clear();
+    n.backward = nullptr;  // its captured tensors may own nodes too; those are stacked first
+  };
+  take(*this);
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    if (n.use_count() == 1) take(*n);  // the last owner: empty it, then it dies shallow
+  }
+}
+
 namespace {
 thread_local bool grad_enabled = true;
 }

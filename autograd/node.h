@@ -35,6 +35,13 @@ struct Node {
   Needs needs;
   BackwardFn backward;  // released (emptied) after use unless retain_graph
   bool released = false;
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Iterative: a graph a million ops deep is freed without a million nested destructors
+  // (the default destructor recursed through `next` and overflowed the stack).
+  ~Node();
 };
 
 // Grad mode is per thread; NoGradGuard turns recording off in a scope (evaluation,

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
 #include <chrono>
@@ -256,15 +257,21 @@ Meta read_meta(const h5::File& f) {
 
 namespace {
 
-// Note [Checkpoint writer in a child process]
-// HDF5 cannot survive a failed write: after a full disk (or a file-size limit) H5Fclose
-// fails, the file stays registered half closed, and any later close, including HDF5's own
-// exit handler, crashes (SIGSEGV in H5F__close_cb). So the file is written by a forked
-// child, which shares the tensors copy-on-write (no extra memory), runs only HDF5 (no
-// OpenMP, no logging) and leaves with _exit: its status and, on failure, its error
-// message come back through a pipe. Whatever HDF5 does, this process stays sound and
-// removes the partial file.
-std::string write_in_child(const std::function<void()>& write) {
+// Note [HDF5 in a child process]
+// HDF5 is not safe against every bad file or fault, so attend never lets it fail inside
+// the main process:
+// - Writing: after a full disk (or a file-size limit) H5Fclose fails, the file stays
+//   registered half closed, and any later close, HDF5's own exit handler included,
+//   crashes (SIGSEGV in H5F__close_cb).
+// - Reading: a corrupt or crafted file can crash HDF5's parser itself (our fuzzer found
+//   a SIGSEGV in H5Lget_name_by_idx on damaged dense link storage), or loop.
+// So the file is written, and first read through, by a forked child that shares memory
+// copy-on-write, runs only HDF5 and our checks (no OpenMP, no logging), has a time limit
+// (alarm), and leaves with _exit; its status and, on failure, its error message come back
+// through a pipe. Whatever HDF5 does, this process stays sound: a crash or a hang of the
+// child is an error naming the file. (Reading twice costs one more read of a file the
+// page cache already holds; the child's memory is gone before the real read.)
+std::string run_in_child(const std::function<void()>& work, unsigned timeout_s) {
   int fds[2];
   ATTEND_CHECK(::pipe(fds) == 0, "checkpoint: cannot create a pipe: ", std::strerror(errno));
   std::fflush(nullptr);
@@ -275,9 +282,10 @@ std::string write_in_child(const std::function<void()>& write) {
   }
   if (pid == 0) {
     ::close(fds[0]);
+    ::alarm(timeout_s);
     std::string msg;
     try {
-      write();
+      work();
       ::_exit(0);
     } catch (const std::exception& e) {
       msg = e.what();
@@ -304,10 +312,11 @@ std::string write_in_child(const std::function<void()>& write) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+    return str("HDF5 did not finish within ", timeout_s, " s");
   if (WIFSIGNALED(status))
-    return str("the checkpoint writer was killed by signal ", WTERMSIG(status),
-               msg.empty() ? "" : ": ", msg);
-  return msg.empty() ? std::string("the checkpoint writer failed") : msg;
+    return str("HDF5 crashed (signal ", WTERMSIG(status), ")", msg.empty() ? "" : ": ", msg);
+  return msg.empty() ? std::string("HDF5 failed") : msg;
 }
 
 void write_file(const fs::path& file, const CheckpointData& d) {
@@ -331,7 +340,7 @@ void save_checkpoint(const fs::path& path, CheckpointData& d) {
   d.meta.content_hash = content_hash(d);  // last: it covers every other field
   fs::path tmp = path;
   tmp += ".tmp";
-  const std::string failed = write_in_child([&] { write_file(tmp, d); });
+  const std::string failed = run_in_child([&] { write_file(tmp, d); }, 3600);
   std::error_code ec;
   if (!failed.empty()) {
     fs::remove(tmp, ec);  // a partial file would keep a full disk full
@@ -352,9 +361,9 @@ void save_checkpoint(const fs::path& path, CheckpointData& d) {
   fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path(), true);
 }
 
-CheckpointData load_checkpoint(const fs::path& path) {
-  std::error_code ec;
-  ATTEND_CHECK(fs::exists(path, ec), path.string(), ": no such checkpoint file");
+namespace {
+
+CheckpointData read_checkpoint(const fs::path& path) {
   h5::File f = h5::File::open(path.string());
   for (const char* g : kGroups)
     ATTEND_CHECK(f.exists(g), path.string(), ": not an attend checkpoint (no ", g, " group)");
@@ -372,6 +381,22 @@ CheckpointData load_checkpoint(const fs::path& path) {
   ATTEND_CHECK(h == d.meta.content_hash, path.string(), ": content hash mismatch (stored ",
                d.meta.content_hash, ", computed ", h, "): the file is corrupt");
   return d;
+}
+
+}  // namespace
+
+CheckpointData load_checkpoint(const fs::path& path) {
+  std::error_code ec;
+  ATTEND_CHECK(fs::exists(path, ec), path.string(), ": no such checkpoint file");
+  // See Note [HDF5 in a child process]: a file that crashes or hangs HDF5 does so there.
+  const auto mb = static_cast<unsigned>(fs::file_size(path, ec) >> 20);
+  const std::string failed = run_in_child([&] { read_checkpoint(path); }, 60 + mb / 20);
+  if (!failed.empty()) {
+    if (failed.rfind(path.string(), 0) == 0) throw Error(failed);  // our own check, named
+    throw Error(str(path.string(), ": cannot be read: ", failed,
+                    " (the file is corrupt or not a checkpoint)"));
+  }
+  return read_checkpoint(path);
 }
 
 }  // namespace attend::train

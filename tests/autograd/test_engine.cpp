@@ -117,3 +117,15 @@ TEST_CASE("a deep chain does not overflow the stack") {
   sum(y).backward();
   CHECK(x.grad().item() == 1);
 }
+
+TEST_CASE("a graph 500,000 ops deep is freed without deep recursion") {
+  // Regression (adversarial L10): freeing a 300,000-op graph (never backpropagated, so its
+  // closures hold tensors too) recursed once per node and overflowed the stack.
+  Tensor x = leaf({1}, {1});
+  {
+    Tensor y = x;
+    for (int i = 0; i < 500000; ++i) y = add(y, 1.0);
+    CHECK(y.item() == 500001);
+  }  // y and its graph go here
+  CHECK(x.requires_grad());
+}

@@ -1,0 +1,74 @@
+// Fuzzing the training-side parsers (see tests/fuzz.h): checkpoints (byte mutations of a
+// real HDF5 file, through load_checkpoint and load_model), config JSON and metrics.csv.
+#include <filesystem>
+
+#include "fuzz.h"
+#include "nn/gpt.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/model_io.h"
+#include "train/optim.h"
+#include "train/run_dir.h"
+
+using namespace attend;
+using namespace attend::train;
+namespace fs = std::filesystem;
+
+TEST_CASE("fuzz: checkpoints are refused cleanly or load exactly what was saved") {
+  const fs::path dir = test::temp_dir("fuzz_ckpt");
+  TrainConfig c;
+  c.model = nn::GPTConfig{5, 4, 1, 2, 1, 4, 0.0, true};
+  nn::GPT m(c.model, 3);
+  AdamW opt(m.named_parameters(), {});
+  CheckpointData d;
+  d.config = to_values(c);
+  d.model = m.state_dict();
+  d.optimizer = {"adamw", 0, opt.state()};
+  d.tokenizer = {"char", "char", {"a", "b", "c", "d", "e"}, {}};
+  save_checkpoint(dir / "good.h5", d);
+  const std::string good = read_file(dir / "good.h5");
+  const CheckpointData want = load_checkpoint(dir / "good.h5");
+  const auto n = test::fuzz_file(
+      "checkpoint", good, dir / "c.h5", 2, test::fuzz_cases(300),
+      [](const fs::path& p) {
+        load_model(LoadedCheckpoint{p, load_checkpoint(p)});
+      },
+      [&](const fs::path& p) -> std::string {
+        // Everything is hashed: what loads must be what was saved, bit for bit.
+        const CheckpointData got = load_checkpoint(p);
+        if (got.config != want.config) return "/config differs";
+        if (got.model.size() != want.model.size()) return "/model differs";
+        for (size_t i = 0; i < got.model.size(); ++i)
+          if (got.model[i].first != want.model[i].first ||
+              !test::bit_identical(got.model[i].second, want.model[i].second))
+            return "/model/" + want.model[i].first + " differs";
+        if (got.meta.step != want.meta.step || got.tokenizer.tokens != want.tokenizer.tokens)
+          return "/meta or /tokenizer differs";
+        return "";
+      });
+  CHECK(n.refused > 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("fuzz: config files are refused cleanly or give a valid config") {
+  const fs::path dir = test::temp_dir("fuzz_cfg");
+  const std::string good =
+      R"({"n_layer": 2, "n_head": 2, "n_embd": 32, "learning_rate": 3e-4, "bias": false,)"
+      R"( "preset": "cpu-char", "max_iters": 100, "min_lr": "1e-5", "optimizer": "adamw"})";
+  test::fuzz_file(
+      "config JSON", good, dir / "c.json", 3, test::fuzz_cases(1000),
+      [](const fs::path& p) { resolve_config({read_config_file(p.string())}).config.validate(); });
+  fs::remove_all(dir);
+}
+
+TEST_CASE("fuzz: metrics.csv is refused cleanly or read") {
+  const fs::path dir = test::temp_dir("fuzz_csv");
+  std::vector<MetricsRow> rows = {{0, NAN, 4.17, 1e-5, NAN, NAN, 0.1},
+                                  {10, 3.2, NAN, 1e-3, 1.5, 12000, 2.5},
+                                  {20, 2.9, 2.95, 9e-4, 1.2, 12500, 5.0}};
+  write_metrics(dir, rows);
+  const std::string good = read_file(dir / "metrics.csv");
+  test::fuzz_file("metrics.csv", good, dir / "m.csv", 4, test::fuzz_cases(1000),
+                  [](const fs::path& p) { read_metrics(p); });
+  fs::remove_all(dir);
+}
