@@ -1,8 +1,30 @@
 #!/usr/bin/env bash
-# README's test command: install what is missing, build, run every test suite.
+# README's test command: install what is missing, build, run every test suite; then build
+# the loaders' and parsers' suites (data_tests, train_tests: token files, tokenizers,
+# checkpoints, config, metrics, their fuzzers) with AddressSanitizer + UndefinedBehavior-
+# Sanitizer and run them too. CI runs exactly this.
+#   scripts/test.sh              both
+#   scripts/test.sh --sanitize   every suite under the sanitizers (longer; by hand)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test-extras
+jobs="$(nproc)"
+# The sanitizers' runtime: every finding fatal; leaks not checked (LeakSanitizer needs
+# ptrace, which containers often forbid).
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1"
+sanitized_build() {
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j "$jobs" "$@"
+}
+if [ "${1:-}" = "--sanitize" ]; then
+  sanitized_build
+  # The 300-step learning run is left out: under the sanitizers it takes many minutes.
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -E "300 steps"
+  exit 0
+fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j "$(nproc)"
-ctest --test-dir build --output-on-failure -j "$(nproc)"
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+echo "--- the loaders' and parsers' suites under ASan + UBSan ---"
+sanitized_build --target data_tests train_tests
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -R "^(data_tests|train_tests):" -E "300 steps"

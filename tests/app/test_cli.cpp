@@ -592,6 +592,28 @@ TEST_CASE("data on stdout, diagnostics on stderr, and small inputs that were sil
   fs::remove_all(dir);
 }
 
+TEST_CASE("eval of text uses a private temporary folder, and plot fails loudly") {
+  // Regressions (adversarial M3, L3): eval wrote $TMPDIR/attend_eval_<pid>.bin.tmp through
+  // a predictable, symlink-following name; plot said "wrote" when it could not write.
+  fs::path dir = temp_dir("evaltmp");
+  fs::path corpus = make_corpus(dir);
+  const fs::path run = dir / "run";
+  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
+                     " --max_iters 2")
+              .code == 0);
+  fs::create_directories(dir / "tmp");
+  Run e = attend_cmd("eval --checkpoint " + run.string() + " --data " + corpus.string(),
+                     "TMPDIR=" + (dir / "tmp").string() + " ");
+  REQUIRE_MESSAGE(e.code == 0, e.out);
+  CHECK(fs::is_empty(dir / "tmp"));  // its folder (mkdtemp, mode 0700) is gone again
+  fs::remove(run / "loss.svg");
+  fs::create_directories(run / "loss.svg");  // where the picture should go: a folder
+  Run p = attend_cmd("plot " + run.string());
+  CHECK(p.code == 1);
+  CHECK(p.out.find("wrote") == std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("tokenize with GPT-2's tokenizer from the command line") {
   const char* shared = std::getenv("ATTEND_SHARED_DATA");
   if (!shared || !fs::exists(fs::path(shared) / "gpt2" / "encoder.json")) {

@@ -101,7 +101,8 @@ TEST_CASE("train_step: a non-finite loss stops before the update") {
   kernel::fill_(m.parameters()[0], NAN);
   std::vector<Tensor> before;
   for (auto& p : m.parameters()) before.push_back(kernel::clone(p));
-  test::check_error([&] { train_step(m, *opt, *f.ds, f.c, 0, 1e-3); }, "step 0: the loss is nan");
+  test::check_error([&] { train_step(m, *opt, *f.ds, f.c, 0, 1e-3); },
+                    "step 0: the loss is");  // nan or -nan, as the build computes it
   CHECK(opt->steps() == 0);
   for (size_t i = 1; i < before.size(); ++i)
     CHECK(test::bit_identical(m.parameters()[i], before[i]));
