@@ -304,6 +304,9 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t 
       if (cnt > 0) heap.push({cnt, k});
     }
   }
+  // A corpus with fewer distinct pairs than asked for stops early: the name says what the
+  // tokenizer is, not what was asked (bpe:99999999 on a small corpus is bpe:2665).
+  spec.name = "bpe:" + std::to_string(spec.tokens.size());
   return make_bpe_tokenizer(std::move(spec));
 }
 

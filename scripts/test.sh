@@ -13,7 +13,9 @@ jobs="$(nproc)"
 # ptrace, which containers often forbid).
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1"
 sanitized_build() {
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=ON >/dev/null
+  # -O1: the sanitizers' usual level, and the quickest optimised build for CI.
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
+    -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" -DATTEND_SANITIZE=ON >/dev/null
   cmake --build build-asan -j "$jobs" "$@"
 }
 if [ "${1:-}" = "--sanitize" ]; then

@@ -255,13 +255,6 @@ void File::set_attr(const std::string& o, const std::string& n, const std::strin
   write_attr(file_.get(), path_, o, n, t.get(), t.get(), padded.data());
 }
 
-bool File::has_attr(const std::string& o, const std::string& n) const {
-  hid_t obj = H5Oopen(file_.get(), o.c_str(), H5P_DEFAULT);
-  if (obj < 0) return false;
-  Handle h(obj, H5Oclose);
-  return H5Aexists(obj, n.c_str()) > 0;
-}
-
 char File::attr_kind(const std::string& o, const std::string& n) const {
   Handle a = open_attr(file_.get(), path_, o, n);
   Handle t(H5Aget_type(a.get()), H5Tclose);

@@ -72,7 +72,6 @@ class File {
   void set_attr(const std::string& object, const std::string& name, uint64_t v);
   void set_attr(const std::string& object, const std::string& name, double v);
   void set_attr(const std::string& object, const std::string& name, const std::string& v);
-  bool has_attr(const std::string& object, const std::string& name) const;
   int64_t attr_int(const std::string& object, const std::string& name) const;
   uint64_t attr_uint(const std::string& object, const std::string& name) const;
   double attr_double(const std::string& object, const std::string& name) const;

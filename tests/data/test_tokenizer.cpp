@@ -239,3 +239,11 @@ TEST_CASE("tokenizer arrays: a round trip, and offsets or merges out of range re
   check_error([&] { from_arrays("bpe", "x", merge, "f.h5: /tokenizer"); },
               "merge 0 (97, 9999) names a token outside [0, 258)");
 }
+
+TEST_CASE("a BPE tokenizer that stops early is named by its real size") {
+  // Regression (adversarial L12): bpe:99999999 stopped at a few hundred tokens but kept the
+  // name it was asked for.
+  auto tok = train_bpe_tokenizer("abab abab cdcd", 99999999);
+  CHECK(tok->vocab_size() < 300);
+  CHECK(tok->spec().name == "bpe:" + std::to_string(tok->vocab_size()));
+}
