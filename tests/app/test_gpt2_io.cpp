@@ -1,0 +1,165 @@
+// GPT-2 import and export (train/gpt2_io.h) from the command line: export -> import is
+// bit-identical, an independent reader (python3 + numpy, no attend code) loads the export
+// and its own GPT-2 forward matches attend's logits, and what GPT-2's layout cannot hold
+// is refused.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/model_io.h"
+#include "train/run_dir.h"
+
+using namespace attend;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Out {
+  int code;
+  std::string text;
+};
+
+Out run(const std::string& cmd) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+Out cli(const std::string& args) { return run(std::string(ATTEND_BIN) + " " + args); }
+
+fs::path trained_run(const fs::path& dir, const std::string& extra) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "So shaken as we are, so wan with care.\n";
+  std::ofstream(dir / "corpus.txt") << text;
+  const fs::path r = dir / "run";
+  Out t = cli("train --data " + (dir / "corpus.txt").string() + " --out " + r.string() +
+              " --n_layer 2 --n_head 2 --n_embd 16 --block_size 16 --batch_size 4"
+              " --eval_iters 2 --max_iters 3" +
+              extra);
+  REQUIRE_MESSAGE(t.code == 0, t.text);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("export then import is bit-identical, and sample agrees") {
+  const fs::path dir = test::temp_dir("gpt2_io");
+  const fs::path r = trained_run(dir, "");
+  Out e = cli("export --checkpoint " + r.string() + " --out " + (dir / "hf").string());
+  REQUIRE_MESSAGE(e.code == 0, e.text);
+  CHECK(fs::exists(dir / "hf" / "model.safetensors"));
+  CHECK(fs::exists(dir / "hf" / "config.json"));
+  Out i = cli("import --from " + (dir / "hf").string() + " --out " + (dir / "back").string());
+  REQUIRE_MESSAGE(i.code == 0, i.text);
+  const train::CheckpointData a = train::newest_valid_checkpoint(r).data;
+  const train::CheckpointData b = train::newest_valid_checkpoint(dir / "back").data;
+  REQUIRE(a.model.size() == b.model.size());
+  for (size_t k = 0; k < a.model.size(); ++k) {
+    INFO(a.model[k].first);
+    CHECK(a.model[k].first == b.model[k].first);
+    CHECK(test::bit_identical(a.model[k].second, b.model[k].second));
+  }
+  CHECK(a.tokenizer.tokens == b.tokenizer.tokens);
+  const std::string s = " --prompt So --max_new_tokens 30 --seed 4";
+  CHECK(cli("sample --checkpoint " + r.string() + s).text ==
+        cli("sample --checkpoint " + (dir / "back").string() + s).text);
+  // The imported run can be trained on (its AdamW state starts fresh at step 0).
+  CHECK(train::newest_valid_checkpoint(dir / "back").data.meta.step == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("an independent NumPy GPT-2 reads the export and matches attend's logits") {
+  if (run("/usr/bin/python3 -c 'import numpy'").code != 0) {
+    test::skip("python3 with numpy not found (apt-get install python3-numpy)");
+    return;
+  }
+  const fs::path dir = test::temp_dir("gpt2_numpy");
+  const fs::path r = trained_run(dir, "");
+  REQUIRE(cli("export --checkpoint " + r.string() + " --out " + (dir / "hf").string()).code == 0);
+  // attend's logits for a fixed sequence, as raw f32.
+  train::LoadedModel m = train::load_model(r.string());
+  const std::vector<double> ids = {3, 7, 1, 0, 12, 5, 9, 2, 11, 4};
+  Tensor logits = m.model->forward(tensor(ids, {1, 10}, DType::I64)).logits;  // (1, 10, V)
+  std::vector<float> v = logits.to_vector<float>();
+  std::ofstream(dir / "logits.f32", std::ios::binary)
+      .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  std::ofstream(dir / "gpt2.py") << R"PY(
+import json, struct, sys, numpy as np
+d = sys.argv[1]
+raw = open(d + '/model.safetensors', 'rb').read()
+n = struct.unpack('<Q', raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+data = raw[8 + n:]
+W = {}
+for name, e in header.items():
+    if name == '__metadata__': continue
+    assert e['dtype'] == 'F32', e
+    b, end = e['data_offsets']
+    W[name.replace('transformer.', '')] = np.frombuffer(data[b:end], dtype='<f4').reshape(e['shape']).astype(np.float64)
+cfg = json.load(open(d + '/config.json'))
+C, H, L = cfg['n_embd'], cfg['n_head'], cfg['n_layer']
+def ln(x, w, b):
+    m = x.mean(-1, keepdims=True); v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) / np.sqrt(v + cfg['layer_norm_epsilon']) * w + b
+def gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+ids = [int(t) for t in sys.argv[2].split(',')]
+T = len(ids)
+x = W['wte.weight'][ids] + W['wpe.weight'][:T]
+for l in range(L):
+    p = 'h.%d.' % l
+    a = ln(x, W[p + 'ln_1.weight'], W[p + 'ln_1.bias'])
+    qkv = a @ W[p + 'attn.c_attn.weight'] + W[p + 'attn.c_attn.bias']   # Conv1D: (in, out)
+    q, k, v = np.split(qkv, 3, axis=-1)
+    hs = C // H
+    q, k, v = [t.reshape(T, H, hs).transpose(1, 0, 2) for t in (q, k, v)]
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(hs)
+    s = np.where(np.tril(np.ones((T, T))) == 1, s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True)); w /= w.sum(-1, keepdims=True)
+    y = (w @ v).transpose(1, 0, 2).reshape(T, C)
+    x = x + y @ W[p + 'attn.c_proj.weight'] + W[p + 'attn.c_proj.bias']
+    m = ln(x, W[p + 'ln_2.weight'], W[p + 'ln_2.bias'])
+    x = x + gelu(m @ W[p + 'mlp.c_fc.weight'] + W[p + 'mlp.c_fc.bias']) @ W[p + 'mlp.c_proj.weight'] + W[p + 'mlp.c_proj.bias']
+x = ln(x, W['ln_f.weight'], W['ln_f.bias'])
+logits = x @ W['wte.weight'].T
+ours = np.fromfile(sys.argv[3], dtype='<f4').reshape(logits.shape)
+err = np.abs(logits - ours).max()
+print('max abs difference %.3g' % err)
+assert err < 1e-4, err
+print('numpy ok')
+)PY";
+  Out py = run("/usr/bin/python3 " + (dir / "gpt2.py").string() + " " + (dir / "hf").string() +
+               " 3,7,1,0,12,5,9,2,11,4 " + (dir / "logits.f32").string());
+  CAPTURE(py.text);
+  CHECK(py.code == 0);
+  CHECK(py.text.find("numpy ok") != std::string::npos);
+  MESSAGE(py.text);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("what GPT-2's layout cannot hold is refused, and bad weight files are named") {
+  const fs::path dir = test::temp_dir("gpt2_refuse");
+  const fs::path gqa = trained_run(dir, " --n_kv_head 1");
+  Out e = cli("export --checkpoint " + gqa.string() + " --out " + (dir / "hf").string());
+  CHECK(e.code == 1);
+  CHECK(e.text.find("(GQA/MQA); GPT-2's layout has one key/value head per query head") !=
+        std::string::npos);
+  fs::create_directories(dir / "bad");
+  std::ofstream(dir / "bad" / "config.json")
+      << R"({"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 4, "vocab_size": 5})";
+  std::ofstream(dir / "bad" / "model.safetensors") << std::string("\xff\xff\xff\xff\0\0\0\0", 8);
+  Out b = cli("import --from " + (dir / "bad").string() + " --out " + (dir / "x").string());
+  CHECK(b.code == 1);
+  CHECK(b.text.find("model.safetensors: header length") != std::string::npos);
+  fs::remove_all(dir);
+}

@@ -1,0 +1,232 @@
+#include "train/gpt2_io.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "data/tokenizer.h"
+#include "tensor/kernels.h"
+#include "tensor/util.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/model_io.h"
+#include "train/optim.h"
+#include "train/run_dir.h"
+#include "train/safetensors.h"
+#include "train/step.h"
+
+namespace attend::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// HF's Conv1D layers: weights stored (in, out).
+bool is_conv1d_weight(const std::string& name) {
+  for (const char* s :
+       {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"})
+    if (name.size() >= std::strlen(s) &&
+        name.compare(name.size() - std::strlen(s), std::string::npos, s) == 0)
+      return true;
+  return false;
+}
+
+bool ends_with(const std::string& s, const std::string& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+nn::GPTConfig read_hf_config(const fs::path& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(file));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str(file.string(), ": invalid JSON: ", e.what()));
+  }
+  ATTEND_CHECK(j.is_object(), file.string(), ": expected a JSON object");
+  auto get = [&](const char* key, const char* alt = nullptr) -> int64_t {
+    const char* k = j.contains(key) ? key : alt;
+    ATTEND_CHECK(k && j.contains(k) && j[k].is_number_integer(), file.string(), ": field ", key,
+                 " must be an integer");
+    return j[k].get<int64_t>();
+  };
+  nn::GPTConfig c;
+  c.n_layer = get("n_layer");
+  c.n_head = get("n_head");
+  c.n_kv_head = c.n_head;
+  c.n_embd = get("n_embd");
+  c.block_size = get("n_positions", "n_ctx");
+  c.vocab_size = get("vocab_size");
+  c.dropout = 0.0;
+  c.bias = true;
+  if (j.contains("activation_function"))
+    ATTEND_CHECK(j["activation_function"] == "gelu_new", file.string(), ": activation_function is ",
+                 j["activation_function"].dump(), "; attend's GPT uses GPT-2's gelu_new");
+  if (j.contains("layer_norm_epsilon"))
+    ATTEND_CHECK(j["layer_norm_epsilon"].is_number() && j["layer_norm_epsilon"] == 1e-5,
+                 file.string(), ": layer_norm_epsilon is ", j["layer_norm_epsilon"].dump(),
+                 "; attend's LayerNorm uses 1e-5");
+  if (j.contains("n_inner") && !j["n_inner"].is_null())
+    ATTEND_CHECK(j["n_inner"] == 4 * c.n_embd, file.string(), ": n_inner is ", j["n_inner"].dump(),
+                 "; attend's MLP is 4 n_embd = ", 4 * c.n_embd);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(str(file.string(), ": ", e.what()));
+  }
+  return c;
+}
+
+std::unique_ptr<data::Tokenizer> import_tokenizer(const ImportOptions& o, const fs::path& dir) {
+  std::error_code ec;
+  if (!o.tokenizer.empty()) return data::tokenizer_from_arg(o.tokenizer);
+  if (fs::exists(dir / "vocab.json", ec) && fs::exists(dir / "merges.txt", ec))
+    return data::load_bpe_files(dir / "vocab.json", dir / "merges.txt", "gpt2");
+  if (fs::exists(dir / "tokenizer.json", ec)) return data::load_tokenizer(dir);
+  return data::tokenizer_from_arg("gpt2");
+}
+
+}  // namespace
+
+ImportResult import_gpt2(const ImportOptions& o) {
+  std::error_code ec;
+  ATTEND_CHECK(!o.from.empty(), "import: --from is required (a folder or a .safetensors file)");
+  ATTEND_CHECK(!o.out.empty(), "import: --out is required (the run folder to create)");
+  const bool is_dir = fs::is_directory(o.from, ec);
+  const fs::path model_file = is_dir ? fs::path(o.from) / "model.safetensors" : fs::path(o.from);
+  const fs::path dir = model_file.parent_path().empty() ? fs::path(".") : model_file.parent_path();
+  const fs::path config_file = o.config.empty() ? dir / "config.json" : fs::path(o.config);
+  ATTEND_CHECK(fs::exists(model_file, ec), model_file.string(), ": no such file");
+  ATTEND_CHECK(fs::exists(config_file, ec), config_file.string(),
+               ": no such file (give --config config.json)");
+  ImportResult r;
+  r.model = read_hf_config(config_file);
+  SafetensorsFile st(model_file);
+  // HF name (prefix stripped) -> entry; buffers and the tied head set aside.
+  std::map<std::string, std::string> by_name;
+  for (const auto& [name, e] : st.entries()) {
+    const std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+    if (ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias") || n == "lm_head.weight")
+      continue;
+    ATTEND_CHECK(by_name.emplace(n, name).second, model_file.string(), ": tensor ", n,
+                 " is stored twice (with and without the transformer. prefix)");
+  }
+  // Before allocating the model: the stored tensors must hold exactly its parameters.
+  int64_t stored = 0;
+  for (const auto& [n, name] : by_name) {
+    int64_t k = 1;
+    for (int64_t d : st.entries().at(name).shape) k *= d;
+    stored += k;
+  }
+  const int64_t want = nn::count_parameters(r.model).total();
+  ATTEND_CHECK(stored == want, model_file.string(), ": ", config_file.string(), " describes ", want,
+               " parameters, the file stores ", stored);
+  nn::GPT model(r.model, 0);
+  std::vector<std::string> missing;
+  std::set<std::string> used;
+  NoGradGuard no_grad;
+  for (const auto& [ours, p] : model.named_parameters()) {
+    const std::string n = ours.rfind("transformer.", 0) == 0 ? ours.substr(12) : ours;
+    auto it = by_name.find(n);
+    if (it == by_name.end()) {
+      missing.push_back(n);
+      continue;
+    }
+    used.insert(n);
+    Shape want_shape = p.shape();
+    if (is_conv1d_weight(n)) std::swap(want_shape[0], want_shape[1]);
+    ATTEND_CHECK(st.entries().at(it->second).shape == want_shape, model_file.string(), ": tensor ",
+                 it->second, " has shape ", shape_str(st.entries().at(it->second).shape),
+                 ", expected ", shape_str(want_shape), " for this config");
+    Tensor t = st.read(it->second);
+    if (is_conv1d_weight(n)) t = kernel::contiguous(kernel::transpose(t, 0, 1));
+    kernel::copy_(p, t);
+  }
+  std::string extra;
+  for (const auto& [n, _] : by_name)
+    if (!used.count(n)) extra += " " + n;
+  std::string miss;
+  for (const auto& n : missing) miss += " " + n;
+  ATTEND_CHECK(missing.empty() && extra.empty(), model_file.string(),
+               ": the tensors do not match GPT-2's;", missing.empty() ? "" : " missing:", miss,
+               extra.empty() ? "" : " unexpected:", extra);
+  r.tensors = static_cast<int64_t>(used.size());
+  const std::string bad = first_non_finite(model.named_parameters());
+  ATTEND_CHECK(bad.empty(), model_file.string(), ": ", bad, " holds NaN or infinite values");
+
+  auto tok = import_tokenizer(o, dir);
+  ATTEND_CHECK(tok->vocab_size() == r.model.vocab_size, "import: the tokenizer ", tok->spec().name,
+               " has ", tok->vocab_size(), " tokens, config.json's vocab_size is ",
+               r.model.vocab_size);
+  r.tokenizer = tok->spec().name;
+
+  fs::create_directories(o.out, ec);
+  ATTEND_CHECK(!ec, o.out, ": cannot create the run folder: ", ec.message());
+  RunLock lock(o.out);
+  ATTEND_CHECK(list_checkpoints(o.out).empty(), o.out,
+               ": already holds checkpoints; import into a new folder");
+  TrainConfig c;
+  c.model = r.model;
+  c.preset = "gpt2";
+  c.tokenizer = r.tokenizer;
+  AdamW opt(model.named_parameters(), {c.beta1, c.beta2, 1e-8, c.weight_decay});
+  CheckpointData d;
+  d.config = to_values(c);
+  d.model = model.state_dict();
+  d.optimizer = {"adamw", 0, opt.state()};
+  d.seed = static_cast<uint64_t>(c.seed);
+  d.tokenizer = tok->spec();
+  r.checkpoint = fs::path(o.out) / checkpoint_name(0);
+  save_checkpoint(r.checkpoint, d);
+  return r;
+}
+
+ExportResult export_gpt2(const std::string& checkpoint, const fs::path& dir) {
+  LoadedModel m = load_model(checkpoint);
+  const nn::GPTConfig& c = m.model->config;
+  ATTEND_CHECK(c.n_kv_head == c.n_head, "export: ", m.checkpoint.string(), " has n_kv_head ",
+               c.n_kv_head, " of n_head ", c.n_head,
+               " (GQA/MQA); GPT-2's layout has one key/value head per query head");
+  ATTEND_CHECK(c.bias, "export: ", m.checkpoint.string(),
+               " has no biases (--bias false); GPT-2's layout always has them");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  ATTEND_CHECK(!ec, dir.string(), ": cannot create: ", ec.message());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, t] : m.model->state_dict()) {
+    if (name == "lm_head.weight") continue;  // tied to transformer.wte.weight
+    tensors.emplace_back(name, is_conv1d_weight(name) ? kernel::transpose(t, 0, 1) : t);
+  }
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  nlohmann::ordered_json j = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", c.vocab_size},
+      {"n_positions", c.block_size},
+      {"n_ctx", c.block_size},
+      {"n_embd", c.n_embd},
+      {"n_layer", c.n_layer},
+      {"n_head", c.n_head},
+      {"n_inner", nullptr},
+      {"activation_function", "gelu_new"},
+      {"layer_norm_epsilon", 1e-5},
+      {"resid_pdrop", c.dropout},
+      {"embd_pdrop", c.dropout},
+      {"attn_pdrop", c.dropout},
+      {"initializer_range", 0.02},
+      {"tie_word_embeddings", true},
+      {"bos_token_id", c.vocab_size - 1},
+      {"eos_token_id", c.vocab_size - 1},
+      {"attend_tokenizer", m.tokenizer->spec().name},
+  };
+  write_file_atomic(dir / "config.json", j.dump(2) + "\n");
+  m.tokenizer->save(dir);
+  if (m.tokenizer->spec().kind == "bpe") {  // HF's names for the same two files
+    fs::copy_file(dir / "encoder.json", dir / "vocab.json", fs::copy_options::overwrite_existing);
+    fs::copy_file(dir / "vocab.bpe", dir / "merges.txt", fs::copy_options::overwrite_existing);
+  }
+  return {dir, static_cast<int64_t>(tensors.size())};
+}
+
+}  // namespace attend::train

@@ -1,0 +1,185 @@
+#include "train/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "tensor/kernels.h"
+#include "tensor/util.h"
+
+namespace attend::train {
+
+namespace fs = std::filesystem;
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);  // inf, NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal: rebias 15 -> 127
+  } else if (mant == 0) {
+    bits = sign;  // zero
+  } else {        // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400) == 0);
+    bits = sign | static_cast<uint32_t>(112 - e) << 23 | ((mant & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+namespace {
+size_t dtype_bytes(const std::string& d) {
+  if (d == "F32") return 4;
+  if (d == "F16" || d == "BF16") return 2;
+  return 0;
+}
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
+  const std::string p = path.string();
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  ATTEND_CHECK(fd >= 0, p, ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(str(p, ": not a regular file"));
+  }
+  bytes_ = static_cast<size_t>(st.st_size);
+  if (bytes_ < 8) {
+    ::close(fd);
+    throw Error(str(p, ": ", bytes_, " bytes is too short for safetensors (8-byte header length)"));
+  }
+  map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  ATTEND_CHECK(map_ != MAP_FAILED, p, ": cannot memory-map: ", std::strerror(errno));
+  const auto* base = static_cast<const unsigned char*>(map_);
+  auto fail = [&](const std::string& why) {
+    ::munmap(map_, bytes_);
+    map_ = nullptr;
+    throw Error(p + ": " + why);
+  };
+  uint64_t n = 0;
+  std::memcpy(&n, base, 8);
+  if (n > bytes_ - 8 || n > (uint64_t{100} << 20))
+    fail(str("header length ", n, " does not fit the file's ", bytes_,
+             " bytes (or exceeds 100 MiB)"));
+  data_ = base + 8 + n;
+  data_bytes_ = bytes_ - 8 - n;
+  nlohmann::json h;
+  try {
+    h = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(base + 8), n));
+  } catch (const nlohmann::json::exception& e) {
+    fail(str("the header is not valid JSON: ", e.what()));
+  }
+  if (!h.is_object()) fail("the header is not a JSON object");
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) fail("__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m)
+        if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    const std::string what = "tensor '" + name + "'";
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
+        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+      fail(what + ": expected {dtype, shape, data_offsets: [begin, end]}");
+    SafetensorsEntry e;
+    e.dtype = v["dtype"].get<std::string>();
+    const size_t width = dtype_bytes(e.dtype);
+    if (width == 0) fail(str(what, ": dtype ", e.dtype, " is not supported (F32, F16, BF16)"));
+    uint64_t count = 1;
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40))
+        fail(what + ": shape entries must be integers below 2^40");
+      const uint64_t k = d.get<uint64_t>();
+      if (k != 0 && count > (uint64_t{1} << 50) / k) fail(what + ": shape overflows");
+      count *= k;
+      e.shape.push_back(static_cast<int64_t>(k));
+    }
+    for (const auto& o : v["data_offsets"])
+      if (!o.is_number_unsigned()) fail(what + ": data_offsets must be non-negative integers");
+    e.begin = v["data_offsets"][0].get<uint64_t>();
+    e.end = v["data_offsets"][1].get<uint64_t>();
+    if (e.begin > e.end || e.end > data_bytes_)
+      fail(str(what, ": data_offsets [", e.begin, ", ", e.end, ") outside the data's ", data_bytes_,
+               " bytes"));
+    if (e.end - e.begin != count * width)
+      fail(str(what, ": shape ", shape_str(e.shape), " of ", e.dtype, " needs ", count * width,
+               " bytes, data_offsets give ", e.end - e.begin));
+    ranges.emplace_back(e.begin, e.end);
+    entries_[name] = std::move(e);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second) fail("two tensors' data_offsets overlap");
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, bytes_);
+}
+
+Tensor SafetensorsFile::read(const std::string& name) const {
+  auto it = entries_.find(name);
+  ATTEND_CHECK(it != entries_.end(), path_.string(), ": no tensor '", name, "'");
+  const SafetensorsEntry& e = it->second;
+  Tensor t = empty(e.shape, DType::F32);
+  float* out = t.data<float>();
+  const unsigned char* src = data_ + e.begin;
+  const int64_t n = t.numel();
+  if (e.dtype == "F32") {
+    std::memcpy(out, src, static_cast<size_t>(n) * 4);
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t v;
+      std::memcpy(&v, src + 2 * i, 2);
+      out[i] = e.dtype == "F16" ? half_to_float(v) : bf16_to_float(v);
+    }
+  }
+  return t;
+}
+
+void write_safetensors(const fs::path& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  size_t offset = 0;
+  std::vector<Tensor> data;
+  for (const auto& [name, t] : tensors) {
+    Tensor c = kernel::contiguous(kernel::cast(t, DType::F32));
+    const size_t bytes = static_cast<size_t>(c.numel()) * 4;
+    h[name] = {{"dtype", "F32"}, {"shape", c.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    data.push_back(c);
+  }
+  std::string header = h.dump();
+  header.append((8 - header.size() % 8) % 8, ' ');  // the data section 8-byte aligned
+  std::string out(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(out.data(), &n, 8);
+  out += header;
+  out.reserve(out.size() + offset);
+  for (const Tensor& c : data)
+    out.append(static_cast<const char*>(c.raw_data()), static_cast<size_t>(c.numel()) * 4);
+  write_file_atomic(path, out, Durability::RenameAndFsync);
+}
+
+}  // namespace attend::train

@@ -1,0 +1,67 @@
+// safetensors, Hugging Face's tensor file format:
+//
+//   8 bytes    N, little-endian u64: the header's length
+//   N bytes    JSON: {"<name>": {"dtype": "F32"|"F16"|"BF16"|..., "shape": [..],
+//              "data_offsets": [begin, end]}, ..., "__metadata__": {str: str}}
+//   the rest   the tensors' bytes, little-endian, row-major; offsets count from here
+//
+// Reading memory-maps the file and checks everything the header declares before any
+// tensor is made: the header's length against the file, each dtype (F32, F16 and BF16 are
+// read, as f32), each shape (overflow-checked) against its byte range, the ranges inside
+// the data and not overlapping. Errors name the file and the tensor.
+#pragma once
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace attend::train {
+
+struct SafetensorsEntry {
+  std::string dtype;  // as stored: F32, F16, BF16
+  Shape shape;
+  size_t begin = 0, end = 0;  // byte range in the data section
+};
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The tensor as f32 (F16 and BF16 converted).
+  Tensor read(const std::string& name) const;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  void* map_ = nullptr;
+  size_t bytes_ = 0;
+  const unsigned char* data_ = nullptr;  // the data section
+  size_t data_bytes_ = 0;
+  std::map<std::string, SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes f32 tensors (contiguous copies are made as needed) under their names, with the
+// header padded to 8 bytes, atomically.
+void write_safetensors(const std::filesystem::path& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// IEEE half and bfloat16 to float, exactly.
+float half_to_float(uint16_t h);
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace attend::train
