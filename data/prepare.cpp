@@ -113,7 +113,7 @@ PrepareResult prepare(const PrepareOptions& o) {
                o.val_fraction);
   check_out_folder(o.out, o.data);
   Corpus corpus = read_corpus(o.data);
-  auto tok = tokenizer_for_corpus(o.tokenizer, corpus.text);
+  auto tok = o.use ? make_tokenizer(*o.use) : tokenizer_for_corpus(o.tokenizer, corpus.text);
   TokenIds ids = tok->encode(corpus.text);
   const int64_t n = static_cast<int64_t>(ids.size());
   const int64_t n_train = n - static_cast<int64_t>(static_cast<double>(n) * o.val_fraction);

@@ -20,10 +20,11 @@ struct Corpus {
 Corpus read_corpus(const std::filesystem::path& path);
 
 struct PrepareOptions {
-  std::filesystem::path data;      // file or folder
-  std::string tokenizer = "char";  // char | gpt2 | bpe:N (train N tokens) | a saved tokenizer
-  std::filesystem::path out;       // folder, created if needed
-  double val_fraction = 0.1;       // the last fraction of the tokens
+  std::filesystem::path data;          // file or folder
+  std::string tokenizer = "char";      // char | gpt2 | bpe:N (train N tokens) | a saved tokenizer
+  std::filesystem::path out;           // folder, created if needed
+  double val_fraction = 0.1;           // the last fraction of the tokens
+  const TokenizerSpec* use = nullptr;  // when set, this tokenizer (finetuning) instead
 };
 
 struct PrepareResult {

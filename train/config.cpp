@@ -46,6 +46,10 @@ const std::vector<ConfigField>& config_fields() {
        R::Free, &C::data},
       {"tokenizer", "tokenizer when preparing text: char | gpt2 | bpe:N", G::Data, R::Refuse,
        &C::tokenizer},
+      {"init_from",
+       "finetune: start from this checkpoint's (or run folder's newest) weights, with a fresh "
+       "optimizer at step 0 and its tokenizer",
+       G::Data, R::Refuse, &C::init_from},
       {"preset",
        "model preset (sets the model fields; cpu-char and shakespeare-char also the recipe)",
        G::Model, R::Free, &C::preset},

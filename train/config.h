@@ -31,6 +31,7 @@ struct TrainConfig {
   // data
   std::string data;                // a prepared folder (train.bin, val.bin) or text to prepare
   std::string tokenizer = "char";  // when preparing text: char | gpt2 | bpe:N
+  std::string init_from;           // finetuning: the checkpoint the weights came from
   // model: the cpu-char preset; vocab_size is the tokenizer's
   std::string preset = "cpu-char";
   nn::GPTConfig model = nn::gpt_preset("cpu-char");

@@ -8,6 +8,7 @@
 
 #include "data/dataset.h"
 #include "data/prepare.h"
+#include "tensor/kernels.h"
 #include "train/checkpoint.h"
 #include "train/model_io.h"
 #include "train/progress.h"
@@ -20,12 +21,51 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The run folder and the config, with the checkpoint a resumed run continues from.
+// The run folder and the config, with the checkpoint a resumed run continues from, or
+// the one a finetuned run takes its weights and tokenizer from.
 struct RunStart {
   TrainConfig config;
   fs::path run_dir;
-  std::optional<LoadedCheckpoint> resumed;
+  std::optional<LoadedCheckpoint> resumed, init;
 };
+
+// Finetuning: the model is the checkpoint's; a model flag may only crop block_size or
+// change dropout (neither changes what the weights mean).
+void take_init_model(const ResolvedConfig& req, const LoadedCheckpoint& ck, TrainConfig& c) {
+  const nn::GPTConfig saved = from_values(ck.data.config).model;
+  std::vector<std::string> refused;
+  for (const ConfigField& f : config_fields()) {
+    if (f.group != Group::Model || !f.train_flag || std::string(f.name) == "preset" ||
+        !req.explicit_fields.count(f.name))
+      continue;
+    TrainConfig s;
+    s.model = saved;
+    const Value want = f.get(c), had = f.get(s);
+    const std::string n = f.name;
+    const bool crop = n == "block_size" && std::get<int64_t>(want) <= saved.block_size;
+    if (want != had && !crop && n != "dropout")
+      refused.push_back(
+          str(n, " (checkpoint ", format_value(had), ", now ", format_value(want), ")"));
+  }
+  if (!refused.empty()) {
+    std::string msg = str("--init_from ", ck.path.string(),
+                          ": the model is the checkpoint's; these flags differ from it "
+                          "(only --block_size may shrink and --dropout change):");
+    for (const auto& r : refused) msg += "\n  " + r;
+    throw Error(msg);
+  }
+  ATTEND_CHECK(!req.explicit_fields.count("tokenizer") || c.tokenizer == ck.data.tokenizer.name,
+               "--tokenizer ", c.tokenizer, ": the --init_from checkpoint's tokenizer is ",
+               ck.data.tokenizer.name, "; a finetuned model keeps its vocabulary");
+  const int64_t block =
+      req.explicit_fields.count("block_size") ? c.model.block_size : saved.block_size;
+  const double dropout = req.explicit_fields.count("dropout") ? c.model.dropout : saved.dropout;
+  c.model = saved;
+  c.model.block_size = block;
+  c.model.dropout = dropout;
+  c.tokenizer = ck.data.tokenizer.name;
+  c.init_from = fs::absolute(ck.path).lexically_normal().string();
+}
 
 RunStart start_run(const TrainRequest& req) {
   RunStart s;
@@ -33,6 +73,10 @@ RunStart start_run(const TrainRequest& req) {
     ATTEND_CHECK(!req.run_dir.empty(), "--out: required (the run folder), or --resume RUN_DIR");
     s.config = req.settings.config;
     s.run_dir = req.run_dir;
+    if (!s.config.init_from.empty()) {
+      s.init = load_checkpoint_or_run(s.config.init_from);
+      take_init_model(req.settings, *s.init, s.config);
+    }
   } else {
     s.resumed = load_checkpoint_or_run(req.resume);
     std::error_code ec;
@@ -48,18 +92,29 @@ RunStart start_run(const TrainRequest& req) {
 
 // The prepared data folder: the folder itself when it holds train.bin and val.bin, else
 // RUN_DIR/data prepared from the text (or reused when an earlier run prepared it).
-fs::path prepare_data(const TrainConfig& c, const fs::path& run_dir) {
+fs::path prepare_data(const TrainConfig& c, const fs::path& run_dir,
+                      const data::TokenizerSpec* use = nullptr) {
   ATTEND_CHECK(!c.data.empty(),
                "--data: required (a prepared folder, or a text file or folder of text)");
   std::error_code ec;
   const fs::path src(c.data);
   ATTEND_CHECK(fs::exists(src, ec), "--data: ", c.data, ": no such file or folder");
   if (fs::is_directory(src, ec) && fs::exists(src / "train.bin", ec) &&
-      fs::exists(src / "val.bin", ec))
+      fs::exists(src / "val.bin", ec)) {
+    if (use) {  // a prepared folder must have been made with the checkpoint's tokenizer
+      const auto theirs = data::load_tokenizer(src);
+      ATTEND_CHECK(theirs->spec().tokens == use->tokens && theirs->spec().merges == use->merges,
+                   "--data ", c.data, ": prepared with tokenizer ", theirs->spec().name,
+                   ", but the --init_from checkpoint's tokenizer is ", use->name,
+                   " (a different vocabulary); give the text to prepare it again");
+    }
     return src;
+  }
   const fs::path out = run_dir / "data";
   spdlog::info("preparing {} with tokenizer {} into {}", c.data, c.tokenizer, out.string());
-  data::PrepareResult r = data::prepare({src, c.tokenizer, out});
+  data::PrepareOptions po{src, c.tokenizer, out};
+  po.use = use;
+  data::PrepareResult r = data::prepare(po);
   spdlog::info("prepared {} bytes from {} file(s): {} train and {} val tokens, vocab_size {}",
                r.bytes, r.files, r.train_tokens, r.val_tokens, r.vocab_size);
   return out;
@@ -78,7 +133,9 @@ TrainData open_data(const TrainRequest& req, const RunStart& s) {
   const TrainConfig& c = s.config;
   std::error_code ec;
   const bool data_flag = req.settings.explicit_fields.count("data") > 0;
-  if (!s.resumed) {
+  if (s.init) {
+    d.dir = prepare_data(c, s.run_dir, &s.init->data.tokenizer);
+  } else if (!s.resumed) {
     d.dir = prepare_data(c, s.run_dir);
   } else if (data_flag && fs::exists(fs::path(c.data) / "train.bin", ec)) {
     d.dir = c.data;  // a prepared folder given again (moved, say): checked by hashes below
@@ -117,6 +174,16 @@ class Run {
         schedule_(make_schedule(c_)) {
     model_.train();
     if (s.resumed) restore(*s.resumed);
+    if (s.init) take_weights(s.init->data);
+  }
+
+  // Finetuning: the checkpoint's weights, the position table cropped to block_size.
+  void take_weights(const CheckpointData& d) {
+    std::map<std::string, Tensor> state(d.model.begin(), d.model.end());
+    Tensor& wpe = state.at("transformer.wpe.weight");
+    wpe = kernel::narrow(wpe, 0, 0, c_.model.block_size);
+    model_.load_state_dict(state);
+    spdlog::info("finetuning from {} (weights only: a fresh optimizer at step 0)", c_.init_from);
   }
 
   void restore(const LoadedCheckpoint& ck) {
@@ -253,6 +320,11 @@ TrainOutcome run_training(const TrainRequest& req) {
   TrainData data = open_data(req, s);
   check_training_memory(Run::model_config(c, data), c.batch_size);
   if (s.resumed) check_config_matches_model(*s.resumed, Run::model_config(c, data));
+  if (s.init) {
+    TrainConfig full = c;
+    full.model.block_size = from_values(s.init->data.config).model.block_size;
+    check_config_matches_model(*s.init, Run::model_config(full, data));
+  }
   Run run(s, data);
   run.describe();
 

@@ -163,3 +163,51 @@ TEST_CASE("what GPT-2's layout cannot hold is refused, and bad weight files are 
   CHECK(b.text.find("model.safetensors: header length") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE(
+    "finetune: --init_from an exported and re-imported model lowers the loss on a new corpus") {
+  const fs::path dir = test::temp_dir("finetune");
+  const fs::path r = trained_run(dir, "");
+  REQUIRE(cli("export --checkpoint " + r.string() + " --out " + (dir / "hf").string()).code == 0);
+  REQUIRE(cli("import --from " + (dir / "hf").string() + " --out " + (dir / "imp").string()).code ==
+          0);
+  // A new corpus in the same alphabet.
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "we are so wan, so shaken with care.\n";
+  std::ofstream(dir / "new.txt") << text;
+  Out f = cli("train --init_from " + (dir / "imp").string() + " --data " +
+              (dir / "new.txt").string() + " --out " + (dir / "ft").string() +
+              " --block_size 8 --batch_size 4 --eval_iters 4 --max_iters 40 --eval_interval 40"
+              " --learning_rate 3e-3 --warmup_iters 0");
+  REQUIRE_MESSAGE(f.code == 0, f.text);
+  CHECK(f.text.find("finetuning from") != std::string::npos);
+  const train::CheckpointData d = train::newest_valid_checkpoint(dir / "ft").data;
+  CHECK(d.meta.step == 40);
+  std::map<std::string, train::ConfigValue> cfg(d.config.begin(), d.config.end());
+  CHECK(std::get<std::string>(cfg.at("init_from")).find("imp") != std::string::npos);
+  CHECK(std::get<int64_t>(cfg.at("block_size")) == 8);  // the position table cropped
+  // The loss at step 0 (the imported weights) and after 40 steps, from metrics.csv.
+  const auto rows = train::read_metrics(dir / "ft" / "metrics.csv");
+  REQUIRE(rows.size() >= 2);
+  CHECK(rows.back().val_loss < rows.front().val_loss - 0.2);
+  MESSAGE("val loss ", rows.front().val_loss, " -> ", rows.back().val_loss);
+  // What would change the model's meaning is refused, naming both values.
+  Out layers = cli("train --init_from " + (dir / "imp").string() + " --data " +
+                   (dir / "new.txt").string() + " --out " + (dir / "x").string() + " --n_layer 3");
+  CHECK(layers.code == 1);
+  CHECK(layers.text.find("n_layer (checkpoint 2, now 3)") != std::string::npos);
+  Out tok =
+      cli("train --init_from " + (dir / "imp").string() + " --data " + (dir / "new.txt").string() +
+          " --out " + (dir / "y").string() + " --tokenizer bpe:300");
+  CHECK(tok.code == 1);
+  CHECK(tok.text.find("--tokenizer bpe:300: the --init_from checkpoint's tokenizer is char") !=
+        std::string::npos);
+  REQUIRE(cli("prepare --data " + (dir / "new.txt").string() + " --out " + (dir / "bpe").string() +
+              " --tokenizer bpe:260")
+              .code == 0);
+  Out prep = cli("train --init_from " + (dir / "imp").string() + " --data " +
+                 (dir / "bpe").string() + " --out " + (dir / "z").string());
+  CHECK(prep.code == 1);
+  CHECK(prep.text.find("prepared with tokenizer bpe:") != std::string::npos);
+  fs::remove_all(dir);
+}
