@@ -341,6 +341,45 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
+TEST_CASE("a second SIGINT ends a run at once, even inside a long evaluation") {
+  // Regression (adversarial L13): Ctrl-C was ignored until the current evaluation ended.
+  fs::path dir = temp_dir("sigint2");
+  fs::path corpus = make_corpus(dir);
+  const fs::path run = dir / "run", log = dir / "log";
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1), ::dup2(fd, 2);
+    const std::string out = run.string(), data = corpus.string();
+    ::execl(ATTEND_BIN, "attend", "train", "--data", data.c_str(), "--out", out.c_str(),
+            "--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--block_size", "16",
+            "--batch_size", "2", "--eval_iters", "100000000", nullptr);
+    ::_exit(127);
+  }
+  // Wait until the step-0 evaluation (hours long at this eval_iters) has begun.
+  for (int waited = 0; waited < 30000 && file_bytes(log).find("model:") == std::string::npos;
+       waited += 5)
+    ::usleep(5000);
+  ::usleep(200000);
+  ::kill(pid, SIGINT);
+  ::usleep(100000);
+  ::kill(pid, SIGINT);
+  int status = 0;
+  bool ended = false;
+  for (int waited = 0; waited < 5000 && !ended; waited += 10) {
+    ended = ::waitpid(pid, &status, WNOHANG) == pid;
+    if (!ended) ::usleep(10000);
+  }
+  if (!ended) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  CHECK(ended);  // within 5 s of the second SIGINT
+  CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGINT));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("requests past the machine's memory are refused up front, naming the estimate") {
   // Regression (adversarial M4): --batch_size 50000000 or --n_layer 200000 allocated until
   // "internal error: std::bad_alloc" (exit 2), naming no flag.
