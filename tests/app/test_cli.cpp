@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "data/dataset.h"
+#include "run_cmd.h"
 #include "tensor/kernels.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
@@ -21,40 +22,12 @@
 
 using namespace attend;
 namespace fs = std::filesystem;
+using attend::test::attend_cmd;
+using attend::test::attend_stdout;
+using attend::test::Run;
 using attend::test::temp_dir;
 
 namespace {
-
-struct Run {
-  int code;
-  std::string out;
-};
-
-// Runs `attend ARGS` through the shell (output of both streams captured).
-Run attend_cmd(const std::string& args, const std::string& prefix = "") {
-  const std::string cmd = prefix + std::string(ATTEND_BIN) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
-
-// Runs `attend ARGS` with stderr dropped: what a pipe or a file would receive.
-std::string attend_stdout(const std::string& args) {
-  const std::string cmd = std::string(ATTEND_BIN) + " " + args + " 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  ::pclose(p);
-  return out;
-}
 
 // A small corpus made here: verse with enough variety to learn from.
 fs::path make_corpus(const fs::path& dir) {

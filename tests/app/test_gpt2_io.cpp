@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "run_cmd.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/model_io.h"
@@ -19,34 +20,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Out {
-  int code;
-  std::string text;
-};
-
-Out run(const std::string& cmd) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
-
-Out cli(const std::string& args) { return run(std::string(ATTEND_BIN) + " " + args); }
+using test::Run;
+Run cli(const std::string& args) { return test::attend_cmd(args); }
+Run run(const std::string& cmd) { return test::shell(cmd); }
 
 fs::path trained_run(const fs::path& dir, const std::string& extra) {
   std::string text;
   for (int i = 0; i < 200; ++i) text += "So shaken as we are, so wan with care.\n";
   std::ofstream(dir / "corpus.txt") << text;
   const fs::path r = dir / "run";
-  Out t = cli("train --data " + (dir / "corpus.txt").string() + " --out " + r.string() +
+  Run t = cli("train --data " + (dir / "corpus.txt").string() + " --out " + r.string() +
               " --n_layer 2 --n_head 2 --n_embd 16 --block_size 16 --batch_size 4"
               " --eval_iters 2 --max_iters 3" +
               extra);
-  REQUIRE_MESSAGE(t.code == 0, t.text);
+  REQUIRE_MESSAGE(t.code == 0, t.out);
   return r;
 }
 
@@ -55,12 +42,12 @@ fs::path trained_run(const fs::path& dir, const std::string& extra) {
 TEST_CASE("export then import is bit-identical, and sample agrees") {
   const fs::path dir = test::temp_dir("gpt2_io");
   const fs::path r = trained_run(dir, "");
-  Out e = cli("export --checkpoint " + r.string() + " --out " + (dir / "hf").string());
-  REQUIRE_MESSAGE(e.code == 0, e.text);
+  Run e = cli("export --checkpoint " + r.string() + " --out " + (dir / "hf").string());
+  REQUIRE_MESSAGE(e.code == 0, e.out);
   CHECK(fs::exists(dir / "hf" / "model.safetensors"));
   CHECK(fs::exists(dir / "hf" / "config.json"));
-  Out i = cli("import --from " + (dir / "hf").string() + " --out " + (dir / "back").string());
-  REQUIRE_MESSAGE(i.code == 0, i.text);
+  Run i = cli("import --from " + (dir / "hf").string() + " --out " + (dir / "back").string());
+  REQUIRE_MESSAGE(i.code == 0, i.out);
   const train::CheckpointData a = train::newest_valid_checkpoint(r).data;
   const train::CheckpointData b = train::newest_valid_checkpoint(dir / "back").data;
   REQUIRE(a.model.size() == b.model.size());
@@ -71,8 +58,8 @@ TEST_CASE("export then import is bit-identical, and sample agrees") {
   }
   CHECK(a.tokenizer.tokens == b.tokenizer.tokens);
   const std::string s = " --prompt So --max_new_tokens 30 --seed 4";
-  CHECK(cli("sample --checkpoint " + r.string() + s).text ==
-        cli("sample --checkpoint " + (dir / "back").string() + s).text);
+  CHECK(cli("sample --checkpoint " + r.string() + s).out ==
+        cli("sample --checkpoint " + (dir / "back").string() + s).out);
   // The imported run can be trained on (its AdamW state starts fresh at step 0).
   CHECK(train::newest_valid_checkpoint(dir / "back").data.meta.step == 0);
   fs::remove_all(dir);
@@ -138,29 +125,29 @@ print('max abs difference %.3g' % err)
 assert err < 1e-4, err
 print('numpy ok')
 )PY";
-  Out py = run("/usr/bin/python3 " + (dir / "gpt2.py").string() + " " + (dir / "hf").string() +
+  Run py = run("/usr/bin/python3 " + (dir / "gpt2.py").string() + " " + (dir / "hf").string() +
                " 3,7,1,0,12,5,9,2,11,4 " + (dir / "logits.f32").string());
-  CAPTURE(py.text);
+  CAPTURE(py.out);
   CHECK(py.code == 0);
-  CHECK(py.text.find("numpy ok") != std::string::npos);
-  MESSAGE(py.text);
+  CHECK(py.out.find("numpy ok") != std::string::npos);
+  MESSAGE(py.out);
   fs::remove_all(dir);
 }
 
 TEST_CASE("what GPT-2's layout cannot hold is refused, and bad weight files are named") {
   const fs::path dir = test::temp_dir("gpt2_refuse");
   const fs::path gqa = trained_run(dir, " --n_kv_head 1");
-  Out e = cli("export --checkpoint " + gqa.string() + " --out " + (dir / "hf").string());
+  Run e = cli("export --checkpoint " + gqa.string() + " --out " + (dir / "hf").string());
   CHECK(e.code == 1);
-  CHECK(e.text.find("(GQA/MQA); GPT-2's layout has one key/value head per query head") !=
+  CHECK(e.out.find("(GQA/MQA); GPT-2's layout has one key/value head per query head") !=
         std::string::npos);
   fs::create_directories(dir / "bad");
   std::ofstream(dir / "bad" / "config.json")
       << R"({"n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 4, "vocab_size": 5})";
   std::ofstream(dir / "bad" / "model.safetensors") << std::string("\xff\xff\xff\xff\0\0\0\0", 8);
-  Out b = cli("import --from " + (dir / "bad").string() + " --out " + (dir / "x").string());
+  Run b = cli("import --from " + (dir / "bad").string() + " --out " + (dir / "x").string());
   CHECK(b.code == 1);
-  CHECK(b.text.find("model.safetensors: header length") != std::string::npos);
+  CHECK(b.out.find("model.safetensors: header length") != std::string::npos);
   fs::remove_all(dir);
 }
 
@@ -175,12 +162,12 @@ TEST_CASE(
   std::string text;
   for (int i = 0; i < 200; ++i) text += "we are so wan, so shaken with care.\n";
   std::ofstream(dir / "new.txt") << text;
-  Out f = cli("train --init_from " + (dir / "imp").string() + " --data " +
+  Run f = cli("train --init_from " + (dir / "imp").string() + " --data " +
               (dir / "new.txt").string() + " --out " + (dir / "ft").string() +
               " --block_size 8 --batch_size 4 --eval_iters 4 --max_iters 40 --eval_interval 40"
               " --learning_rate 3e-3 --warmup_iters 0");
-  REQUIRE_MESSAGE(f.code == 0, f.text);
-  CHECK(f.text.find("finetuning from") != std::string::npos);
+  REQUIRE_MESSAGE(f.code == 0, f.out);
+  CHECK(f.out.find("finetuning from") != std::string::npos);
   const train::CheckpointData d = train::newest_valid_checkpoint(dir / "ft").data;
   CHECK(d.meta.step == 40);
   std::map<std::string, train::ConfigValue> cfg(d.config.begin(), d.config.end());
@@ -192,22 +179,22 @@ TEST_CASE(
   CHECK(rows.back().val_loss < rows.front().val_loss - 0.2);
   MESSAGE("val loss ", rows.front().val_loss, " -> ", rows.back().val_loss);
   // What would change the model's meaning is refused, naming both values.
-  Out layers = cli("train --init_from " + (dir / "imp").string() + " --data " +
+  Run layers = cli("train --init_from " + (dir / "imp").string() + " --data " +
                    (dir / "new.txt").string() + " --out " + (dir / "x").string() + " --n_layer 3");
   CHECK(layers.code == 1);
-  CHECK(layers.text.find("n_layer (checkpoint 2, now 3)") != std::string::npos);
-  Out tok =
+  CHECK(layers.out.find("n_layer (checkpoint 2, now 3)") != std::string::npos);
+  Run tok =
       cli("train --init_from " + (dir / "imp").string() + " --data " + (dir / "new.txt").string() +
           " --out " + (dir / "y").string() + " --tokenizer bpe:300");
   CHECK(tok.code == 1);
-  CHECK(tok.text.find("--tokenizer bpe:300: the --init_from checkpoint's tokenizer is char") !=
+  CHECK(tok.out.find("--tokenizer bpe:300: the --init_from checkpoint's tokenizer is char") !=
         std::string::npos);
   REQUIRE(cli("prepare --data " + (dir / "new.txt").string() + " --out " + (dir / "bpe").string() +
               " --tokenizer bpe:260")
               .code == 0);
-  Out prep = cli("train --init_from " + (dir / "imp").string() + " --data " +
+  Run prep = cli("train --init_from " + (dir / "imp").string() + " --data " +
                  (dir / "bpe").string() + " --out " + (dir / "z").string());
   CHECK(prep.code == 1);
-  CHECK(prep.text.find("prepared with tokenizer bpe:") != std::string::npos);
+  CHECK(prep.out.find("prepared with tokenizer bpe:") != std::string::npos);
   fs::remove_all(dir);
 }
