@@ -6,6 +6,7 @@
 
 #include "app/commands.h"
 #include "tensor/error.h"
+#include "tensor/util.h"
 #include "train/model_io.h"
 #include "train/sample.h"
 
@@ -14,19 +15,30 @@ namespace attend::cli {
 namespace {
 
 struct SampleArgs {
-  std::string checkpoint;
+  std::string checkpoint, prompt_file;
   train::SampleOptions options;
 };
 
-int run_sample(const SampleArgs& a) {
+int run_sample(const SampleArgs& a, bool prompt_given) {
+  train::SampleOptions o = a.options;
+  ATTEND_CHECK(a.prompt_file.empty() || !prompt_given,
+               "sample: give --prompt or --prompt_file, not both");
+  if (!a.prompt_file.empty()) o.prompt = read_file(a.prompt_file);
+  ATTEND_CHECK(o.num_samples >= 1 && o.num_samples <= 1000000,
+               "sample: --num_samples must be in [1, 10^6], got ", o.num_samples);
   train::LoadedModel m = train::load_model(a.checkpoint);
-  const train::SampleOptions& o = a.options;
   m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails before any output
-  std::fputs(o.prompt.c_str(), stdout);
-  train::sample(*m.model, *m.tokenizer, o, [](const std::string& piece) {
-    std::fputs(piece.c_str(), stdout);
-    std::fflush(stdout);
-  });
+  for (int64_t k = 0; k < o.num_samples; ++k) {
+    if (k > 0) std::fputs("\n---------------\n", stdout);  // nanoGPT's separator
+    std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+    train::sample(
+        *m.model, *m.tokenizer, o,
+        [](const std::string& piece) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        },
+        static_cast<uint32_t>(k));
+  }
   std::printf("\n");
   return 0;
 }
@@ -41,7 +53,13 @@ void add_sample(CLI::App& app, int& rc) {
   cmd->add_option("--checkpoint", a->checkpoint,
                   "checkpoint file (.h5), or a run folder (its newest)")
       ->required();
-  cmd->add_option("--prompt", o.prompt, "text to continue")->capture_default_str();
+  CLI::Option* prompt =
+      cmd->add_option("--prompt", o.prompt, "text to continue")->capture_default_str();
+  cmd->add_option(flag_names("prompt_file"), a->prompt_file, "read the prompt from this file");
+  cmd->add_option(flag_names("num_samples"), o.num_samples,
+                  "samples to draw, each with its own random numbers")
+      ->capture_default_str();
+  cmd->add_option("--stop", o.stop, "end a sample once its text contains this (kept)");
   cmd->add_option(flag_names("max_new_tokens"), o.max_new_tokens, "tokens to generate")
       ->capture_default_str();
   cmd->add_option("--temperature", o.temperature, "softmax temperature; 0 is greedy")
@@ -53,7 +71,7 @@ void add_sample(CLI::App& app, int& rc) {
   cmd->add_option("--seed", o.seed, "same seed, same text")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 63))
       ->capture_default_str();
-  cmd->callback([a, &rc] { rc = run_sample(*a); });
+  cmd->callback([a, prompt, &rc] { rc = run_sample(*a, prompt->count() > 0); });
 }
 
 }  // namespace attend::cli

@@ -49,7 +49,7 @@ int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, dou
 }
 
 data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const SampleOptions& o,
-                      const std::function<void(const std::string&)>& emit) {
+                      const std::function<void(const std::string&)>& emit, uint32_t index) {
   ATTEND_CHECK(o.max_new_tokens >= 0, "sample: --max_new_tokens must be >= 0, got ",
                o.max_new_tokens);
   ATTEND_CHECK(o.top_k >= 0, "sample: --top_k must be >= 0, got ", o.top_k);
@@ -72,15 +72,24 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   std::vector<nn::KVCache> caches;
   Tensor logits = model.forward(to_tensor(seq, 0), Tensor(), nullptr, &caches).logits;  // (1, t, V)
   data::TokenIds out;
+  std::string text;  // generated so far, for --stop
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     Tensor last =
         kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
-    const PhiloxCounter r = philox4x32(sample_counter(static_cast<uint64_t>(i)), key);
+    const PhiloxCounter r = philox4x32(sample_counter(static_cast<uint64_t>(i), index), key);
     const int32_t next = choose_token(last.data<float>(), V, o, u64_to_unit_double(r[0], r[1]));
     seq.push_back(next);
     out.push_back(next);
-    emit(tok.decode({next}));
+    const std::string piece = tok.decode({next});
+    emit(piece);
     if (i + 1 == o.max_new_tokens) break;
+    if (!o.stop.empty()) {
+      text += piece;
+      const size_t from = text.size() > o.stop.size() + piece.size()
+                              ? text.size() - o.stop.size() - piece.size()
+                              : 0;
+      if (text.find(o.stop, from) != std::string::npos) break;
+    }
     if (static_cast<int64_t>(seq.size()) <= T) {
       logits = model.forward(to_tensor({next}, 0), Tensor(), nullptr, &caches).logits;
     } else {

@@ -27,15 +27,19 @@ struct SampleOptions {
   int64_t top_k = 200;
   double top_p = 1.0;
   uint64_t seed = 1337;
+  std::string stop;         // end a sample once its text contains this (it is kept)
+  int64_t num_samples = 1;  // sample k draws from its own numbers: (seed, k, token i)
 };
 
-// Calls emit with the text of each new token as it is drawn; returns the new token ids.
+// Sample number `index` (0-based): calls emit with the text of each new token as it is
+// drawn; returns the new token ids.
 data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tokenizer,
                       const SampleOptions& options,
-                      const std::function<void(const std::string&)>& emit);
+                      const std::function<void(const std::string&)>& emit, uint32_t index = 0);
 
-inline PhiloxCounter sample_counter(uint64_t i) {
-  return stream_counter(Stream::Sample, static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0,
+// Token i of sample k (k = 0 keeps the numbers every earlier attend drew for one sample).
+inline PhiloxCounter sample_counter(uint64_t i, uint32_t k = 0) {
+  return stream_counter(Stream::Sample, static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), k,
                         0);
 }
 

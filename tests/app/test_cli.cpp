@@ -626,6 +626,42 @@ TEST_CASE("eval of text uses a private temporary folder, and plot fails loudly")
   fs::remove_all(dir);
 }
 
+TEST_CASE("sample: --num_samples, --prompt_file and --stop") {
+  fs::path dir = temp_dir("sampleopts");
+  fs::path corpus = make_corpus(dir);
+  const fs::path run = dir / "run";
+  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
+                     " --max_iters 20")
+              .code == 0);
+  const std::string base = "sample --checkpoint " + run.string() + " --max_new_tokens 40 --seed 9";
+  const std::string one = attend_stdout(base + " --prompt Now");
+  const std::string two = attend_stdout(base + " --prompt Now --num_samples 2");
+  const size_t sep = two.find("\n---------------\n");
+  REQUIRE(sep != std::string::npos);
+  // Sample 0 draws the numbers a single sample draws; sample 1 its own.
+  CHECK(two.substr(0, sep) + "\n" == one);
+  CHECK(two.substr(sep + 17).rfind("Now", 0) == 0);
+  CHECK(two.substr(sep + 17) != two.substr(0, sep) + "\n");
+  std::ofstream(dir / "prompt.txt") << "Now";
+  CHECK(attend_stdout(base + " --prompt_file " + (dir / "prompt.txt").string()) == one);
+  // --stop: the text ends at the first occurrence after the prompt (kept).
+  const std::string generated = one.substr(3, one.size() - 4);
+  REQUIRE(generated.size() > 10);
+  size_t at = 5;  // a pair of letters (nothing the shell's quotes would mind)
+  while (at + 2 < generated.size() &&
+         !(std::isalpha(static_cast<unsigned char>(generated[at])) &&
+           std::isalpha(static_cast<unsigned char>(generated[at + 1]))))
+    ++at;
+  REQUIRE(at + 2 < generated.size());
+  const std::string stop = generated.substr(at, 2);
+  const std::string stopped = attend_stdout(base + " --prompt Now --stop '" + stop + "'");
+  CHECK(stopped == "Now" + generated.substr(0, generated.find(stop) + stop.size()) + "\n");
+  Run both = attend_cmd(base + " --prompt a --prompt_file " + (dir / "prompt.txt").string());
+  CHECK(both.code == 1);
+  CHECK(both.out.find("give --prompt or --prompt_file, not both") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("tokenize with GPT-2's tokenizer from the command line") {
   const char* shared = std::getenv("ATTEND_SHARED_DATA");
   if (!shared || !fs::exists(fs::path(shared) / "gpt2" / "encoder.json")) {
