@@ -54,16 +54,19 @@ class TempDir {
 
 int run_eval(const EvalArgs& a) {
   train::LoadedModel m = train::load_model(a.checkpoint);
-  double loss = 0;
+  train::EvalResult r;
   if (is_token_file(a.data)) {
-    loss = train::evaluate_windows(*m.model, a.data);
+    train::check_made_by(data::TokenFile(a.data), m.tokenizer->spec());
+    r = train::evaluate_windows(*m.model, a.data);
   } else {
     const data::TokenIds ids = m.tokenizer->encode(read_file(a.data));
     TempDir tmp;
-    data::write_token_file(tmp.path() / "eval.bin", ids, m.tokenizer->vocab_size());
-    loss = train::evaluate_windows(*m.model, tmp.path() / "eval.bin");
+    data::write_token_file(tmp.path() / "eval.bin", ids, m.tokenizer->vocab_size(),
+                           data::tokenizer_hash(m.tokenizer->spec()));
+    r = train::evaluate_windows(*m.model, tmp.path() / "eval.bin");
   }
-  std::printf("loss %.6f\nperplexity %.6f\n", loss, std::exp(loss));
+  std::printf("loss %.6f\nperplexity %.6f\ntokens %lld\n", r.loss, std::exp(r.loss),
+              static_cast<long long>(r.tokens));
   return 0;
 }
 

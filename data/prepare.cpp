@@ -127,10 +127,11 @@ PrepareResult prepare(const PrepareOptions& o) {
   fs::create_directories(stage, ec);
   ATTEND_CHECK(!ec, stage.string(), ": cannot create folder: ", ec.message());
   try {
+    const uint64_t th = tokenizer_hash(tok->spec());
     write_token_file(stage / "train.bin", TokenIds(ids.begin(), ids.begin() + n_train),
-                     tok->vocab_size());
+                     tok->vocab_size(), th);
     write_token_file(stage / "val.bin", TokenIds(ids.begin() + n_train, ids.end()),
-                     tok->vocab_size());
+                     tok->vocab_size(), th);
     tok->save(stage);
     install(stage, o.out);
   } catch (...) {

@@ -15,8 +15,8 @@ namespace attend::data {
 
 namespace fs = std::filesystem;
 
-void write_token_file(const fs::path& path, const std::vector<int32_t>& tokens,
-                      int64_t vocab_size) {
+void write_token_file(const fs::path& path, const std::vector<int32_t>& tokens, int64_t vocab_size,
+                      uint64_t tokenizer_hash) {
   ATTEND_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 32),
                "token file: invalid vocab_size ", vocab_size);
   const uint32_t width = vocab_size <= 65536 ? 2 : 4;
@@ -27,6 +27,7 @@ void write_token_file(const fs::path& path, const std::vector<int32_t>& tokens,
   std::memcpy(buf.data() + 12, &width, 4);
   std::memcpy(buf.data() + 16, &count, 8);
   std::memcpy(buf.data() + 24, &vocab, 8);
+  std::memcpy(buf.data() + 32, &tokenizer_hash, 8);
   char* body = buf.data() + kTokenHeaderBytes;
   for (size_t i = 0; i < tokens.size(); ++i) {
     ATTEND_CHECK(tokens[i] >= 0 && tokens[i] < vocab_size, "token file: token ", tokens[i],
@@ -52,10 +53,10 @@ TokenFile::TokenFile(const fs::path& path) : path_(path) {
     throw Error(str(p, ": not a regular file"));
   }
   map_bytes_ = static_cast<size_t>(st.st_size);
-  if (map_bytes_ < kTokenHeaderBytes) {
+  if (map_bytes_ < 32) {
     ::close(fd);
-    throw Error(str(p, ": too short for a token file (", map_bytes_, " bytes; the header alone is ",
-                    kTokenHeaderBytes, ")"));
+    throw Error(str(p, ": too short for a token file (", map_bytes_,
+                    " bytes; the header alone is 32 or ", kTokenHeaderBytes, ")"));
   }
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -74,24 +75,25 @@ TokenFile::TokenFile(const fs::path& path) : path_(path) {
   std::memcpy(&width, base + 12, 4);
   std::memcpy(&count, base + 16, 8);
   std::memcpy(&vocab, base + 24, 8);
-  if (version != kTokenFileVersion)
-    fail(str("unsupported token file version ", version, " (this attend reads version ",
+  if (version != kTokenFileVersion && version != 1)
+    fail(str("unsupported token file version ", version, " (this attend reads versions 1 and ",
              kTokenFileVersion, ")"));
+  const size_t header = version == 1 ? 32 : kTokenHeaderBytes;
+  if (map_bytes_ < header) fail(str("too short for a version ", version, " header"));
+  if (version >= 2) std::memcpy(&tokenizer_hash_, base + 32, 8);
   if (width != 2 && width != 4) fail(str("invalid token width ", width, " (expected 2 or 4)"));
   if (vocab == 0 || (width == 2 && vocab > 65536))
     fail(str("invalid vocab_size ", vocab, " for ", width, "-byte tokens"));
   if (width == 4 && vocab > (uint64_t{1} << 31))
     fail(str("invalid vocab_size ", vocab, " (token ids are 32-bit signed: at most 2^31)"));
   // count is checked against the file before it is multiplied (a crafted count overflows).
-  if (count > (map_bytes_ - kTokenHeaderBytes) / width ||
-      map_bytes_ != kTokenHeaderBytes + count * width)
+  if (count > (map_bytes_ - header) / width || map_bytes_ != header + count * width)
     fail(str("truncated or padded: the header says ", count, " tokens of ", width, " bytes (",
-             kTokenHeaderBytes + count * width, " bytes in all), the file has ", map_bytes_,
-             " bytes"));
+             header + count * width, " bytes in all), the file has ", map_bytes_, " bytes"));
   width_ = static_cast<int>(width);
   count_ = static_cast<int64_t>(count);
   vocab_size_ = static_cast<int64_t>(vocab);
-  tokens_ = base + kTokenHeaderBytes;
+  tokens_ = base + header;
   for (int64_t i = 0; i < count_; ++i) {
     if ((*this)[i] >= vocab_size_)
       fail(str("token ", (*this)[i], " at position ", i, " is out of range for vocab_size ",

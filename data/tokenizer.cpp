@@ -20,9 +20,7 @@ using nlohmann::json;
 
 namespace {
 
-void write_file(const fs::path& path, const std::string& text) {
-  write_file_atomic(path, text);
-}
+void write_file(const fs::path& path, const std::string& text) { write_file_atomic(path, text); }
 
 class CharTokenizer : public Tokenizer {
  public:
@@ -220,6 +218,17 @@ TokenizerSpec from_arrays(const std::string& kind, const std::string& name,
     s.merges.emplace_back(a.merges[i], a.merges[i + 1]);
   }
   return s;
+}
+
+uint64_t tokenizer_hash(const TokenizerSpec& s) {
+  uint64_t h = fnv1a64(s.kind.data(), s.kind.size() + 1);
+  for (const std::string& t : s.tokens) {
+    const uint64_t n = t.size();
+    h = fnv1a64(&n, sizeof n, h);
+    h = fnv1a64(t.data(), t.size(), h);
+  }
+  for (const auto& [a, b] : s.merges) h = fnv1a64(&a, sizeof a, fnv1a64(&b, sizeof b, h));
+  return h == 0 ? 1 : h;
 }
 
 }  // namespace attend::data

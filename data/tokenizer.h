@@ -38,6 +38,10 @@ struct TokenizerSpec {
       merges;  // bpe: rank order; (a, b) -> tokens[a] + tokens[b]
 };
 
+// Which tokenizer made some ids: FNV-1a 64 over kind, tokens and merges (never 0; token
+// files record it, see data/token_file.h).
+uint64_t tokenizer_hash(const TokenizerSpec& spec);
+
 // A TokenizerSpec as arrays (how a checkpoint's /tokenizer stores it): every token's
 // bytes concatenated, V + 1 offsets into them, and the merges as (M, 2) pairs.
 struct TokenizerArrays {

@@ -2,6 +2,9 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <spdlog/spdlog.h>
+
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <set>
@@ -83,19 +86,37 @@ LoadedModel load_model(const std::string& file_or_run_dir) {
   return load_model(load_checkpoint_or_run(file_or_run_dir));
 }
 
-double evaluate_windows(const nn::GPT& model, const fs::path& token_file, int64_t batch_size) {
+void check_made_by(const data::TokenFile& file, const data::TokenizerSpec& tokenizer) {
+  const uint64_t want = data::tokenizer_hash(tokenizer);
+  if (file.tokenizer_hash() == 0) {
+    spdlog::warn("{}: a version-1 token file records no tokenizer; cannot check that {} made it",
+                 file.path().string(), tokenizer.name);
+    return;
+  }
+  ATTEND_CHECK(file.tokenizer_hash() == want, file.path().string(),
+               ": made by another tokenizer (hash ", file.tokenizer_hash(), ") than ",
+               tokenizer.name, " (hash ", want,
+               "); the ids would mean other text. Prepare the text with this tokenizer.");
+}
+
+EvalResult evaluate_windows(const nn::GPT& model, const fs::path& token_file, int64_t batch_size) {
   data::TokenDataset ds(token_file, model.config.block_size);
   NoGradGuard no_grad;
   const int64_t n = ds.num_windows();
   double total = 0;
+  auto last = std::chrono::steady_clock::now();
   for (int64_t first = 0; first < n; first += batch_size) {
+    if (std::chrono::steady_clock::now() - last > std::chrono::seconds(5)) {
+      spdlog::info("eval: {} of {} windows", first, n);
+      last = std::chrono::steady_clock::now();
+    }
     const int64_t count = std::min(batch_size, n - first);
     data::Batch b = ds.windows(first, count);
     // Every window has T targets, so the mean over all targets is the count-weighted
     // mean of the batch means.
     total += model.forward(b.x, b.y).loss.item() * static_cast<double>(count);
   }
-  return total / static_cast<double>(n);
+  return {total / static_cast<double>(n), n * model.config.block_size};
 }
 
 double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed, int64_t step,

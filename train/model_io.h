@@ -35,9 +35,18 @@ void check_config_matches_model(const LoadedCheckpoint& checkpoint, const nn::GP
 // estimate and the flags that drive it. Does nothing where MemAvailable is unknown.
 void check_training_memory(const nn::GPTConfig& model, int64_t batch_size);
 
-// Mean loss over every non-overlapping window of a token file (see TokenDataset::windows).
-double evaluate_windows(const nn::GPT& model, const std::filesystem::path& token_file,
-                        int64_t batch_size = 8);
+// A token file must have been made by `tokenizer`: refused, naming both, when its
+// recorded tokenizer hash differs; a version-1 file (no hash) is used with a warning.
+void check_made_by(const data::TokenFile& file, const data::TokenizerSpec& tokenizer);
+
+// Mean loss over every non-overlapping window of a token file (see TokenDataset::windows),
+// and how many tokens were scored; progress on stderr every few seconds.
+struct EvalResult {
+  double loss = 0;
+  int64_t tokens = 0;
+};
+EvalResult evaluate_windows(const nn::GPT& model, const std::filesystem::path& token_file,
+                            int64_t batch_size = 8);
 
 // The trainer's estimate: mean loss over `iters` random batches of `stream` (EvalTrain or
 // EvalVal) at `step`, in eval mode and no-grad; the model is left in training mode.

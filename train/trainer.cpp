@@ -155,6 +155,8 @@ TrainData open_data(const TrainRequest& req, const RunStart& s) {
                      d.val_hash == s.resumed->data.data.val_hash,
                  d.dir.string(),
                  ": train.bin or val.bin differs from the data the checkpoint was trained on");
+  check_made_by(d.train->file(), d.tokenizer->spec());
+  check_made_by(d.val->file(), d.tokenizer->spec());
   ATTEND_CHECK(d.train->file().vocab_size() == d.tokenizer->vocab_size(), d.dir.string(),
                ": train.bin has vocab_size ", d.train->file().vocab_size(),
                " but the tokenizer has ", d.tokenizer->vocab_size());

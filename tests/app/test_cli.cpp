@@ -662,6 +662,40 @@ TEST_CASE("sample: --num_samples, --prompt_file and --stop") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("eval refuses ids made by another tokenizer, and says how many tokens it scored") {
+  // #13 item 5: a token file records which tokenizer made it; eval and train check it.
+  fs::path dir = temp_dir("evaltok");
+  fs::path corpus = make_corpus(dir);
+  REQUIRE(attend_cmd("prepare --data " + corpus.string() + " --out " + (dir / "c").string()).code ==
+          0);
+  REQUIRE(attend_cmd("prepare --data " + corpus.string() + " --out " + (dir / "b").string() +
+                     " --tokenizer bpe:260")
+              .code == 0);
+  const fs::path run = dir / "run";
+  REQUIRE(attend_cmd("train --data " + (dir / "c").string() + " --out " + run.string() + kTiny +
+                     " --max_iters 2")
+              .code == 0);
+  Run ok = attend_cmd("eval --checkpoint " + run.string() + " --data " +
+                      (dir / "c" / "val.bin").string());
+  REQUIRE_MESSAGE(ok.code == 0, ok.out);
+  CHECK(ok.out.find("\ntokens ") != std::string::npos);
+  Run bad = attend_cmd("eval --checkpoint " + run.string() + " --data " +
+                       (dir / "b" / "val.bin").string());
+  CHECK(bad.code == 1);
+  CHECK_MESSAGE(bad.out.find("made by another tokenizer") != std::string::npos, bad.out);
+  CHECK(bad.out.find("than char") != std::string::npos);
+  // A prepared folder whose tokenizer.json was swapped for another is refused by train.
+  fs::copy_file(dir / "b" / "tokenizer.json", dir / "c" / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  fs::copy_file(dir / "b" / "encoder.json", dir / "c" / "encoder.json");
+  fs::copy_file(dir / "b" / "vocab.bpe", dir / "c" / "vocab.bpe");
+  Run swapped = attend_cmd("train --data " + (dir / "c").string() + " --out " +
+                           (dir / "r2").string() + kTiny + " --max_iters 1");
+  CHECK(swapped.code == 1);
+  CHECK(swapped.out.find("made by another tokenizer") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("tokenize with GPT-2's tokenizer from the command line") {
   const char* shared = std::getenv("ATTEND_SHARED_DATA");
   if (!shared || !fs::exists(fs::path(shared) / "gpt2" / "encoder.json")) {

@@ -38,7 +38,7 @@ TEST_CASE("token files: 2-byte tokens when the vocabulary fits, 4 otherwise") {
     CHECK(f.width() == (vocab <= 65536 ? 2 : 4));
     CHECK(f.size() == 1000);
     CHECK(f.vocab_size() == vocab);
-    CHECK(fs::file_size(dir / "t.bin") == 32 + 1000 * static_cast<size_t>(f.width()));
+    CHECK(fs::file_size(dir / "t.bin") == 40 + 1000 * static_cast<size_t>(f.width()));
     for (int i = 0; i < 1000; ++i) REQUIRE(f[i] == t[i]);
   }
   fs::remove_all(dir);
@@ -58,10 +58,10 @@ TEST_CASE("bad token files are refused naming the file and the problem") {
   check_error([&] { TokenFile f(p); }, "t.bin: unsupported token file version 9");
   put_bytes(p, good.substr(0, good.size() - 3));
   check_error([&] { TokenFile f(p); },
-              "t.bin: truncated or padded: the header says 100 tokens of 2 bytes (232 bytes in "
-              "all), the file has 229 bytes");
+              "t.bin: truncated or padded: the header says 100 tokens of 2 bytes (240 bytes in "
+              "all), the file has 237 bytes");
   std::string big = good;
-  big[32 + 2 * 17] = 60;  // token 17 := 60 >= 50
+  big[40 + 2 * 17] = 60;  // token 17 := 60 >= 50
   put_bytes(p, big);
   check_error([&] { TokenFile f(p); },
               "t.bin: token 60 at position 17 is out of range for vocab_size 50");
@@ -73,12 +73,23 @@ TEST_CASE("bad token files are refused naming the file and the problem") {
   {
     write_token_file(p, iota_tokens(16, 70000), 70000);
     std::string w = bytes_of(p);
-    REQUIRE(w.size() == 32 + 64);
+    REQUIRE(w.size() == 40 + 64);
     const uint64_t count = (uint64_t{1} << 62) + 16;
     std::memcpy(w.data() + 16, &count, 8);
     put_bytes(p, w);
     check_error([&] { TokenFile f(p); },
                 "t.bin: truncated or padded: the header says 4611686018427387920 tokens");
+  }
+  // A version-1 file (32-byte header, no tokenizer hash) is still read.
+  {
+    std::string v1 = good.substr(0, 32) + good.substr(40);
+    const uint32_t one = 1;
+    std::memcpy(v1.data() + 8, &one, 4);
+    put_bytes(p, v1);
+    TokenFile f(p);
+    CHECK(f.size() == 100);
+    CHECK(f.tokenizer_hash() == 0);
+    CHECK(f[17] == good[40 + 2 * 17]);
   }
   write_token_file(p, iota_tokens(10, 50), 50);
   check_error([&] { TokenDataset d(p, 10); },
