@@ -127,7 +127,8 @@ LoadedCheckpoint load_checkpoint_or_run(const std::string& arg) {
 
 namespace {
 
-const char* kMetricsHeader = "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s";
+const char* kMetricsHeader =
+    "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,eval_train_loss";
 
 std::string csv_number(double v) { return std::isnan(v) ? "" : fmt::format("{:.17g}", v); }
 
@@ -150,10 +151,11 @@ std::vector<MetricsRow> read_metrics(const fs::path& p) {
       v.push_back(cell.empty() ? NAN
                                : parse_double(cell, str(p.string(), ": line ", row, " column ",
                                                         v.size() + 1)));
-    ATTEND_CHECK(!v.empty() && !std::isnan(v[0]) && v.size() <= 7, p.string(), ": line ", row,
-                 " has ", v.size(), " fields (expected a step and up to 6 more)");
-    v.resize(7, NAN);
-    rows.push_back({static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4], v[5], v[6]});
+    // (Files written before eval_train_loss have 7 columns; they read with it empty.)
+    ATTEND_CHECK(!v.empty() && !std::isnan(v[0]) && v.size() <= 8, p.string(), ": line ", row,
+                 " has ", v.size(), " fields (expected a step and up to 7 more)");
+    v.resize(8, NAN);
+    rows.push_back({static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4], v[5], v[6], v[7]});
   }
   return rows;
 }
@@ -161,23 +163,37 @@ std::vector<MetricsRow> read_metrics(const fs::path& p) {
 void write_metrics(const fs::path& dir, const std::vector<MetricsRow>& rows) {
   std::string text = std::string(kMetricsHeader) + "\n";
   for (const MetricsRow& r : rows)
-    text += fmt::format("{},{},{},{},{},{},{}\n", r.step, csv_number(r.train_loss),
+    text += fmt::format("{},{},{},{},{},{},{},{}\n", r.step, csv_number(r.train_loss),
                         csv_number(r.val_loss), csv_number(r.lr), csv_number(r.grad_norm),
-                        csv_number(r.tokens_per_s), csv_number(r.elapsed_s));
+                        csv_number(r.tokens_per_s), csv_number(r.elapsed_s),
+                        csv_number(r.eval_train_loss));
   write_file_atomic(dir / "metrics.csv", text);
 }
 
 void write_loss_plot(const fs::path& dir, const std::vector<MetricsRow>& rows, bool log_y) {
-  viz::Series train{"train loss (per step)", "#1f77b4", {}, {}, false};
-  viz::Series val{"val loss (evaluation)", "#d62728", {}, {}, true};
-  for (const MetricsRow& r : rows) {
-    if (!std::isnan(r.train_loss))
-      train.x.push_back(static_cast<double>(r.step)), train.y.push_back(r.train_loss);
-    if (!std::isnan(r.val_loss))
-      val.x.push_back(static_cast<double>(r.step)), val.y.push_back(r.val_loss);
-  }
-  viz::PlotOptions o{"attend: loss", "step", "cross-entropy loss (nats)", log_y};
-  write_file_atomic(dir / "loss.svg", viz::line_plot_svg({train, val}, o));
+  auto series = [&](const char* name, const char* color, double MetricsRow::*field, bool line,
+                    bool points) {
+    viz::Series s{name, color, {}, {}, points, line};
+    for (const MetricsRow& r : rows)
+      if (!std::isnan(r.*field))
+        s.x.push_back(static_cast<double>(r.step)), s.y.push_back(r.*field);
+    return s;
+  };
+  const std::vector<viz::Series> loss = {
+      series("train loss (each step)", "#9ecae1", &MetricsRow::train_loss, true, false),
+      series("train loss (evaluation)", "#1f77b4", &MetricsRow::eval_train_loss, true, true),
+      series("val loss (evaluation)", "#d62728", &MetricsRow::val_loss, true, true)};
+  const std::vector<viz::Series> lr = {
+      series("learning rate", "#2ca02c", &MetricsRow::lr, true, false)};
+  const std::vector<viz::Series> norm = {
+      series("gradient norm (before clipping)", "#9467bd", &MetricsRow::grad_norm, true, false)};
+  viz::PlotOptions lo{"attend: loss", "step", "cross-entropy loss (nats)", log_y};
+  viz::PlotOptions ro{"learning rate", "step", "lr", false, 720, 240};
+  viz::PlotOptions no{"gradient norm", "step", "global L2 norm", false, 720, 240};
+  write_file_atomic(dir / "loss.svg",
+                    viz::stacked_svg({viz::line_plot_svg(loss, lo), viz::line_plot_svg(lr, ro),
+                                      viz::line_plot_svg(norm, no)},
+                                     {lo.height, ro.height, no.height}, 720));
 }
 
 }  // namespace attend::train

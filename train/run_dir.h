@@ -1,7 +1,9 @@
 // A run folder, everything in it but the checkpoint format (train/checkpoint.h):
 //
 //   RUN_DIR/ckpt_00000250.h5   checkpoints, named by step (8 digits, so names sort by step)
-//   RUN_DIR/metrics.csv        step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s
+//   RUN_DIR/metrics.csv        step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,
+//                              eval_train_loss (train_loss: the step's own loss; val_loss
+//                              and eval_train_loss: the evaluation's, on eval steps)
 //   RUN_DIR/loss.svg           train and val loss against step
 //   RUN_DIR/lock               an flock held by the one trainer using the folder; its pid
 //   RUN_DIR/data/              the prepared data, when the run prepared it from text
@@ -60,14 +62,16 @@ LoadedCheckpoint load_checkpoint_or_run(const std::string& file_or_run_dir);
 struct MetricsRow {
   int64_t step = 0;
   double train_loss = NAN, val_loss = NAN, lr = NAN, grad_norm = NAN, tokens_per_s = NAN,
-         elapsed_s = NAN;
+         elapsed_s = NAN, eval_train_loss = NAN;
 };
 // Throws naming the file, line and column of a cell that is not a number. A missing file
 // reads as no rows.
 std::vector<MetricsRow> read_metrics(const std::filesystem::path& csv);
 // Rewrites RUN_DIR/metrics.csv atomically; numbers with 17 significant digits.
 void write_metrics(const std::filesystem::path& dir, const std::vector<MetricsRow>& rows);
-// RUN_DIR/loss.svg from the rows (atomically).
+// RUN_DIR/loss.svg from the rows (atomically): the loss panel (each step's train loss as a
+// thin line, the evaluations' train and val losses as points joined), then learning rate
+// and gradient norm panels.
 void write_loss_plot(const std::filesystem::path& dir, const std::vector<MetricsRow>& rows,
                      bool log_y);
 

@@ -235,6 +235,7 @@ class Run {
     if (metrics_.empty() || metrics_.back().step != at)
       metrics_.push_back({at, NAN, NAN, schedule_.at(at), NAN, NAN, elapsed()});
     metrics_.back().val_loss = vl;
+    metrics_.back().eval_train_loss = tl;
     write_files();
     return improved;
   }

@@ -97,7 +97,17 @@ std::string axes(const Frame& f, const PlotOptions& o) {
         "<line x1=\"{0:.1f}\" y1=\"{1:g}\" x2=\"{0:.1f}\" y2=\"{2:g}\" stroke=\"#ddd\"/>"
         "<text x=\"{0:.1f}\" y=\"{3:g}\" text-anchor=\"middle\">{4}</text>\n",
         f.px(t), f.mt, f.mt + f.ph, f.mt + f.ph + 16, num(t));
-  for (double t : nice_ticks(f.y0, f.y1, 6)) {
+  std::vector<double> yt = nice_ticks(f.y0, f.y1, 6);
+  if (f.log_y) {  // 1-2-5 x 10^k, readable, where at least two fall in the range
+    std::vector<double> ok;
+    for (int k = static_cast<int>(std::floor(f.y0)); k <= static_cast<int>(std::ceil(f.y1)); ++k)
+      for (double m : {1.0, 2.0, 5.0}) {
+        const double t = std::log10(m) + k;
+        if (t >= f.y0 && t <= f.y1) ok.push_back(t);
+      }
+    if (ok.size() >= 2 && ok.size() <= 24) yt = ok;
+  }
+  for (double t : yt) {
     const double yy = f.mt + f.ph - (t - f.y0) / (f.y1 - f.y0) * f.ph;
     s += fmt::format(
         "<line x1=\"{0:g}\" y1=\"{1:.1f}\" x2=\"{2:g}\" y2=\"{1:.1f}\" stroke=\"#ddd\"/>"
@@ -123,9 +133,11 @@ std::string lines(const Frame& f, const std::vector<Series>& series) {
         dots += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n",
                             f.px(ser.x[i]), f.py(ser.y[i]), ser.color);
     }
-    s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n",
-                     ser.color, pts) +
-         dots;
+    if (ser.line)
+      s += fmt::format(
+          "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", ser.color,
+          pts);
+    s += dots;
   }
   for (size_t i = 0; i < series.size(); ++i) {  // the legend
     const double lx = f.ml + f.pw - 150, ly = f.mt + 14 + 18.0 * static_cast<double>(i);
@@ -150,6 +162,25 @@ std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& 
   s += fmt::format("<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
                    num(o.width / 2.0), xml_escape(o.title));
   return s + axes(f, o) + lines(f, series) + "</svg>\n";
+}
+
+std::string stacked_svg(const std::vector<std::string>& panels, const std::vector<int>& heights,
+                        int width) {
+  int total = 0;
+  for (int h : heights) total += h;
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
+      "viewBox=\"0 0 {0} {1}\">\n",
+      width, total);
+  int y = 0;
+  for (size_t i = 0; i < panels.size(); ++i) {
+    // Each panel is a whole <svg>; nested, it is placed by x and y.
+    std::string p = panels[i];
+    p.replace(0, 4, fmt::format("<svg x=\"0\" y=\"{}\"", y));
+    s += p;
+    y += heights[i];
+  }
+  return s + "</svg>\n";
 }
 
 }  // namespace attend::viz

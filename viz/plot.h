@@ -11,7 +11,8 @@ struct Series {
   std::string name;
   std::string color;  // CSS colour
   std::vector<double> x, y;
-  bool markers = false;  // draw points as well as the line
+  bool markers = false;  // draw each point
+  bool line = true;      // join the points
 };
 
 struct PlotOptions {
@@ -20,7 +21,12 @@ struct PlotOptions {
   int width = 720, height = 420;
 };
 
+// log_y: ticks at 1, 2 and 5 times powers of ten when the range holds two or more.
 std::string line_plot_svg(const std::vector<Series>& series, const PlotOptions& options);
+
+// Several SVGs (of the given heights) one above the other in one SVG of that width.
+std::string stacked_svg(const std::vector<std::string>& panels, const std::vector<int>& heights,
+                        int width);
 
 // Escapes &, <, >, " for XML text and attributes.
 std::string xml_escape(const std::string& s);

@@ -12,7 +12,7 @@ namespace fs = std::filesystem;
 
 TEST_CASE("metrics.csv: rows round-trip bit for bit, empty cells as NaN") {
   const fs::path dir = test::temp_dir("metrics");
-  std::vector<MetricsRow> rows = {{0, NAN, 4.1743, 1e-5, NAN, NAN, 0.25},
+  std::vector<MetricsRow> rows = {{0, NAN, 4.1743, 1e-5, NAN, NAN, 0.25, 4.17},
                                   {10, 0.1 + 0.2, NAN, 3.1622776601683795e-4, 1.5, 1234.5, 2.0}};
   write_metrics(dir, rows);
   const auto back = read_metrics(dir / "metrics.csv");
@@ -26,6 +26,23 @@ TEST_CASE("metrics.csv: rows round-trip bit for bit, empty cells as NaN") {
     CHECK(same(back[i].grad_norm, rows[i].grad_norm));
     CHECK(same(back[i].tokens_per_s, rows[i].tokens_per_s));
     CHECK(same(back[i].elapsed_s, rows[i].elapsed_s));
+    CHECK(same(back[i].eval_train_loss, rows[i].eval_train_loss));
+  }
+  // A file written before eval_train_loss (7 columns) reads with it empty.
+  std::ofstream(dir / "old.csv") << "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s\n"
+                                 << "5,2.5,2.6,1e-3,1.1,900,3\n";
+  const auto old = read_metrics(dir / "old.csv");
+  REQUIRE(old.size() == 1);
+  CHECK(old[0].val_loss == 2.6);
+  CHECK(std::isnan(old[0].eval_train_loss));
+  // loss.svg: the loss panel with evaluations as points, then lr and gradient norm.
+  write_loss_plot(dir, rows, true);
+  const std::string svg = read_file(dir / "loss.svg");
+  for (const char* want :
+       {"train loss (evaluation)", "val loss (evaluation)", "train loss (each step)",
+        ">learning rate<", ">gradient norm<", "<circle", "(log scale)"}) {
+    INFO(want);
+    CHECK(svg.find(want) != std::string::npos);
   }
   CHECK(read_metrics(dir / "absent.csv").empty());
   std::ofstream(dir / "bad.csv") << "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s\n"

@@ -156,9 +156,9 @@ TEST_CASE("the SVG is well-formed XML with axis titles, every token label and a 
   CHECK(svg.find("key position j (column)") != std::string::npos);
   for (int64_t i = 0; i < m.T(); ++i) {
     CAPTURE(i);
-    CHECK(svg.find(">" + xml_escape(std::to_string(i) + " " + m.tokens[i]) + "<") !=
+    CHECK(svg.find(std::string(">") + xml_escape(std::to_string(i) + " " + m.tokens[i]) + "<") !=
           std::string::npos);
-    CHECK(svg.find(">" + xml_escape(m.tokens[i] + " " + std::to_string(i)) + "<") !=
+    CHECK(svg.find(std::string(">") + xml_escape(m.tokens[i] + " " + std::to_string(i)) + "<") !=
           std::string::npos);
   }
   CHECK(svg.find("masked") != std::string::npos);
@@ -234,6 +234,20 @@ TEST_CASE("loss plots are well-formed SVG with labelled axes and a legend") {
     CHECK(svg.find(">val loss (evaluation)<") != std::string::npos);
     CHECK((svg.find("(log scale)") != std::string::npos) == log_y);
   }
+}
+
+TEST_CASE("log-y ticks are 1, 2, 5 times powers of ten, and panels stack") {
+  Series s{"loss", "#000", {0, 1, 2, 3}, {4.2, 2.0, 0.9, 0.3}, true, false};
+  const std::string svg = line_plot_svg({s}, {"t", "step", "loss", true});
+  CHECK(xml_problem(svg) == "");
+  for (const std::string tick : {">0.5<", ">1<", ">2<"}) {
+    INFO(tick);
+    CHECK(svg.find(tick) != std::string::npos);
+  }
+  CHECK(svg.find("polyline") == std::string::npos);  // points only: line = false
+  const std::string both = stacked_svg({svg, svg}, {420, 420}, 720);
+  CHECK(xml_problem(both) == "");
+  CHECK(both.find("<svg x=\"0\" y=\"420\"") != std::string::npos);
 }
 
 TEST_CASE("a loss plot whose values differ by an ulp ends, with a few ticks") {
