@@ -89,6 +89,35 @@ std::unique_ptr<data::Tokenizer> import_tokenizer(const ImportOptions& o, const 
 
 }  // namespace
 
+namespace {
+
+// RUN/ckpt_00000000.h5 for an imported model: a fresh AdamW state, step 0.
+fs::path write_imported(const std::string& out, const nn::GPT& model,
+                        const data::TokenizerSpec& tokenizer) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  ATTEND_CHECK(!ec, out, ": cannot create the run folder: ", ec.message());
+  RunLock lock(out);
+  ATTEND_CHECK(list_checkpoints(out).empty(), out,
+               ": already holds checkpoints; import into a new folder");
+  TrainConfig c;
+  c.model = model.config;
+  c.preset = "gpt2";
+  c.tokenizer = tokenizer.name;
+  AdamW opt(model.named_parameters(), {c.beta1, c.beta2, 1e-8, c.weight_decay});
+  CheckpointData d;
+  d.config = to_values(c);
+  d.model = model.state_dict();
+  d.optimizer = {"adamw", 0, opt.state()};
+  d.seed = static_cast<uint64_t>(c.seed);
+  d.tokenizer = tokenizer;
+  const fs::path path = fs::path(out) / checkpoint_name(0);
+  save_checkpoint(path, d);
+  return path;
+}
+
+}  // namespace
+
 ImportResult import_gpt2(const ImportOptions& o) {
   std::error_code ec;
   ATTEND_CHECK(!o.from.empty(), "import: --from is required (a folder or a .safetensors file)");
@@ -161,24 +190,7 @@ ImportResult import_gpt2(const ImportOptions& o) {
                r.model.vocab_size);
   r.tokenizer = tok->spec().name;
 
-  fs::create_directories(o.out, ec);
-  ATTEND_CHECK(!ec, o.out, ": cannot create the run folder: ", ec.message());
-  RunLock lock(o.out);
-  ATTEND_CHECK(list_checkpoints(o.out).empty(), o.out,
-               ": already holds checkpoints; import into a new folder");
-  TrainConfig c;
-  c.model = r.model;
-  c.preset = "gpt2";
-  c.tokenizer = r.tokenizer;
-  AdamW opt(model.named_parameters(), {c.beta1, c.beta2, 1e-8, c.weight_decay});
-  CheckpointData d;
-  d.config = to_values(c);
-  d.model = model.state_dict();
-  d.optimizer = {"adamw", 0, opt.state()};
-  d.seed = static_cast<uint64_t>(c.seed);
-  d.tokenizer = tok->spec();
-  r.checkpoint = fs::path(o.out) / checkpoint_name(0);
-  save_checkpoint(r.checkpoint, d);
+  r.checkpoint = write_imported(o.out, model, tok->spec());
   return r;
 }
 

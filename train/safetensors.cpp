@@ -49,6 +49,41 @@ size_t dtype_bytes(const std::string& d) {
 }
 }  // namespace
 
+namespace {
+
+// One header entry, checked: "" or what is wrong with it.
+std::string parse_entry(const nlohmann::json& v, size_t data_bytes, SafetensorsEntry& e) {
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+      !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
+      !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+    return "expected {dtype, shape, data_offsets: [begin, end]}";
+  e.dtype = v["dtype"].get<std::string>();
+  const size_t width = dtype_bytes(e.dtype);
+  if (width == 0) return str("dtype ", e.dtype, " is not supported (F32, F16, BF16)");
+  uint64_t count = 1;
+  for (const auto& d : v["shape"]) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40))
+      return "shape entries must be integers below 2^40";
+    const uint64_t k = d.get<uint64_t>();
+    if (k != 0 && count > (uint64_t{1} << 50) / k) return "shape overflows";
+    count *= k;
+    e.shape.push_back(static_cast<int64_t>(k));
+  }
+  for (const auto& o : v["data_offsets"])
+    if (!o.is_number_unsigned()) return "data_offsets must be non-negative integers";
+  e.begin = v["data_offsets"][0].get<uint64_t>();
+  e.end = v["data_offsets"][1].get<uint64_t>();
+  if (e.begin > e.end || e.end > data_bytes)
+    return str("data_offsets [", e.begin, ", ", e.end, ") outside the data's ", data_bytes,
+               " bytes");
+  if (e.end - e.begin != count * width)
+    return str("shape ", shape_str(e.shape), " of ", e.dtype, " needs ", count * width,
+               " bytes, data_offsets give ", e.end - e.begin);
+  return "";
+}
+
+}  // namespace
+
 SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
   const std::string p = path.string();
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
@@ -96,34 +131,9 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
         if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
       continue;
     }
-    const std::string what = "tensor '" + name + "'";
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
-        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
-      fail(what + ": expected {dtype, shape, data_offsets: [begin, end]}");
     SafetensorsEntry e;
-    e.dtype = v["dtype"].get<std::string>();
-    const size_t width = dtype_bytes(e.dtype);
-    if (width == 0) fail(str(what, ": dtype ", e.dtype, " is not supported (F32, F16, BF16)"));
-    uint64_t count = 1;
-    for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40))
-        fail(what + ": shape entries must be integers below 2^40");
-      const uint64_t k = d.get<uint64_t>();
-      if (k != 0 && count > (uint64_t{1} << 50) / k) fail(what + ": shape overflows");
-      count *= k;
-      e.shape.push_back(static_cast<int64_t>(k));
-    }
-    for (const auto& o : v["data_offsets"])
-      if (!o.is_number_unsigned()) fail(what + ": data_offsets must be non-negative integers");
-    e.begin = v["data_offsets"][0].get<uint64_t>();
-    e.end = v["data_offsets"][1].get<uint64_t>();
-    if (e.begin > e.end || e.end > data_bytes_)
-      fail(str(what, ": data_offsets [", e.begin, ", ", e.end, ") outside the data's ", data_bytes_,
-               " bytes"));
-    if (e.end - e.begin != count * width)
-      fail(str(what, ": shape ", shape_str(e.shape), " of ", e.dtype, " needs ", count * width,
-               " bytes, data_offsets give ", e.end - e.begin));
+    const std::string problem = parse_entry(v, data_bytes_, e);
+    if (!problem.empty()) fail("tensor '" + name + "': " + problem);
     ranges.emplace_back(e.begin, e.end);
     entries_[name] = std::move(e);
   }
