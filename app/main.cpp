@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <csignal>
 
@@ -33,6 +35,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(
           {"trace", "debug", "info", "warn", "warning", "err", "error", "critical", "off"}))
       ->default_str("info");
+  // Results do not depend on the thread count (fixed-order reductions; tested bit for bit),
+  // only the speed does: on a loaded machine fewer threads than cores is often faster.
+  app.add_option_function<int>(
+      "--threads",
+      [](int n) {
+        if (n < 1 || n > 4096) throw CLI::ValidationError("--threads", "must be in [1, 4096]");
+        omp_set_num_threads(n);
+      },
+      "OpenMP threads (default: OMP_NUM_THREADS, else one per core)");
   int rc = 0;
   for (auto add : {attend::cli::add_gradcheck, attend::cli::add_tokenize, attend::cli::add_prepare,
                    attend::cli::add_train, attend::cli::add_sample, attend::cli::add_eval,

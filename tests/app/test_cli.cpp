@@ -762,3 +762,23 @@ TEST_CASE(
   CHECK(g1.out == g2.out);  // greedy ignores the seed
   fs::remove_all(dir);
 }
+
+TEST_CASE("--threads 1 and --threads 2 train bit-identical models") {
+  // The promise behind --threads: only the speed depends on it.
+  fs::path dir = temp_dir("threads");
+  fs::path corpus = make_corpus(dir);
+  for (const char* t : {"1", "2"}) {
+    Run r = attend_cmd(std::string("--threads ") + t + " train --data " + corpus.string() +
+                       " --out " + (dir / t).string() + kTiny + " --dropout 0.1 --max_iters 4");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+  }
+  const train::CheckpointData a = train::newest_valid_checkpoint(dir / "1").data;
+  const train::CheckpointData b = train::newest_valid_checkpoint(dir / "2").data;
+  REQUIRE(a.model.size() == b.model.size());
+  int differ = 0;
+  for (size_t i = 0; i < a.model.size(); ++i)
+    differ += !test::bit_identical(a.model[i].second, b.model[i].second);
+  CHECK(differ == 0);
+  CHECK(attend_cmd("--threads 0 summary --preset gpt2").code != 0);
+  fs::remove_all(dir);
+}
