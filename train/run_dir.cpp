@@ -66,7 +66,8 @@ void prune_checkpoints(const fs::path& run_dir, int64_t keep, const std::string&
     if (all[i].filename() != also_keep) fs::remove(all[i], ec);
 }
 
-LoadedCheckpoint newest_valid_checkpoint(const fs::path& run_dir) {
+LoadedCheckpoint newest_valid_checkpoint(
+    const fs::path& run_dir, const std::function<CheckpointData(const fs::path&)>& load) {
   std::error_code ec;
   ATTEND_CHECK(fs::is_directory(run_dir, ec), run_dir.string(), ": no such run folder");
   // A trainer may prune while we read: a file that vanished is no corruption; list again
@@ -76,7 +77,7 @@ LoadedCheckpoint newest_valid_checkpoint(const fs::path& run_dir) {
     auto all = list_checkpoints(run_dir);
     for (auto it = all.rbegin(); it != all.rend() && !vanished; ++it) {
       try {
-        return {*it, load_checkpoint(*it)};
+        return {*it, load(*it)};
       } catch (const Error& e) {
         if (!fs::exists(*it, ec)) {
           vanished = true;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,11 @@ struct LoadedCheckpoint {
   CheckpointData data;
 };
 // The newest checkpoint of a run folder that loads, loaded once; corrupt ones are skipped
-// with a warning. Throws if there is none.
-LoadedCheckpoint newest_valid_checkpoint(const std::filesystem::path& run_dir);
+// with a warning, and one that vanishes while we read (a trainer pruning) makes us list
+// again. Throws if there is none. (load: for tests, to stage a race.)
+LoadedCheckpoint newest_valid_checkpoint(
+    const std::filesystem::path& run_dir,
+    const std::function<CheckpointData(const std::filesystem::path&)>& load = load_checkpoint);
 // A checkpoint file as given, or a run folder's newest valid checkpoint, loaded.
 LoadedCheckpoint load_checkpoint_or_run(const std::string& file_or_run_dir);
 

@@ -696,6 +696,29 @@ TEST_CASE("eval refuses ids made by another tokenizer, and says how many tokens 
   fs::remove_all(dir);
 }
 
+TEST_CASE("attention views take a long UTF-8 tokenizer name whole") {
+  // Regression (adversarial L5): the model description went through a 200-byte snprintf
+  // buffer that cut a character in half, and the JSON writer then refused the string.
+  fs::path dir = temp_dir("longname");
+  fs::path corpus = make_corpus(dir);
+  const fs::path run = dir / "run";
+  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
+                     " --max_iters 1")
+              .code == 0);
+  train::CheckpointData d = train::newest_valid_checkpoint(run).data;
+  std::string name;
+  for (int i = 0; i < 150; ++i) name += "\xc3\xa9";  // "é" x 150: 300 bytes
+  d.tokenizer.name = name;
+  train::save_checkpoint(dir / "named.h5", d);
+  for (const char* ext : {".json", ".html"}) {
+    Run a = attend_cmd("attention --checkpoint " + (dir / "named.h5").string() +
+                       " --prompt Now --out " + (dir / (std::string("a") + ext)).string());
+    CHECK_MESSAGE(a.code == 0, a.out);
+    CHECK(file_bytes(dir / (std::string("a") + ext)).find(name) != std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("tokenize with GPT-2's tokenizer from the command line") {
   const char* shared = std::getenv("ATTEND_SHARED_DATA");
   if (!shared || !fs::exists(fs::path(shared) / "gpt2" / "encoder.json")) {

@@ -67,3 +67,26 @@ TEST_CASE("checkpoint names sort by step, and pruning keeps the newest and the o
   CHECK(fs::exists(dir / "ckpt_notes.txt"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("a checkpoint pruned while a reader lists the folder is no error") {
+  // Regression (adversarial M7): a reader listed ckpt_2, the trainer wrote ckpt_3 and
+  // pruned ckpt_2, and the reader failed ("no loadable checkpoint") or called healthy
+  // files corrupt. Staged here with a loader that does the trainer's part first.
+  const fs::path dir = test::temp_dir("prune_race");
+  std::ofstream(dir / checkpoint_name(2)) << "2";
+  int calls = 0;
+  auto racing_load = [&](const fs::path& p) -> CheckpointData {
+    if (calls++ == 0) {
+      std::ofstream(dir / checkpoint_name(3)) << "3";
+      fs::remove(dir / checkpoint_name(2));
+    }
+    ATTEND_CHECK(fs::exists(p), p.string(), ": no such checkpoint file");
+    CheckpointData d;
+    d.meta.step = p.filename() == checkpoint_name(3) ? 3 : 2;
+    return d;
+  };
+  const LoadedCheckpoint got = newest_valid_checkpoint(dir, racing_load);
+  CHECK(got.path.filename() == checkpoint_name(3));
+  CHECK(got.data.meta.step == 3);
+  fs::remove_all(dir);
+}
