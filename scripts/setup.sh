@@ -5,11 +5,13 @@ set -euo pipefail
 
 packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nlohmann-json3-dev fortunes)
 # --test-extras: also the independent programs some tests check our files with:
-# chromium (the attention explorer's HTML in a headless browser) and python3-h5py (our
-# checkpoints read by h5py). Those tests skip, saying so, without them.
+# chromium (the attention explorer's HTML in a headless browser), python3-h5py (our
+# checkpoints read by h5py) and python3-numpy (a NumPy GPT-2 reading our exported weights).
+# Those tests are reported skipped without them. (The sanitizer build needs nothing more:
+# g++ brings libasan and libubsan.)
 optional=()
 if [ "${1:-}" = "--test-extras" ]; then
-  optional=(chromium python3-h5py)
+  optional=(chromium python3-h5py python3-numpy)
 fi
 
 missing=()
