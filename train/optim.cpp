@@ -1,5 +1,7 @@
 #include "train/optim.h"
 
+#include <atomic>
+
 #include <cmath>
 
 #include "tensor/kernels.h"
@@ -29,6 +31,7 @@ AdamW::AdamW(const nn::NamedTensors& params, const AdamWOptions& o) : params_(pa
 
 void AdamW::step(double lr) {
   ++steps_;
+  non_finite_.clear();
   const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(steps_));
   const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(steps_));
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -45,13 +48,18 @@ void AdamW::step(double lr) {
       T* v = v_[i].data<T>();
       const T b1 = T(o_.beta1), b2 = T(o_.beta2), eps = T(o_.eps);
       const T decay = T(1.0 - lr * wd), step_size = T(lr / bc1), bc2_sqrt = T(std::sqrt(bc2));
+      std::atomic<bool> bad{false};
       parallel_for(p.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+        bool ok = true;
         for (int64_t j = b; j < e; ++j) {
           m[j] = b1 * m[j] + (T(1) - b1) * gp[j];
           v[j] = b2 * v[j] + (T(1) - b2) * gp[j] * gp[j];
           pp[j] = pp[j] * decay - step_size * m[j] / (std::sqrt(v[j]) / bc2_sqrt + eps);
+          ok &= std::isfinite(pp[j]);
         }
+        if (!ok) bad = true;
       });
+      if (bad && non_finite_.empty()) non_finite_ = params_[i].first;
     });
   }
 }
@@ -90,6 +98,7 @@ SGD::SGD(const nn::NamedTensors& params, double momentum, double weight_decay)
 
 void SGD::step(double lr) {
   ++steps_;
+  non_finite_.clear();
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].second;
     Tensor g = p.grad();
@@ -100,11 +109,14 @@ void SGD::step(double lr) {
       const T* gp = g.data<T>();
       T* b = buf_[i].data<T>();
       const bool first = steps_ == 1;
+      bool ok = true;
       for (int64_t j = 0; j < p.numel(); ++j) {
         const T d = gp[j] + T(wd) * pp[j];
         b[j] = first ? d : T(momentum_) * b[j] + d;
         pp[j] -= T(lr) * (momentum_ != 0 ? b[j] : d);
+        ok &= std::isfinite(pp[j]);
       }
+      if (!ok && non_finite_.empty()) non_finite_ = params_[i].first;
     });
   }
 }

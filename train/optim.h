@@ -30,6 +30,9 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual void step(double lr) = 0;
   int64_t steps() const { return steps_; }
+  // The first parameter the last step left non-finite (NaN or inf), or "": checked inside
+  // the update loop itself, so a diverging run costs no extra pass over the weights.
+  const std::string& non_finite() const { return non_finite_; }
   // Named state tensors ("exp_avg.<param>", ...), for checkpoints; restore checks names
   // and shapes.
   virtual nn::NamedTensors state() const = 0;
@@ -37,6 +40,7 @@ class Optimizer {
 
  protected:
   int64_t steps_ = 0;
+  std::string non_finite_;
 };
 
 class AdamW : public Optimizer {

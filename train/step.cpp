@@ -61,9 +61,8 @@ StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDat
                "; stopping before the update");
   NoGradGuard no_grad;
   optimizer.step(lr);
-  const std::string bad = first_non_finite(model.named_parameters());
-  ATTEND_CHECK(bad.empty(), "step ", step, ": the update at lr ", lr, " made ", bad,
-               " non-finite (the model diverged); stopping");
+  ATTEND_CHECK(optimizer.non_finite().empty(), "step ", step, ": the update at lr ", lr, " made ",
+               optimizer.non_finite(), " non-finite (the model diverged); stopping");
   return r;
 }
 

@@ -37,9 +37,9 @@ LrSchedule make_schedule(const TrainConfig& c);
 double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data,
                             const TrainConfig& c, int64_t step);
 
-// accumulate_gradients, clipping, the update at lr = schedule(step); then every parameter
-// is checked finite (a diverging update throws naming the parameter, so no non-finite
-// model is ever checkpointed).
+// accumulate_gradients, clipping, the update at lr = schedule(step); the optimizer checks
+// every parameter it writes (a diverging update throws naming the parameter, so no
+// non-finite model is ever checkpointed).
 StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDataset& train_data,
                       const TrainConfig& c, int64_t step, double lr);
 

@@ -75,3 +75,23 @@ TEST_CASE("clip_grad_norm returns the norm before clipping and scales to max_nor
   CHECK(std::sqrt(a.grad().at({0}) * a.grad().at({0}) + b.grad().at({0}) * b.grad().at({0})) ==
         doctest::Approx(1.0).epsilon(1e-6));
 }
+
+TEST_CASE("optimizers name the first parameter their step left non-finite") {
+  for (int which = 0; which < 2; ++which) {
+    Tensor a = ones({3}).requires_grad_(), b = ones({2, 2}).requires_grad_();
+    nn::NamedTensors named = {{"a", a}, {"b", b}};
+    std::unique_ptr<Optimizer> opt;
+    if (which == 0) opt = std::make_unique<SGD>(named, 0.0, 0.0);
+    if (which == 1) opt = std::make_unique<AdamW>(named, AdamWOptions{});
+    a.set_grad(ones({3}));
+    b.set_grad(ones({2, 2}));
+    NoGradGuard ng;
+    opt->step(1e-3);
+    CHECK(opt->non_finite().empty());
+    b.set_grad(tensor({1, 1, 1e30, 1}, {2, 2}));
+    // SGD: only b overflows (1 - 1e10 * 1e30). AdamW normalises the gradient, so at lr 1e300
+    // every parameter overflows and the first one, a, is named.
+    opt->step(which == 0 ? 1e10 : 1e300);
+    CHECK(opt->non_finite() == (which == 0 ? "b" : "a"));
+  }
+}
