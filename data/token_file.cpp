@@ -1,10 +1,5 @@
 #include "data/token_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <fstream>
 
@@ -43,30 +38,13 @@ void write_token_file(const fs::path& path, const std::vector<int32_t>& tokens, 
   write_file_atomic(path, std::string_view(buf.data(), buf.size()));
 }
 
-TokenFile::TokenFile(const fs::path& path) : path_(path) {
+TokenFile::TokenFile(const fs::path& path) : path_(path), map_(std::make_unique<MappedFile>(path)) {
   const std::string p = path.string();
-  int fd = ::open(p.c_str(), O_RDONLY);
-  ATTEND_CHECK(fd >= 0, p, ": cannot open token file: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(str(p, ": not a regular file"));
-  }
-  map_bytes_ = static_cast<size_t>(st.st_size);
-  if (map_bytes_ < 32) {
-    ::close(fd);
-    throw Error(str(p, ": too short for a token file (", map_bytes_,
-                    " bytes; the header alone is 32 or ", kTokenHeaderBytes, ")"));
-  }
-  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  ATTEND_CHECK(map_ != MAP_FAILED, p, ": cannot memory-map: ", std::strerror(errno));
-  const char* base = static_cast<const char*>(map_);
-  auto fail = [&](const std::string& why) {
-    ::munmap(map_, map_bytes_);
-    map_ = nullptr;
-    throw Error(p + ": " + why);
-  };
+  ATTEND_CHECK(map_->size() >= 32, p, ": too short for a token file (", map_->size(),
+               " bytes; the header alone is 32 or ", kTokenHeaderBytes, ")");
+  const char* base = reinterpret_cast<const char*>(map_->data());
+  const size_t file_bytes = map_->size();
+  auto fail = [&](const std::string& why) { throw Error(p + ": " + why); };
   if (std::memcmp(base, kTokenMagic, 8) != 0)
     fail("not an attend token file (wrong magic; expected ATNDTOKS)");
   uint32_t version, width;
@@ -79,7 +57,7 @@ TokenFile::TokenFile(const fs::path& path) : path_(path) {
     fail(str("unsupported token file version ", version, " (this attend reads versions 1 and ",
              kTokenFileVersion, ")"));
   const size_t header = version == 1 ? 32 : kTokenHeaderBytes;
-  if (map_bytes_ < header) fail(str("too short for a version ", version, " header"));
+  if (file_bytes < header) fail(str("too short for a version ", version, " header"));
   if (version >= 2) std::memcpy(&tokenizer_hash_, base + 32, 8);
   if (width != 2 && width != 4) fail(str("invalid token width ", width, " (expected 2 or 4)"));
   if (vocab == 0 || (width == 2 && vocab > 65536))
@@ -87,9 +65,9 @@ TokenFile::TokenFile(const fs::path& path) : path_(path) {
   if (width == 4 && vocab > (uint64_t{1} << 31))
     fail(str("invalid vocab_size ", vocab, " (token ids are 32-bit signed: at most 2^31)"));
   // count is checked against the file before it is multiplied (a crafted count overflows).
-  if (count > (map_bytes_ - header) / width || map_bytes_ != header + count * width)
+  if (count > (file_bytes - header) / width || file_bytes != header + count * width)
     fail(str("truncated or padded: the header says ", count, " tokens of ", width, " bytes (",
-             header + count * width, " bytes in all), the file has ", map_bytes_, " bytes"));
+             header + count * width, " bytes in all), the file has ", file_bytes, " bytes"));
   width_ = static_cast<int>(width);
   count_ = static_cast<int64_t>(count);
   vocab_size_ = static_cast<int64_t>(vocab);
@@ -101,10 +79,8 @@ TokenFile::TokenFile(const fs::path& path) : path_(path) {
   }
 }
 
-TokenFile::~TokenFile() {
-  if (map_) ::munmap(map_, map_bytes_);
-}
+TokenFile::~TokenFile() = default;
 
-uint64_t TokenFile::content_hash() const { return fnv1a64(map_, map_bytes_); }
+uint64_t TokenFile::content_hash() const { return fnv1a64(map_->data(), map_->size()); }
 
 }  // namespace attend::data

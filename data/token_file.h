@@ -17,7 +17,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <vector>
+
+#include "tensor/util.h"
 
 namespace attend::data {
 
@@ -50,8 +53,7 @@ class TokenFile {
 
  private:
   std::filesystem::path path_;
-  void* map_ = nullptr;
-  size_t map_bytes_ = 0;
+  std::unique_ptr<MappedFile> map_;
   const void* tokens_ = nullptr;
   int64_t count_ = 0, vocab_size_ = 0;
   uint64_t tokenizer_hash_ = 0;

@@ -1,6 +1,8 @@
 #include "tensor/util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -74,6 +76,29 @@ namespace {
 // The text as an error message shows it: at most 60 characters.
 std::string shown(const std::string& t) { return t.size() > 60 ? t.substr(0, 60) + "..." : t; }
 }  // namespace
+
+MappedFile::MappedFile(const fs::path& path) {
+  const std::string p = path.string();
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  ATTEND_CHECK(fd >= 0, p, ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(str(p, ": not a regular file"));
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map_ == MAP_FAILED) map_ = nullptr;
+  }
+  const int err = errno;
+  ::close(fd);
+  ATTEND_CHECK(size_ == 0 || map_ != nullptr, p, ": cannot memory-map: ", std::strerror(err));
+}
+
+MappedFile::~MappedFile() {
+  if (map_) ::munmap(map_, size_);
+}
 
 int64_t parse_int(const std::string& text, const std::string& what) {
   int64_t v = 0;

@@ -27,6 +27,23 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 // fsync a file or folder; throws naming it.
 void fsync_path(const std::filesystem::path& path, bool directory);
 
+// A whole regular file, memory-mapped read-only (no copy); unmapped when destroyed. Throws
+// naming the path if it cannot be opened, is not a regular file, or cannot be mapped. An
+// empty file maps to data() == nullptr, size() == 0.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const unsigned char* data() const { return static_cast<const unsigned char*>(map_); }
+  size_t size() const { return size_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t size_ = 0;
+};
+
 // FNV-1a 64: start with kFnvOffset and feed bytes in order.
 inline constexpr uint64_t kFnvOffset = 1469598103934665603ull;
 inline uint64_t fnv1a64(const void* data, size_t n, uint64_t h = kFnvOffset) {

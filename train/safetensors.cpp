@@ -1,10 +1,5 @@
 #include "train/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -86,34 +81,19 @@ std::string parse_entry(const nlohmann::json& v, size_t data_bytes, SafetensorsE
 
 SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
   const std::string p = path.string();
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  ATTEND_CHECK(fd >= 0, p, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(str(p, ": not a regular file"));
-  }
-  bytes_ = static_cast<size_t>(st.st_size);
-  if (bytes_ < 8) {
-    ::close(fd);
-    throw Error(str(p, ": ", bytes_, " bytes is too short for safetensors (8-byte header length)"));
-  }
-  map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  ATTEND_CHECK(map_ != MAP_FAILED, p, ": cannot memory-map: ", std::strerror(errno));
-  const auto* base = static_cast<const unsigned char*>(map_);
-  auto fail = [&](const std::string& why) {
-    ::munmap(map_, bytes_);
-    map_ = nullptr;
-    throw Error(p + ": " + why);
-  };
+  map_ = std::make_unique<MappedFile>(path);
+  const size_t file_bytes = map_->size();
+  ATTEND_CHECK(file_bytes >= 8, p, ": ", file_bytes,
+               " bytes is too short for safetensors (8-byte header length)");
+  const unsigned char* base = map_->data();
+  auto fail = [&](const std::string& why) { throw Error(p + ": " + why); };
   uint64_t n = 0;
   std::memcpy(&n, base, 8);
-  if (n > bytes_ - 8 || n > (uint64_t{100} << 20))
-    fail(str("header length ", n, " does not fit the file's ", bytes_,
+  if (n > file_bytes - 8 || n > (uint64_t{100} << 20))
+    fail(str("header length ", n, " does not fit the file's ", file_bytes,
              " bytes (or exceeds 100 MiB)"));
   data_ = base + 8 + n;
-  data_bytes_ = bytes_ - 8 - n;
+  data_bytes_ = file_bytes - 8 - n;
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(base + 8), n));
@@ -142,9 +122,7 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
     if (ranges[i].first < ranges[i - 1].second) fail("two tensors' data_offsets overlap");
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, bytes_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 Tensor SafetensorsFile::read(const std::string& name) const {
   auto it = entries_.find(name);

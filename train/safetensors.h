@@ -14,10 +14,12 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tensor/tensor.h"
+#include "tensor/util.h"
 
 namespace attend::train {
 
@@ -41,8 +43,7 @@ class SafetensorsFile {
 
  private:
   std::filesystem::path path_;
-  void* map_ = nullptr;
-  size_t bytes_ = 0;
+  std::unique_ptr<MappedFile> map_;
   const unsigned char* data_ = nullptr;  // the data section
   size_t data_bytes_ = 0;
   std::map<std::string, SafetensorsEntry> entries_;
