@@ -28,6 +28,14 @@ template <typename T>
 T& at(TrainConfig& c, T nn::GPTConfig::*m) {
   return c.model.*m;
 }
+template <typename T>
+const T& at(const TrainConfig& c, T TrainConfig::*m) {
+  return c.*m;
+}
+template <typename T>
+const T& at(const TrainConfig& c, T nn::GPTConfig::*m) {
+  return c.model.*m;
+}
 
 const char* value_type_name(const Value& v) {
   static const char* names[] = {"an integer", "a number", "true or false", "text"};
@@ -95,7 +103,7 @@ const std::vector<ConfigField>& config_fields() {
 }
 
 Value ConfigField::get(const TrainConfig& c) const {
-  return std::visit([&](auto m) -> Value { return at(const_cast<TrainConfig&>(c), m); }, member);
+  return std::visit([&](auto m) -> Value { return at(c, m); }, member);
 }
 
 void ConfigField::set(TrainConfig& c, const Value& v) const {
