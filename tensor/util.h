@@ -45,7 +45,7 @@ class MappedFile {
 };
 
 // FNV-1a 64: start with kFnvOffset and feed bytes in order.
-inline constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+inline constexpr uint64_t kFnvOffset = 14695981039346656037ull;
 inline uint64_t fnv1a64(const void* data, size_t n, uint64_t h = kFnvOffset) {
   const auto* p = static_cast<const uint8_t*>(data);
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;

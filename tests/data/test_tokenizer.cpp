@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "data/pretokenize.h"
 #include "data/tokenizer.h"
@@ -246,4 +247,63 @@ TEST_CASE("a BPE tokenizer that stops early is named by its real size") {
   auto tok = train_bpe_tokenizer("abab abab cdcd", 99999999);
   CHECK(tok->vocab_size() < 300);
   CHECK(tok->spec().name == "bpe:" + std::to_string(tok->vocab_size()));
+}
+
+namespace {
+
+// Sets an environment variable for one scope and puts the old value back.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      ::setenv(name, value->c_str(), 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
+TEST_CASE("gpt2 is found in the cache folder and its files are checked by hash") {
+  const fs::path shared = shared_data();
+  if (shared.empty()) test::skip("../shared/data/gpt2 not found");
+  const fs::path root = temp_dir("gpt2_cache");
+  const std::string xdg = root.string();
+  ScopedEnv cache("XDG_CACHE_HOME", &xdg);
+  ScopedEnv no_override("ATTEND_GPT2_DIR", nullptr);
+  CHECK(gpt2_cache_dir() == root / "attend" / "gpt2");
+  fs::create_directories(gpt2_cache_dir());
+  for (const char* f : {"encoder.json", "vocab.bpe"})
+    fs::copy_file(shared / "gpt2" / f, gpt2_cache_dir() / f);
+  CHECK(find_gpt2_dir() == gpt2_cache_dir());
+  auto tok = tokenizer_from_arg("gpt2");
+  CHECK(tok->vocab_size() == 50257);
+  CHECK(tok->encode("Hello world") == TokenIds{15496, 995});
+
+  // One byte changed in a merge rank's text: refused, naming the file.
+  std::string merges = read_file(gpt2_cache_dir() / "vocab.bpe");
+  merges[merges.size() / 2] ^= 1;
+  write(gpt2_cache_dir() / "vocab.bpe", merges);
+  check_error([] { tokenizer_from_arg("gpt2"); }, "vocab.bpe: not GPT-2's file");
+
+  // ATTEND_GPT2_DIR is the only place looked at when it is set.
+  const std::string empty = (root / "empty").string();
+  fs::create_directories(empty);
+  ScopedEnv override_dir("ATTEND_GPT2_DIR", &empty);
+  check_error([] { tokenizer_from_arg("gpt2"); },
+              "ATTEND_GPT2_DIR='" + empty + "' does not hold encoder.json and vocab.bpe");
+  check_error([] { tokenizer_from_arg("gpt2"); }, "scripts/get-gpt2-tokenizer.sh");
 }

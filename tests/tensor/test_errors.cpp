@@ -1,6 +1,7 @@
 // Every user error names the op, what was expected and what was got.
 #include "tensor/kernels.h"
 #include "tensor/random.h"
+#include "tensor/util.h"
 #include "test_util.h"
 
 using namespace attend;
@@ -119,4 +120,13 @@ TEST_CASE("generator argument errors") {
   check_error([&] { uniform({2}, 1.0, 0.0, g); }, "uniform_: expected low <= high, got 1 > 0");
   check_error([&] { normal({2}, 0.0, -1.0, g); }, "normal_: expected std >= 0, got -1");
   check_error([&] { randint({2}, 5, 5, g); }, "randint: expected low < high, got [5, 5)");
+}
+
+TEST_CASE("fnv1a64 is FNV-1a 64 (the published test vectors)") {
+  // From the FNV reference (Fowler, Noll, Vo): "" -> offset basis, "a", "foobar".
+  CHECK(attend::fnv1a64("", 0) == 0xcbf29ce484222325ull);
+  CHECK(attend::fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);
+  CHECK(attend::fnv1a64("foobar", 6) == 0x85944171f73967e8ull);
+  // Feeding in pieces equals feeding at once.
+  CHECK(attend::fnv1a64("bar", 3, attend::fnv1a64("foo", 3)) == 0x85944171f73967e8ull);
 }
