@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "tensor/error.h"
+#include "train/dist.h"
 #include "train/trainer.h"
 
 namespace attend::cli {
@@ -34,6 +35,7 @@ int run_train(const TrainArgs& t) {
                t.resume, ": a resumed run continues in its own folder; give one of the two");
   train::TrainRequest req{train::resolve_config(layers), t.out, t.resume};
   const train::TrainOutcome s = train::run_training(req);
+  if (!train::Dist::world().root()) return 0;  // rank 0 reports
   std::printf("trained steps %lld..%lld", static_cast<long long>(s.first_step),
               static_cast<long long>(s.last_step));
   if (s.evaluated)

@@ -12,6 +12,7 @@
 
 #include "app/commands.h"
 #include "tensor/error.h"
+#include "train/dist.h"
 #include "train/version.h"
 
 namespace attend::cli {
@@ -22,8 +23,39 @@ std::string flag_names(const std::string& name) {
 }
 }  // namespace attend::cli
 
+namespace {
+
+// Under mpirun: MPI started, rank r's log lines marked "rank r", and only rank 0's
+// information shown (the others print warnings and errors).
+attend::train::Dist* start_world() {
+  try {
+    attend::train::Dist& d = attend::train::Dist::world();
+    if (d.size() > 1) {
+      spdlog::set_pattern(
+          fmt::format("[%Y-%m-%d %H:%M:%S.%e] [%n] [rank {}] [%^%l%$] %v", d.rank()));
+      if (!d.root()) spdlog::set_level(spdlog::level::warn);
+    }
+    return &d;
+  } catch (const attend::Error& e) {
+    spdlog::error("{}", e.what());
+    return nullptr;
+  }
+}
+
+// Ends the run: with MPI, a failing rank takes the job down with it (its peers would
+// otherwise wait for it); MPI is finalised after a success.
+int finish(attend::train::Dist& d, int rc) {
+  if (rc != 0 && d.size() > 1) d.abort("stopping every rank (the error is above)", rc);
+  attend::train::Dist::finalize();
+  return rc;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("attend"));
+  attend::train::Dist* world = start_world();
+  if (!world) return 1;
   std::signal(SIGXFSZ, SIG_IGN);  // a write past a file-size limit fails with an error instead
   CLI::App app{"attend: build, train and look inside small GPT models on CPUs"};
   app.set_version_flag("--version", std::string("attend ") + attend::version());
@@ -44,6 +76,14 @@ int main(int argc, char** argv) {
         omp_set_num_threads(n);
       },
       "OpenMP threads (default: OMP_NUM_THREADS, else one per core)");
+  app.add_option_function<double>(
+         "--dist-timeout,--dist_timeout",
+         [world](double s) {
+           if (!(s > 0)) throw CLI::ValidationError("--dist-timeout", "must be > 0 seconds");
+           world->timeout_s = s;
+         },
+         "under mpirun: seconds a rank waits for the others before ending the job")
+      ->default_str("600");
   int rc = 0;
   for (auto add : {attend::cli::add_gradcheck, attend::cli::add_tokenize, attend::cli::add_prepare,
                    attend::cli::add_train, attend::cli::add_sample, attend::cli::add_eval,
@@ -52,18 +92,18 @@ int main(int argc, char** argv) {
     add(app, rc);
   try {
     app.parse(argc, argv);
-    if (app.get_subcommands().empty()) std::fputs(app.help().c_str(), stdout);
-    return rc;
+    if (app.get_subcommands().empty() && world->root()) std::fputs(app.help().c_str(), stdout);
+    return finish(*world, rc);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return finish(*world, app.exit(e));
   } catch (const attend::Error& e) {
     spdlog::error("{}", e.what());
-    return 1;
+    return finish(*world, 1);
   } catch (const std::bad_alloc&) {
     spdlog::error("out of memory (an allocation failed); try a smaller model or batch");
-    return 1;
+    return finish(*world, 1);
   } catch (const std::exception& e) {
     spdlog::critical("internal error: {}", e.what());
-    return 2;
+    return finish(*world, 2);
   }
 }

@@ -38,3 +38,16 @@ if(ATTEND_BUILD_TESTS)
     attend_missing("doctest" "doctest-dev")
   endif()
 endif()
+
+# MPI (OpenMPI: libopenmpi-dev, openmpi-bin) for data-parallel training (train/dist.h).
+# Optional: without it attend trains in one process and says so if an MPI launcher starts
+# it as several. -DATTEND_MPI=OFF builds without it even where it is installed.
+option(ATTEND_MPI "Data-parallel training over MPI, when MPI is installed" ON)
+if(ATTEND_MPI)
+  find_package(MPI COMPONENTS C)
+  if(NOT MPI_C_FOUND)
+    message(STATUS "attend: MPI not found (sudo apt-get install libopenmpi-dev openmpi-bin): "
+                   "building for one process")
+    set(ATTEND_MPI OFF)
+  endif()
+endif()

@@ -232,6 +232,7 @@ void write_meta(h5::File& f, const Meta& m) {
   f.set_attr("/meta", "tokens_seen", m.tokens_seen);
   f.set_attr("/meta", "best_val_loss", m.best_val_loss);
   f.set_attr("/meta", "best_step", m.best_step);
+  f.set_attr("/meta", "world_size", m.world_size);
   f.set_attr("/meta", "created", m.created);
   f.set_attr("/meta", "content_hash", m.content_hash);
 }
@@ -244,9 +245,19 @@ Meta read_meta(const h5::File& f) {
                    ? " (version 2 changed the random streams; retrain, or use the attend that "
                      "wrote it)"
                    : " (written by a newer attend)");
-  Meta m{f.attr_int("/meta", "step"),       f.attr_int("/meta", "tokens_seen"),
-         f.attr_int("/meta", "best_step"),  f.attr_double("/meta", "best_val_loss"),
-         f.attr_string("/meta", "created"), f.attr_uint("/meta", "content_hash")};
+  Meta m;
+  m.step = f.attr_int("/meta", "step");
+  m.tokens_seen = f.attr_int("/meta", "tokens_seen");
+  m.best_step = f.attr_int("/meta", "best_step");
+  m.best_val_loss = f.attr_double("/meta", "best_val_loss");
+  const std::vector<std::string> names = f.attr_names("/meta");
+  if (std::find(names.begin(), names.end(), "world_size") != names.end()) {
+    m.world_size = f.attr_int("/meta", "world_size");
+    ATTEND_CHECK(m.world_size >= 1, f.path(), ": /meta world_size must be >= 1, got ",
+                 m.world_size);
+  }
+  m.created = f.attr_string("/meta", "created");
+  m.content_hash = f.attr_uint("/meta", "content_hash");
   ATTEND_CHECK(m.step >= 0 && m.tokens_seen >= 0 && m.best_step >= -1 && m.best_step <= m.step,
                f.path(), ": /meta is inconsistent: step ", m.step, ", tokens_seen ", m.tokens_seen,
                ", best_step ", m.best_step);

@@ -13,7 +13,8 @@
 //   /tokenizer   attributes kind, name; datasets token_bytes (u8), token_offsets (i64,
 //                V+1) and merges (i32, (M, 2)): sampling needs only this file
 //   /meta        attributes format_version, attend_version, step, tokens_seen,
-//                best_val_loss, best_step, created (UTC, ISO 8601), content_hash
+//                best_val_loss, best_step, world_size (absent in older files: 1),
+//                created (UTC, ISO 8601), content_hash
 //
 // Integrity: the latest HDF5 file format (checksummed metadata), every dataset chunked
 // with the Fletcher32 filter; before anything is read, each attribute must hold one value,
@@ -58,6 +59,7 @@ struct DataInfo {  // /data
 struct Meta {  // /meta (format_version and attend_version are written by save)
   int64_t step = 0, tokens_seen = 0, best_step = -1;
   double best_val_loss = 0;  // meaningful when best_step >= 0
+  int64_t world_size = 1;    // processes that trained it (a resume may use another number)
   std::string created;
   uint64_t content_hash = 0;  // filled by save and checked by load
 };

@@ -120,17 +120,27 @@ EvalResult evaluate_windows(const nn::GPT& model, const fs::path& token_file, in
 }
 
 double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed, int64_t step,
-                     int64_t iters, int64_t batch_size, Stream stream) {
+                     int64_t iters, int64_t batch_size, Stream stream, Dist& dist) {
   NoGradGuard no_grad;
   model.eval();
-  double total = 0;
-  for (int64_t k = 0; k < iters; ++k) {
+  // Rank r scores batches r, r + W, ...; each batch's loss comes from one rank, so the
+  // exchange is exact and the sum below is one process's.
+  std::vector<double> losses(static_cast<size_t>(iters), 0.0);
+  for (int64_t k = dist.rank(); k < iters; k += dist.size()) {
     data::Batch b = ds.random_batch(seed, static_cast<uint64_t>(step), static_cast<uint32_t>(k),
                                     batch_size, stream);
-    total += model.forward(b.x, b.y).loss.item();
+    losses[static_cast<size_t>(k)] = model.forward(b.x, b.y).loss.item();
   }
+  dist.sum_disjoint(losses);
+  double total = 0;
+  for (const double l : losses) total += l;
   model.train();
   return total / static_cast<double>(iters);
+}
+
+double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed, int64_t step,
+                     int64_t iters, int64_t batch_size, Stream stream) {
+  return estimate_loss(model, ds, seed, step, iters, batch_size, stream, Dist::world());
 }
 
 }  // namespace attend::train

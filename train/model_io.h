@@ -9,6 +9,7 @@
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
 #include "train/config.h"
+#include "train/dist.h"
 #include "train/run_dir.h"
 
 namespace attend::train {
@@ -49,8 +50,11 @@ EvalResult evaluate_windows(const nn::GPT& model, const std::filesystem::path& t
                             int64_t batch_size = 8);
 
 // The trainer's estimate: mean loss over `iters` random batches of `stream` (EvalTrain or
-// EvalVal) at `step`, in eval mode and no-grad; the model is left in training mode.
+// EvalVal) at `step`, in eval mode and no-grad; the model is left in training mode. The
+// batches are split across `dist`'s ranks; the result is the same bits at any world size.
 double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed, int64_t step,
-                     int64_t iters, int64_t batch_size, Stream stream);
+                     int64_t iters, int64_t batch_size, Stream stream, Dist& dist);
+double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed, int64_t step,
+                     int64_t iters, int64_t batch_size, Stream stream);  // Dist::world()
 
 }  // namespace attend::train

@@ -37,6 +37,8 @@ class Optimizer {
   // and shapes.
   virtual nn::NamedTensors state() const = 0;
   virtual void load_state(const std::map<std::string, Tensor>& state, int64_t steps) = 0;
+  // For a state whose tensors were written in place (a distributed run's broadcast).
+  void set_steps(int64_t steps) { steps_ = steps; }
 
  protected:
   int64_t steps_ = 0;

@@ -28,14 +28,21 @@ std::string format_duration(double s) {
                    : fmt::format("{}m{:02d}s", t / 60, t % 60);
 }
 
-Progress::Progress(int64_t max_iters, int64_t tokens_per_step)
-    : max_iters_(max_iters), tokens_per_step_(tokens_per_step), tty_(::isatty(STDOUT_FILENO)) {}
+Progress::Progress(int64_t max_iters, int64_t tokens_per_step, bool shown)
+    : max_iters_(max_iters),
+      tokens_per_step_(tokens_per_step),
+      shown_(shown),
+      tty_(::isatty(STDOUT_FILENO)) {}
 
 double Progress::step_done(int64_t step, double loss, double lr, double grad_norm, double seconds,
                            bool log_line) {
   window_time_ += seconds;
   ++window_steps_;
   const double tok_s = static_cast<double>(tokens_per_step_ * window_steps_) / window_time_;
+  if (!shown_) {
+    if (log_line) window_time_ = 0, window_steps_ = 0;
+    return tok_s;
+  }
   if (log_line && !tty_)
     fmt::print("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} {:.0f} tok/s {:.1f} ms/step\n",
                step, max_iters_, loss, lr, grad_norm, tok_s, 1000.0 * window_time_ / window_steps_);

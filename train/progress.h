@@ -16,7 +16,8 @@ namespace attend::train {
 
 class Progress {
  public:
-  Progress(int64_t max_iters, int64_t tokens_per_step);
+  // shown = false: counts, prints nothing (the ranks other than 0 of a distributed run).
+  Progress(int64_t max_iters, int64_t tokens_per_step, bool shown = true);
   // After a step: its loss, lr, gradient norm and duration. Returns the tokens/s of the
   // current logging window.
   double step_done(int64_t step, double loss, double lr, double grad_norm, double seconds,
@@ -25,7 +26,7 @@ class Progress {
 
  private:
   int64_t max_iters_, tokens_per_step_;
-  bool tty_, bar_open_ = false;
+  bool shown_, tty_, bar_open_ = false;
   double window_time_ = 0;
   int64_t window_steps_ = 0;
 };

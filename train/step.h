@@ -1,8 +1,10 @@
 // One training step, the only one: the trainer, bench/bench_train and the tests call it.
 //
-//   for m in 0 .. M-1 (M = gradient_accumulation_steps):
+//   for m in this rank's block of 0 .. M-1 (M = gradient_accumulation_steps):
 //     batch and dropout masks keyed by (seed, step, m)     see Note [Random streams]
-//     loss_m = cross_entropy(model(x_m), y_m);  backward of loss_m / M   (gradients add up)
+//     loss_m = cross_entropy(model(x_m), y_m);  g_m = gradient of loss_m / M
+//   gradient = the g_m summed in one fixed tree, across ranks too (Note [Data-parallel
+//              training]): the same bits whatever the world size and thread count
 //   norm = clip_grad_norm(params, grad_clip)                the norm before clipping
 //   optimizer.step(lr)                                      under no-grad
 // A non-finite loss or norm throws before the update, so the parameters stay as they were.
@@ -15,6 +17,7 @@
 #include "data/dataset.h"
 #include "nn/gpt.h"
 #include "train/config.h"
+#include "train/dist.h"
 #include "train/optim.h"
 
 namespace attend::train {
@@ -32,15 +35,27 @@ std::string first_non_finite(const nn::NamedTensors& tensors);
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const nn::GPT& model);
 LrSchedule make_schedule(const TrainConfig& c);
 
-// The micro-steps of `step`: zeroes the gradients, then accumulates mean-loss gradients
-// over the M micro-steps; returns the mean loss. The model must be in training mode.
+// The micro-steps of `step`: leaves in the parameters' gradients the tree sum of the M
+// micro-steps' gradients of loss_m / M (this rank's block, then summed across `dist`);
+// returns the mean loss, summed in micro-step order. The model must be in training mode.
+// Holds up to log2(M/W) + 2 copies of the gradient while it sums (none when M = 1).
 double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data,
-                            const TrainConfig& c, int64_t step);
+                            const TrainConfig& c, int64_t step, Dist& dist);
+double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data,
+                            const TrainConfig& c, int64_t step);  // Dist::world()
+
+// The tree sum of micro-steps [lo, hi) of `step` (f32 models) as one flat buffer in
+// parameters() order, and the sum of their losses: what one rank contributes. Tests use
+// it to check the tree without MPI.
+double accumulate_block(nn::GPT& model, const data::TokenDataset& train_data, const TrainConfig& c,
+                        int64_t step, int64_t lo, int64_t hi, std::vector<float>& sum);
 
 // accumulate_gradients, clipping, the update at lr = schedule(step); the optimizer checks
 // every parameter it writes (a diverging update throws naming the parameter, so no
 // non-finite model is ever checkpointed).
 StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDataset& train_data,
-                      const TrainConfig& c, int64_t step, double lr);
+                      const TrainConfig& c, int64_t step, double lr, Dist& dist);
+StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDataset& train_data,
+                      const TrainConfig& c, int64_t step, double lr);  // Dist::world()
 
 }  // namespace attend::train

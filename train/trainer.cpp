@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <map>
@@ -10,6 +11,7 @@
 #include "data/prepare.h"
 #include "tensor/kernels.h"
 #include "train/checkpoint.h"
+#include "train/dist.h"
 #include "train/model_io.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
@@ -128,7 +130,7 @@ struct TrainData {
   uint64_t train_hash = 0, val_hash = 0;
 };
 
-TrainData open_data(const TrainRequest& req, const RunStart& s) {
+TrainData open_data_root(const TrainRequest& req, const RunStart& s) {
   TrainData d;
   const TrainConfig& c = s.config;
   std::error_code ec;
@@ -163,12 +165,46 @@ TrainData open_data(const TrainRequest& req, const RunStart& s) {
   return d;
 }
 
+// The data of a rank other than 0: rank 0's folder, path and hashes.
+TrainData open_data_copy(const TrainConfig& c, Dist& dist) {
+  TrainData d;
+  std::string dir;
+  dist.broadcast(dir);
+  uint64_t hashes[3] = {};
+  dist.broadcast(hashes, sizeof hashes);
+  d.dir = dir;
+  d.tokenizer = data::load_tokenizer(d.dir);
+  d.train = std::make_unique<data::TokenDataset>(d.dir / "train.bin", c.model.block_size);
+  d.val = std::make_unique<data::TokenDataset>(d.dir / "val.bin", c.model.block_size);
+  d.train_hash = d.train->file().content_hash();
+  d.val_hash = d.val->file().content_hash();
+  ATTEND_CHECK(d.train_hash == hashes[0] && d.val_hash == hashes[1] &&
+                   data::tokenizer_hash(d.tokenizer->spec()) == hashes[2],
+               "rank ", dist.rank(), ": ", dir,
+               ": this machine's train.bin, val.bin or tokenizer differs from rank 0's (copy "
+               "the prepared folder to the same path on every machine)");
+  return d;
+}
+
+// Rank 0 finds (or prepares) the data; the other ranks open the same folder on their own
+// disks and must find the same bytes.
+TrainData open_data(const TrainRequest& req, const RunStart& s, Dist& dist) {
+  if (!dist.root()) return open_data_copy(s.config, dist);
+  TrainData d = open_data_root(req, s);
+  std::string dir = fs::absolute(d.dir).lexically_normal().string();
+  dist.broadcast(dir);
+  uint64_t hashes[3] = {d.train_hash, d.val_hash, data::tokenizer_hash(d.tokenizer->spec())};
+  dist.broadcast(hashes, sizeof hashes);
+  return d;
+}
+
 // Everything that changes as the run goes: the model, the optimizer, the counters, the
 // metrics. It writes the checkpoints and the metrics files.
 class Run {
  public:
-  Run(const RunStart& s, TrainData& d)
-      : c_(s.config),
+  Run(const RunStart& s, TrainData& d, Dist& dist)
+      : dist_(dist),
+        c_(s.config),
         dir_(s.run_dir),
         data_(d),
         model_(model_config(s.config, d), s.config.seed),
@@ -177,6 +213,21 @@ class Run {
     model_.train();
     if (s.resumed) restore(*s.resumed);
     if (s.init) take_weights(s.init->data);
+    if (dist_.size() > 1) share_state();
+  }
+
+  // Rank 0's model, optimizer state and counters to every rank (only rank 0 reads the run
+  // folder), in place: the tensors are contiguous and the same shapes on every rank.
+  void share_state() {
+    for (const Tensor& p : model_.parameters()) broadcast_tensor(p);
+    for (const auto& [name, t] : opt_->state()) broadcast_tensor(t);
+    int64_t counters[4] = {opt_->steps(), step, tokens_seen_, best_step_};
+    double reals[2] = {best_val_, elapsed_before_};
+    dist_.broadcast(counters, sizeof counters);
+    dist_.broadcast(reals, sizeof reals);
+    opt_->set_steps(counters[0]);
+    step = counters[1], tokens_seen_ = counters[2], best_step_ = counters[3];
+    best_val_ = reals[0], elapsed_before_ = reals[1];
   }
 
   // Finetuning: the checkpoint's weights, the position table cropped to block_size.
@@ -210,7 +261,7 @@ class Run {
 
   StepResult train_one() {
     const double lr = schedule_.at(step);
-    StepResult r = train_step(model_, *opt_, *data_.train, c_, step, lr);
+    StepResult r = train_step(model_, *opt_, *data_.train, c_, step, lr, dist_);
     ++step;
     tokens_seen_ += tokens_per_step();
     return r;
@@ -224,9 +275,9 @@ class Run {
   bool evaluate(int64_t at, TrainOutcome& out) {
     const auto seed = static_cast<uint64_t>(c_.seed);
     const double tl = estimate_loss(model_, *data_.train, seed, at, c_.eval_iters, c_.batch_size,
-                                    Stream::EvalTrain);
-    const double vl =
-        estimate_loss(model_, *data_.val, seed, at, c_.eval_iters, c_.batch_size, Stream::EvalVal);
+                                    Stream::EvalTrain, dist_);
+    const double vl = estimate_loss(model_, *data_.val, seed, at, c_.eval_iters, c_.batch_size,
+                                    Stream::EvalVal, dist_);
     spdlog::info("step {}: train loss {:.4f}, val loss {:.4f}", at, tl, vl);
     out.evaluated = true, out.final_train_loss = tl, out.final_val_loss = vl;
     // A non-finite val loss is never "best" (NaN compares false, but a first one would win).
@@ -240,7 +291,14 @@ class Run {
     return improved;
   }
 
+  void broadcast_tensor(const Tensor& t) {
+    ATTEND_CHECK(t.is_contiguous(), "share_state: a non-contiguous state tensor");
+    dist_.broadcast(t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
+  }
+
+  // Rank 0 writes the checkpoint; the others return an empty path.
   fs::path save() {
+    if (!dist_.root()) return {};
     CheckpointData d;
     d.config = to_values(c_with_vocab());
     d.model = model_.state_dict();
@@ -253,6 +311,7 @@ class Run {
     d.meta.tokens_seen = tokens_seen_;
     d.meta.best_step = best_step_;
     d.meta.best_val_loss = best_val_;
+    d.meta.world_size = dist_.size();
     const fs::path path = dir_ / checkpoint_name(step);
     save_checkpoint(path, d);
     // Keep the newest keep_checkpoints and the best-val one; the new file is in place.
@@ -263,6 +322,7 @@ class Run {
   }
 
   void write_files() {
+    if (!dist_.root()) return;
     try {
       write_metrics(dir_, metrics_);
       write_loss_plot(dir_, metrics_, false);
@@ -273,6 +333,9 @@ class Run {
 
   void describe() const {
     const nn::GPTConfig& m = model_.config;
+    if (dist_.size() > 1)
+      spdlog::info("{} processes, each running {} of the {} micro-steps of a step", dist_.size(),
+                   c_.gradient_accumulation_steps / dist_.size(), c_.gradient_accumulation_steps);
     spdlog::info(
         "model: {} parameters ({} layers, {} heads, {} kv heads, C {}, T {}, V {}); {} tokens "
         "per step",
@@ -294,6 +357,7 @@ class Run {
     return c;
   }
 
+  Dist& dist_;
   const TrainConfig c_;
   const fs::path dir_;
   TrainData& data_;
@@ -306,21 +370,53 @@ class Run {
   Stopwatch clock_;
 };
 
-}  // namespace
+// The settings rank 0 resolved, to every rank (they cannot read a resumed run's folder).
+void share_config(Dist& dist, RunStart& s) {
+  if (dist.size() == 1) return;
+  nlohmann::json j = nlohmann::json::array();
+  if (dist.root())
+    for (const auto& [name, v] : to_values(s.config))
+      std::visit([&](const auto& x) { j.push_back({name, v.index(), x}); }, v);
+  std::string text = dist.root() ? j.dump() : "";
+  dist.broadcast(text);
+  if (dist.root()) return;
+  ConfigValues values;
+  for (const auto& e : nlohmann::json::parse(text)) {
+    const std::string name = e[0].get<std::string>();
+    const int kind = e[1].get<int>();
+    if (kind == 0) values.emplace_back(name, e[2].get<int64_t>());
+    if (kind == 1) values.emplace_back(name, e[2].get<double>());
+    if (kind == 2) values.emplace_back(name, e[2].get<std::string>());
+  }
+  s.config = from_values(values);
+  s.config.validate();
+}
 
-TrainOutcome run_training(const TrainRequest& req) {
-  const RunStart s = start_run(req);
-  const TrainConfig& c = s.config;
+// Rank 0's hold on the run folder: the lock, and the checks before a run may write there.
+void claim_run_dir(const RunStart& s, const Dist& dist, std::optional<RunLock>& lock) {
+  if (!dist.root()) return;
   std::error_code ec;
   fs::create_directories(s.run_dir, ec);
   ATTEND_CHECK(!ec, s.run_dir.string(), ": cannot create the run folder: ", ec.message());
-  RunLock lock(s.run_dir);
+  lock.emplace(s.run_dir);
   remove_stale_temporaries(s.run_dir);
   if (s.resumed) set_aside_later_checkpoints(s.run_dir, s.resumed->data.meta.step);
   if (!s.resumed && !list_checkpoints(s.run_dir).empty())
     throw Error(str(s.run_dir.string(), ": already holds checkpoints; use --resume ",
                     s.run_dir.string(), " to continue, or choose another --out"));
-  TrainData data = open_data(req, s);
+}
+
+}  // namespace
+
+TrainOutcome run_training(const TrainRequest& req) {
+  Dist& dist = Dist::world();
+  RunStart s = dist.root() ? start_run(req) : RunStart{};
+  share_config(dist, s);
+  const TrainConfig& c = s.config;
+  check_world_size(dist.size(), c.gradient_accumulation_steps);
+  std::optional<RunLock> lock;
+  claim_run_dir(s, dist, lock);
+  TrainData data = open_data(req, s, dist);
   check_training_memory(Run::model_config(c, data), c.batch_size);
   if (s.resumed) check_config_matches_model(*s.resumed, Run::model_config(c, data));
   if (s.init) {
@@ -328,14 +424,14 @@ TrainOutcome run_training(const TrainRequest& req) {
     full.model.block_size = from_values(s.init->data.config).model.block_size;
     check_config_matches_model(*s.init, Run::model_config(full, data));
   }
-  Run run(s, data);
+  Run run(s, data, dist);
   run.describe();
 
   TrainOutcome out;
   out.first_step = run.step;
-  Progress progress(c.max_iters, run.tokens_per_step());
+  Progress progress(c.max_iters, run.tokens_per_step(), dist.root());
   StopOnSignal stop;
-  if (!s.resumed) run.evaluate(0, out);
+  if (run.step == 0 && !s.resumed) run.evaluate(0, out);
   if (run.step >= c.max_iters)
     spdlog::info(
         "the run is at step {} and max_iters is {}: nothing to train (raise --max_iters "
@@ -343,6 +439,7 @@ TrainOutcome run_training(const TrainRequest& req) {
         run.step, c.max_iters);
   while (run.step < c.max_iters) {
     Stopwatch t;
+    dist.where = str("step ", run.step + 1);
     StepResult r;
     try {
       r = run.train_one();
@@ -359,13 +456,16 @@ TrainOutcome run_training(const TrainRequest& req) {
     if (log) run.record_step(r, tok_s);
     bool improved = false;
     if (at % c.eval_interval == 0 || last) progress.close_bar(), improved = run.evaluate(at, out);
-    if (at % c.checkpoint_interval == 0 || last || improved || stop.signal())
+    // Every rank stops after the same step, whichever got the signal.
+    const bool stopping = dist.max(stop.signal()) != 0;
+    if (at % c.checkpoint_interval == 0 || last || improved || stopping)
       progress.close_bar(), out.last_checkpoint = run.save();
-    if (stop.signal()) {
+    if (stopping) {
       spdlog::info(
           "stopped by {} after step {}; checkpoint {}; continue with: attend train "
           "--resume {}",
-          stop.name(), at, out.last_checkpoint.string(), s.run_dir.string());
+          stop.signal() ? stop.name() : "a signal to another rank", at,
+          out.last_checkpoint.string(), s.run_dir.string());
       out.interrupted = true;
       break;
     }
