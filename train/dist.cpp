@@ -238,9 +238,40 @@ void Dist::sum_blocks_impl([[maybe_unused]] T* data, [[maybe_unused]] int64_t n)
 void Dist::sum_blocks(float* data, int64_t n) { sum_blocks_impl(data, n); }
 void Dist::sum_blocks(double* data, int64_t n) { sum_blocks_impl(data, n); }
 
+#ifdef ATTEND_MPI
+namespace {
+
+// All-reduce by recursive doubling (W a power of two): at distance d = 1, 2, 4 ... each
+// rank swaps its whole vector with rank ^ d and combines. Point to point, so a timeout
+// names the rank that did not answer.
+template <typename T, typename Combine>
+void doubling_allreduce(const Dist& d, T* v, int n, MPI_Datatype type, Combine combine,
+                        const char* what) {
+  std::vector<T> in(static_cast<size_t>(n));
+  for (int dist = 1; dist < d.size(); dist <<= 1) {
+    const int partner = d.rank() ^ dist;
+    Watch w(d, str(what, " with rank ", partner));
+    check_mpi(MPI_Sendrecv(v, n, type, partner, 3, in.data(), n, type, partner, 3, MPI_COMM_WORLD,
+                           MPI_STATUS_IGNORE),
+              what);
+    for (int i = 0; i < n; ++i) v[i] = combine(v[i], in[static_cast<size_t>(i)]);
+  }
+}
+
+bool power_of_two(int w) { return w > 0 && (w & (w - 1)) == 0; }
+
+}  // namespace
+#endif
+
 void Dist::sum_disjoint([[maybe_unused]] std::vector<double>& v) {
 #ifdef ATTEND_MPI
   if (size_ == 1) return;
+  if (power_of_two(size_)) {
+    doubling_allreduce(
+        *this, v.data(), static_cast<int>(v.size()), MPI_DOUBLE,
+        [](double a, double b) { return a + b; }, "summing losses");
+    return;
+  }
   Watch w(*this, "summing losses across ranks");
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM,
                           MPI_COMM_WORLD),
@@ -251,6 +282,12 @@ void Dist::sum_disjoint([[maybe_unused]] std::vector<double>& v) {
 int Dist::max(int v) {
 #ifdef ATTEND_MPI
   if (size_ == 1) return v;
+  if (power_of_two(size_)) {
+    doubling_allreduce(
+        *this, &v, 1, MPI_INT, [](int a, int b) { return std::max(a, b); },
+        "agreeing whether to stop");
+    return v;
+  }
   Watch w(*this, "agreeing with the other ranks whether to stop");
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
             "Allreduce (stop)");
@@ -261,7 +298,7 @@ int Dist::max(int v) {
 void Dist::broadcast([[maybe_unused]] void* data, [[maybe_unused]] size_t bytes) {
 #ifdef ATTEND_MPI
   if (size_ == 1) return;
-  Watch w(*this, "receiving rank 0's state");
+  Watch w(*this, "waiting for rank 0's state (broadcast)");
   auto* p = static_cast<char*>(data);
   for (size_t k = 0; k < bytes; k += static_cast<size_t>(kChunk)) {
     const int nb = static_cast<int>(std::min<size_t>(bytes - k, static_cast<size_t>(kChunk)));

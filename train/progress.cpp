@@ -14,10 +14,19 @@ namespace attend::train {
 namespace {
 std::atomic<int> g_stop_signal{0};
 // The first SIGINT/SIGTERM asks for a stop after the step (and a checkpoint); the handler
-// then steps aside, so a second one ends the process at once, as Ctrl-C usually does.
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal = sig;
-  std::signal(sig, SIG_DFL);
+// then steps aside (SA_RESETHAND), so a second one ends the process at once, as Ctrl-C
+// usually does. No SA_RESTART: a write blocked on a stdout nobody reads any more (mpirun
+// stops forwarding output when it is signalled) returns EINTR instead of blocking again.
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+struct sigaction install(int sig, void (*handler)(int), int flags) {
+  struct sigaction act {
+  }, old{};
+  act.sa_handler = handler;
+  sigemptyset(&act.sa_mask);
+  act.sa_flags = flags;
+  ::sigaction(sig, &act, &old);
+  return old;
 }
 }  // namespace
 
@@ -39,7 +48,9 @@ double Progress::step_done(int64_t step, double loss, double lr, double grad_nor
   window_time_ += seconds;
   ++window_steps_;
   const double tok_s = static_cast<double>(tokens_per_step_ * window_steps_) / window_time_;
-  if (!shown_) {
+  // Nothing once a stop signal arrived: under mpirun, SIGTERM also stops the forwarding of
+  // output, and a write to the full pipe would block until mpirun's SIGKILL.
+  if (!shown_ || g_stop_signal != 0) {
     if (log_line) window_time_ = 0, window_steps_ = 0;
     return tok_s;
   }
@@ -68,13 +79,17 @@ void Progress::close_bar() {
 
 StopOnSignal::StopOnSignal() {
   g_stop_signal = 0;
-  old_int_ = std::signal(SIGINT, on_stop_signal);
-  old_term_ = std::signal(SIGTERM, on_stop_signal);
+  old_int_ = install(SIGINT, on_stop_signal, SA_RESETHAND);
+  old_term_ = install(SIGTERM, on_stop_signal, SA_RESETHAND);
+  // A closed stdout (a terminal gone, mpirun shutting its forwarding down after a SIGTERM)
+  // must not kill the run before it writes its checkpoint: writes fail instead.
+  old_pipe_ = install(SIGPIPE, SIG_IGN, 0);
 }
 
 StopOnSignal::~StopOnSignal() {
-  std::signal(SIGINT, old_int_);
-  std::signal(SIGTERM, old_term_);
+  ::sigaction(SIGINT, &old_int_, nullptr);
+  ::sigaction(SIGTERM, &old_term_, nullptr);
+  ::sigaction(SIGPIPE, &old_pipe_, nullptr);
 }
 
 int StopOnSignal::signal() const { return g_stop_signal; }

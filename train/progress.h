@@ -4,10 +4,12 @@
 // tokens/s, ETA); otherwise one log line per log_interval steps. Both on stdout (data:
 // the run's numbers); diagnostics go through spdlog to stderr.
 // StopOnSignal: while alive, SIGINT and SIGTERM set a flag instead of killing the
-// process, so the loop can finish its step and write a checkpoint.
+// process, so the loop can finish its step and write a checkpoint; SIGPIPE is ignored.
 #pragma once
 
+#include <signal.h>
 #include <chrono>
+
 #include <csignal>
 #include <cstdint>
 #include <string>
@@ -44,7 +46,8 @@ class StopOnSignal {
   const char* name() const;
 
  private:
-  void (*old_int_)(int), (*old_term_)(int);
+  struct sigaction old_int_ {
+  }, old_term_{}, old_pipe_{};
 };
 
 // Seconds since construction.

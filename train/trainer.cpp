@@ -191,7 +191,8 @@ TrainData open_data_copy(const TrainConfig& c, Dist& dist) {
 TrainData open_data(const TrainRequest& req, const RunStart& s, Dist& dist) {
   if (!dist.root()) return open_data_copy(s.config, dist);
   TrainData d = open_data_root(req, s);
-  std::string dir = fs::absolute(d.dir).lexically_normal().string();
+  // As given: a relative path is found from each rank's working directory (mpirun -wdir).
+  std::string dir = d.dir.string();
   dist.broadcast(dir);
   uint64_t hashes[3] = {d.train_hash, d.val_hash, data::tokenizer_hash(d.tokenizer->spec())};
   dist.broadcast(hashes, sizeof hashes);
@@ -452,15 +453,14 @@ TrainOutcome run_training(const TrainRequest& req) {
     out.losses.push_back(r.loss);
     const int64_t at = run.step;
     const bool last = at == c.max_iters, log = at % c.log_interval == 0 || last;
-    const double tok_s = progress.step_done(at, r.loss, r.lr, r.grad_norm, t.seconds(), log);
-    if (log) run.record_step(r, tok_s);
-    bool improved = false;
-    if (at % c.eval_interval == 0 || last) progress.close_bar(), improved = run.evaluate(at, out);
-    // Every rank stops after the same step, whichever got the signal.
-    const bool stopping = dist.max(stop.signal()) != 0;
-    if (at % c.checkpoint_interval == 0 || last || improved || stopping)
-      progress.close_bar(), out.last_checkpoint = run.save();
-    if (stopping) {
+    // Every rank stops after the same step, whichever got the signal. The checkpoint comes
+    // before any output: after a SIGTERM, mpirun stops forwarding output, and a write to a
+    // full stdout pipe would block until mpirun's SIGKILL a second later.
+    if (dist.max(stop.signal()) != 0) {
+      if (log) run.record_step(r, static_cast<double>(run.tokens_per_step()) / t.seconds());
+      out.last_checkpoint = run.save();
+      run.write_files();
+      progress.close_bar();
       spdlog::info(
           "stopped by {} after step {}; checkpoint {}; continue with: attend train "
           "--resume {}",
@@ -469,6 +469,12 @@ TrainOutcome run_training(const TrainRequest& req) {
       out.interrupted = true;
       break;
     }
+    const double tok_s = progress.step_done(at, r.loss, r.lr, r.grad_norm, t.seconds(), log);
+    if (log) run.record_step(r, tok_s);
+    bool improved = false;
+    if (at % c.eval_interval == 0 || last) progress.close_bar(), improved = run.evaluate(at, out);
+    if (at % c.checkpoint_interval == 0 || last || improved)
+      progress.close_bar(), out.last_checkpoint = run.save();
   }
   progress.close_bar();
   if (out.last_checkpoint.empty() && !s.resumed) out.last_checkpoint = run.save();

@@ -135,3 +135,61 @@ TEST_CASE("random streams: no two consumers draw the same Philox block") {
   CHECK(collisions == 0);
   CHECK(seen.size() == 5 * 3 * 8 * 6 + 128);  // and none collides within a consumer
 }
+
+namespace {
+
+// The parameters' gradients as one flat f32 buffer (parameters() order).
+std::vector<float> flat_grads(const nn::GPT& m) {
+  std::vector<float> out;
+  for (const Tensor& p : m.parameters()) {
+    const std::vector<float> g = kernel::contiguous(p.grad()).to_vector<float>();
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
+std::vector<float> plus(std::vector<float> a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("the micro-steps' gradients sum in one tree: rank blocks give the same bits") {
+  // What W ranks compute (Note [Data-parallel training]), emulated in one process: each
+  // block's tree sum, then the blocks paired at distance 1, 2, 4. Equal bit for bit to the
+  // single-process sum, which is what makes mpirun -np W exact.
+  for (const int64_t M : {6, 8}) {
+    CAPTURE(M);
+    Fixture f;
+    f.c.gradient_accumulation_steps = M;
+    nn::GPT m(f.c.model, 4);
+    m.train();
+    accumulate_gradients(m, *f.ds, f.c, 7);
+    const std::vector<float> whole = flat_grads(m);
+    for (const int64_t W : {2, 4, 8}) {
+      if (M % W) continue;
+      CAPTURE(W);
+      std::vector<std::vector<float>> level(static_cast<size_t>(W));
+      for (int64_t r = 0; r < W; ++r)
+        accumulate_block(m, *f.ds, f.c, 7, r * M / W, (r + 1) * M / W,
+                         level[static_cast<size_t>(r)]);
+      while (level.size() > 1) {
+        std::vector<std::vector<float>> up;
+        for (size_t i = 0; i < level.size(); i += 2) up.push_back(plus(level[i], level[i + 1]));
+        level = up;
+      }
+      CHECK(level[0] == whole);
+    }
+    // The sequential sum (what accumulating into .grad did) is another association: for
+    // this model it differs in some element, so the check above can fail.
+    std::vector<float> seq;
+    for (int64_t k = 0; k < M; ++k) {
+      std::vector<float> g;
+      accumulate_block(m, *f.ds, f.c, 7, k, k + 1, g);
+      seq = k == 0 ? g : plus(seq, g);
+    }
+    CHECK(seq != whole);
+  }
+}
