@@ -235,8 +235,16 @@ void Dist::sum_blocks_impl([[maybe_unused]] T* data, [[maybe_unused]] int64_t n)
 #endif
 }
 
-void Dist::sum_blocks(float* data, int64_t n) { sum_blocks_impl(data, n); }
-void Dist::sum_blocks(double* data, int64_t n) { sum_blocks_impl(data, n); }
+void Dist::sum_blocks(float* data, int64_t n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  sum_blocks_impl(data, n);
+  exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+void Dist::sum_blocks(double* data, int64_t n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  sum_blocks_impl(data, n);
+  exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 #ifdef ATTEND_MPI
 namespace {

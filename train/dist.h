@@ -52,6 +52,8 @@ class Dist {
   double timeout_s = 600;
   // What the trainer is doing, for timeout messages ("step 12").
   std::string where;
+  // Wall seconds spent in sum_blocks (the gradient exchange, waiting for peers included).
+  double exchange_seconds = 0;
 
   // The cross-rank levels of Note [Data-parallel training]: on entry each rank holds its
   // block's sum, on return every rank holds the sum of all blocks, the same bits on each.

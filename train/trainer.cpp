@@ -477,6 +477,12 @@ TrainOutcome run_training(const TrainRequest& req) {
       progress.close_bar(), out.last_checkpoint = run.save();
   }
   progress.close_bar();
+  if (dist.size() > 1 && run.step > out.first_step)
+    spdlog::info(
+        "gradient exchange between {} processes: {:.2f} ms per step (rank 0, waiting "
+        "included)",
+        dist.size(),
+        1000.0 * dist.exchange_seconds / static_cast<double>(run.step - out.first_step));
   if (out.last_checkpoint.empty() && !s.resumed) out.last_checkpoint = run.save();
   run.write_files();
   out.last_step = run.step;
