@@ -76,6 +76,9 @@ class Watchdog {
                      "slow, or gone); ending the job\n",
                      rank_, what_.c_str(), seconds_);
         std::fflush(stderr);
+        // Give mpirun a moment to forward the message: once it sees a rank exit it ends
+        // the job, and output still in flight can be lost.
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
         // Without MPI_Finalize: mpirun sees the exit and ends the other ranks.
         std::_Exit(1);
       }
@@ -327,7 +330,10 @@ void Dist::abort(const std::string& message, [[maybe_unused]] int code) {
   std::fprintf(stderr, "attend: rank %d of %d: %s\n", rank_, size_, message.c_str());
   std::fflush(stderr);
 #ifdef ATTEND_MPI
-  if (mpi_started && size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (mpi_started && size_ > 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let mpirun forward it
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
 #endif
   std::_Exit(code);
 }

@@ -205,9 +205,9 @@ TEST_CASE("a killed rank and a hung rank end the job within seconds naming the r
                             " --max_iters 1000000 --out " + run.string();
     const auto t0 = std::chrono::steady_clock::now();
     const Run r = shell("(" + cmd + " > " + (dir / "log").string() +
-                        " 2>&1 & pid=$!; for i in $(seq 300); do [ -f " +
-                        (run / train::checkpoint_name(6)).string() +
-                        " ] && break; sleep 0.1; done; victim=$(" +
+                        " 2>&1 & pid=$!; for i in $(seq 300); do [ $(ls " + run.string() +
+                        " 2>/dev/null | grep -c '^ckpt_') -ge 2 ] && break; sleep 0.1; done; "
+                        "victim=$(" +
                         rank_pid_script("--out " + run.string(), 1) + "); kill -" + how +
                         " $victim; wait $pid; echo mpirun exit $?; kill -KILL $victim "
                         "2>/dev/null; true)");
