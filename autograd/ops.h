@@ -83,6 +83,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // ---- fused neural-network ops (ops/nn_ops.cpp), each a single node -----------------------
 Tensor softmax(const Tensor& x);      // over the last dim
 Tensor log_softmax(const Tensor& x);  // over the last dim
+// softmax(scale x) over the last dim of (..., Tq, Tk) scores with key j of query row i
+// masked (weight exactly 0) when j > i + offset; offset < 0: no mask. Attention's fused
+// mul + masked_fill + softmax, equal to them bit for bit (tests/autograd).
+Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset);
 // Over the last dim; bias may be an undefined Tensor (no bias).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // logits (..., V), targets (...) integer: mean over targets != ignore_index (PyTorch's

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "data/token_file.h"
@@ -16,14 +17,28 @@
 using namespace attend;
 namespace fs = std::filesystem;
 
+// Training FLOPs of one step (PaLM's count, as nanoGPT's estimate_mfu): per token
+// 6 x (the weights of the matmuls: 12 L C^2 and the LM head V C) + 12 L T C for attention.
+double step_flops(const nn::GPTConfig& c, int64_t tokens) {
+  const double L = static_cast<double>(c.n_layer), C = static_cast<double>(c.n_embd),
+               T = static_cast<double>(c.block_size), V = static_cast<double>(c.vocab_size);
+  return static_cast<double>(tokens) * (6.0 * (12.0 * L * C * C + V * C) + 12.0 * L * T * C);
+}
+
 int main(int argc, char** argv) {
+  // bench_train [STEPS] [A|B|C|all]: A, B, C are issue #14's configs, shared with
+  // bench/torch_twin.py; "all" (default) also runs the other configs.
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
+  const std::string only = argc > 2 ? argv[2] : "all";
   struct Case {
     const char* name;
     nn::GPTConfig cfg;
     int64_t B;
   };
   const Case cases[] = {
+      {"C", {65, 64, 2, 4, 4, 128, 0.0, true}, 16},
+      {"A", {65, 256, 6, 6, 6, 384, 0.2, true}, 8},
+      {"B", {50304, 64, 12, 12, 12, 768, 0.0, true}, 4},
       {"cpu-char (nanoGPT CPU recipe)", nn::gpt_preset("cpu-char"), 12},
       {"cpu-char, GQA kv_head 2", {65, 64, 4, 4, 2, 128, 0.0, true}, 12},
       {"shakespeare-char baby GPT, B 4", {65, 256, 6, 6, 6, 384, 0.2, true}, 4},
@@ -31,11 +46,13 @@ int main(int argc, char** argv) {
   };
   std::printf("attend bench_train: threads %d, %d timed steps after 2 warm-up, median\n",
               omp_get_max_threads(), steps);
-  std::printf("%-44s %12s %8s %8s %10s %12s\n", "config", "params", "B", "T", "ms/step",
-              "tokens/s");
+  std::printf("%-44s %12s %8s %8s %10s %12s %10s\n", "config", "params", "B", "T", "ms/step",
+              "tokens/s", "GFLOP/s");
   const fs::path dir = fs::temp_directory_path() / ("attend_bench_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   for (const Case& c : cases) {
+    const bool named = std::string(c.name).size() == 1;
+    if (only == "all" ? named : only != c.name) continue;
     Generator g(2);
     const std::vector<int64_t> ids = randint({100000}, 0, c.cfg.vocab_size, g).to_vector<int64_t>();
     const fs::path file = dir / "tokens.bin";
@@ -57,10 +74,12 @@ int main(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
-    std::printf("%-44s %12lld %8lld %8lld %10.1f %12.0f\n", c.name,
+    std::printf("%-44s %12lld %8lld %8lld %10.1f %12.0f %10.1f\n", c.name,
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(c.B),
                 static_cast<long long>(c.cfg.block_size), med,
-                static_cast<double>(c.B * c.cfg.block_size) / (med / 1000.0));
+                static_cast<double>(c.B * c.cfg.block_size) / (med / 1000.0),
+                step_flops(c.cfg, c.B * c.cfg.block_size) / (med / 1000.0) / 1e9);
+    std::fflush(stdout);
   }
   fs::remove_all(dir);
   return 0;

@@ -83,6 +83,10 @@ Tensor matmul_naive(const Tensor& a, const Tensor& b);
 // ---- neural-network kernels (tensor/kernels/nn.cpp) -----------------------------------
 Tensor softmax(const Tensor& x);                            // over the last dim
 Tensor softmax_backward(const Tensor& y, const Tensor& g);  // y = softmax(x)
+// Attention's softmax over the last dim of (..., Tq, Tk) scores, scaled, with key j of
+// query row i masked when j > i + offset (offset < 0: no mask); tensor/kernels/nn.cpp.
+Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset);
+Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, int64_t offset);
 Tensor log_softmax(const Tensor& x);
 Tensor log_softmax_backward(const Tensor& y, const Tensor& g);  // y = log_softmax(x)
 

@@ -17,6 +17,15 @@ Tensor softmax(const Tensor& x) {
   return out;
 }
 
+Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
+  Tensor out = kernel::scaled_softmax(x, scale, offset);
+  autograd::record(
+      "scaled_softmax", {x}, out, [y = out.detach(), scale, offset](const Tensor& g, const Needs&) {
+        return std::vector<Tensor>{kernel::scaled_softmax_backward(y, g, scale, offset)};
+      });
+  return out;
+}
+
 Tensor log_softmax(const Tensor& x) {
   Tensor out = kernel::log_softmax(x);
   // saves: the output y

@@ -3,6 +3,12 @@
 //
 // softmax:      y_i = exp(x_i - m) / sum_j exp(x_j - m),  m = max_j x_j
 //   backward:   dx_i = y_i (g_i - sum_j g_j y_j)
+// scaled_softmax (attention's, fused): rows of (..., Tq, Tk) scores, row i of Tq,
+//               z_j = scale x_j for j <= i + offset (all j when offset < 0), else -inf,
+//               y = softmax(z): masked keys get exactly 0 and are never exponentiated
+//   backward:   dx_j = (y_j (g_j - sum_k g_k y_k)) scale, 0 on masked keys
+//   The same roundings in the same order as mul + masked_fill + softmax, so the composed
+//   ops are its oracle bit for bit (up to the sign of zeros).
 // log_softmax:  y_i = x_i - m - log sum_j exp(x_j - m)
 //   backward:   dx_i = g_i - exp(y_i) sum_j g_j
 // layer_norm:   xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) (biased var),
@@ -86,6 +92,62 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g) {
       double dot = 0;
       for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(gr[i]) * yr[i];
       for (int64_t i = 0; i < n; ++i) dp[r * n + i] = yr[i] * (gr[i] - static_cast<T>(dot));
+    });
+  });
+  return dx;
+}
+
+Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
+  ATTEND_CHECK(x.dim() >= 2, "scaled_softmax: expected (..., Tq, Tk) scores, got ", x.dim(),
+               " dims");
+  const int64_t tq = x.size(-2), n = x.size(-1);
+  Tensor xc = contiguous(x);
+  Tensor y = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), "scaled_softmax", [&]<typename T>() {
+    const T* in = xc.data<T>();
+    T* out = y.data<T>();
+    const T ts = static_cast<T>(scale);
+    for_rows(x.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
+      const T* xr = in + r * n;
+      T* yr = out + r * n;
+      const int64_t valid = offset < 0 ? n : std::min(n, r % tq + offset + 1);
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 0; i < valid; ++i) {
+        yr[i] = xr[i] * ts;
+        m = std::max(m, yr[i]);
+      }
+      double s = 0;
+      for (int64_t i = 0; i < valid; ++i) {
+        yr[i] = std::exp(yr[i] - m);
+        s += yr[i];
+      }
+      const T inv = static_cast<T>(1.0 / s);
+      for (int64_t i = 0; i < valid; ++i) yr[i] *= inv;
+      for (int64_t i = valid; i < n; ++i) yr[i] = T(0);
+    });
+  });
+  return y;
+}
+
+Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, int64_t offset) {
+  ATTEND_CHECK(y.dim() >= 2 && y.shape() == g.shape(),
+               "scaled_softmax_backward: y and g must be the same (..., Tq, Tk) shape");
+  const int64_t tq = y.size(-2), n = y.size(-1);
+  Tensor yc = contiguous(y), gc = contiguous(g);
+  Tensor dx = empty(y.shape(), y.dtype());
+  dispatch_float(y.dtype(), "scaled_softmax_backward", [&]<typename T>() {
+    const T *yp = yc.data<T>(), *gp = gc.data<T>();
+    T* dp = dx.data<T>();
+    const T ts = static_cast<T>(scale);
+    for_rows(y.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
+      const T *yr = yp + r * n, *gr = gp + r * n;
+      T* dr = dp + r * n;
+      const int64_t valid = offset < 0 ? n : std::min(n, r % tq + offset + 1);
+      double dot = 0;
+      for (int64_t i = 0; i < valid; ++i) dot += static_cast<double>(gr[i]) * yr[i];
+      const T tdot = static_cast<T>(dot);
+      for (int64_t i = 0; i < valid; ++i) dr[i] = (yr[i] * (gr[i] - tdot)) * ts;
+      for (int64_t i = valid; i < n; ++i) dr[i] = T(0);
     });
   });
   return dx;

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# attend against its PyTorch twin in one sitting: issue #14's configs A, B, C, the same
+# model and step on both sides (bench/bench_train.cpp, bench/torch_twin.py), alternating
+# attend and torch per config, REPS rounds. Prints ms/step, tokens/s, attend's speed-up
+# (torch ms / attend ms) and MFU against the FMA peak bench_peak measures first.
+#
+#   bench/bench_vs_torch.sh [BUILD_DIR] [STEPS] [REPS]     (default build 10 2; 2 threads)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build}"
+steps="${2:-10}"
+reps="${3:-2}"
+threads="${THREADS:-2}"
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "bench_vs_torch: python3-torch not installed (apt-get install python3-torch); skipped"
+  exit 77
+fi
+for b in bench_train bench_peak; do
+  [ -x "$build/bench/$b" ] || { echo "bench_vs_torch: $build/bench/$b not built" >&2; exit 1; }
+done
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(date -u +%Y-%m-%dT%H:%MZ); $threads threads"
+peak_line="$("$build/bench/bench_peak" "$threads")"
+echo "$peak_line"
+peak="$(echo "$peak_line" | awk '{ print $3 }')"
+printf "%-4s %5s %12s %12s %10s %10s %9s %9s\n" cfg round "attend ms" "torch ms" "speed-up" \
+  "attend tok/s" "attend MFU" "torch MFU"
+for rep in $(seq "$reps"); do
+  for cfg in C A B; do
+    a="$(OMP_NUM_THREADS=$threads "$build/bench/bench_train" "$steps" "$cfg" | awk -v c="$cfg" '$1 == c')"
+    t="$(/usr/bin/python3 "$root/bench/torch_twin.py" "$steps" "$cfg" --threads "$threads" | awk -v c="$cfg" '$1 == c')"
+    # attend: name params B T ms tok/s GFLOP/s; torch: name params B T ms tok/s
+    echo "$a|$t" | awk -F'|' -v peak="$peak" -v rep="$rep" '{
+      split($1, a, " "); split($2, t, " ");
+      flops = a[7] * a[5] / 1000;                      # GFLOP per step
+      printf "%-4s %5d %12.1f %12.1f %9.2fx %12.0f %8.1f%% %8.1f%%\n", a[1], rep, a[5], t[5],
+             t[5] / a[5], a[6], 100 * a[7] / peak, 100 * flops / (t[5] / 1000) / peak }'
+  done
+done

@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+"""PyTorch twin of attend's GPT for speed comparisons (not a test, not in CI).
+
+The same model as nn::GPT (GPT-2's block: pre-LayerNorm, causal self-attention, GELU(tanh)
+MLP, tied LM head, biases) and the same training step as train::train_step: forward,
+cross-entropy, backward, global-norm clipping at 1.0, AdamW (weight decay 0.1 on matrices
+and embeddings). Same configs A, B, C as bench_train. Prints ms/step (median of STEPS after
+two warm-up steps) and tokens/s.
+
+    bench/torch_twin.py [STEPS] [A|B|C]... [--threads N]
+"""
+import math
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    print("torch_twin: python3-torch not installed (apt-get install python3-torch); skipped")
+    sys.exit(77)
+
+CONFIGS = {  # vocab, block (T), layers, heads, channels, dropout, batch
+    "C": (65, 64, 2, 4, 128, 0.0, 16),
+    "A": (65, 256, 6, 6, 384, 0.2, 8),
+    "B": (50304, 64, 12, 12, 768, 0.0, 4),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, C, H, p):
+        super().__init__()
+        self.H, self.p = H, p
+        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.c_attn, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = [t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v)]
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.H))
+        att = self.drop(att.masked_fill(mask[:T, :T] == 0, float("-inf")).softmax(-1))
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.drop(self.attn_proj(y))
+        return x + self.drop(self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")))
+
+
+class GPT(nn.Module):
+    def __init__(self, V, T, L, H, C, p):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+        self.drop = nn.Dropout(p)
+        self.h = nn.ModuleList([Block(C, H, p) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)))
+
+    def forward(self, idx, targets):
+        x = self.drop(self.wte(idx) + self.wpe(torch.arange(idx.shape[1])))
+        for b in self.h:
+            x = b(x, self.mask)
+        logits = self.ln_f(x) @ self.wte.weight.T
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def bench(name, steps):
+    V, T, L, H, C, p, B = CONFIGS[name]
+    torch.manual_seed(1)
+    model = GPT(V, T, L, H, C, p)
+    model.train()
+    decay = [q for q in model.parameters() if q.dim() >= 2]
+    rest = [q for q in model.parameters() if q.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": rest, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95))
+    data = torch.randint(0, V, (100000,))
+    times = []
+    for s in range(steps + 2):
+        t0 = time.perf_counter()
+        ix = torch.randint(0, len(data) - T - 1, (B,))
+        x = torch.stack([data[i:i + T] for i in ix])
+        y = torch.stack([data[i + 1:i + 1 + T] for i in ix])
+        loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        dt = time.perf_counter() - t0
+        if s >= 2:
+            times.append(dt * 1000)
+    times.sort()
+    med = times[len(times) // 2]
+    params = sum(q.numel() for q in model.parameters())
+    print("%-4s %12d %4d %5d %10.1f %12.0f" % (name, params, B, T, med, B * T / (med / 1000)))
+    sys.stdout.flush()
+
+
+def main():
+    args = [a for a in sys.argv[1:]]
+    threads = 2
+    if "--threads" in args:
+        i = args.index("--threads")
+        threads = int(args[i + 1])
+        del args[i:i + 2]
+    steps = int(args[0]) if args else 10
+    names = args[1:] or ["C", "A", "B"]
+    torch.set_num_threads(threads)
+    print("torch %s twin: threads %d, %d timed steps after 2 warm-up, median" %
+          (torch.__version__, torch.get_num_threads(), steps))
+    print("%-4s %12s %4s %5s %10s %12s" % ("cfg", "params", "B", "T", "ms/step", "tokens/s"))
+    for n in names:
+        bench(n, steps)
+
+
+if __name__ == "__main__":
+    main()
