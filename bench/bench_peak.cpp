@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
 #pragma omp parallel reduction(+ : sink)
     sink += fma_chains(iters, static_cast<float>(omp_get_thread_num()));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back(static_cast<double>(threads) * static_cast<double>(iters) * 12 * 8 * 2 / s / 1e9);
+    rates.push_back(static_cast<double>(threads) * static_cast<double>(iters) * 12 * 8 * 2 / s /
+                    1e9);
   }
   std::sort(rates.begin(), rates.end());
   std::printf("FMA peak: %.1f GFLOP/s on %d threads (median of 5; best %.1f) [%g]\n", rates[2],

@@ -15,6 +15,12 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "bench_vs_torch: python3-torch not installed (apt-get install python3-torch); skipped"
   exit 77
 fi
+# Debian's python3-torch calls whichever libblas.so.3 is selected; the reference BLAS makes
+# it 20x slower than it is (an unfair twin). The figures used OpenBLAS (OpenMP).
+if ! readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 | grep -q openblas; then
+  echo "bench_vs_torch: libblas.so.3 is not OpenBLAS; install libopenblas0-openmp first" >&2
+  exit 1
+fi
 for b in bench_train bench_peak; do
   [ -x "$build/bench/$b" ] || { echo "bench_vs_torch: $build/bench/$b not built" >&2; exit 1; }
 done

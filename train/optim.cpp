@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include <cmath>
+#include <vector>
 
 #include "tensor/kernels.h"
 #include "tensor/parallel.h"
@@ -150,17 +151,37 @@ double LrSchedule::at(int64_t it) const {
   return min_lr + coeff * (learning_rate - min_lr);
 }
 
+namespace {
+
+// sum_j g_j^2 in double, in chunks of kReduceChunk summed in parallel and combined in
+// order: the same bits with any thread count.
+template <typename T>
+double sum_squares(const T* g, int64_t n) {
+  const int64_t chunks = (n + kReduceChunk - 1) / kReduceChunk;
+  std::vector<double> part(static_cast<size_t>(chunks));
+  parallel_for(chunks, kElementwiseGrain / kReduceChunk, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const int64_t lo = c * kReduceChunk, hi = std::min(n, lo + kReduceChunk);
+      double s = 0;
+      for (int64_t j = lo; j < hi; ++j) s += static_cast<double>(g[j]) * g[j];
+      part[static_cast<size_t>(c)] = s;
+    }
+  });
+  double total = 0;
+  for (const double x : part) total += x;
+  return total;
+}
+
+}  // namespace
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   double total = 0;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    dispatch_float(g.dtype(), "clip_grad_norm", [&]<typename T>() {
-      const T* gp = g.data<T>();
-      double s = 0;
-      for (int64_t j = 0; j < g.numel(); ++j) s += static_cast<double>(gp[j]) * gp[j];
-      total += s;
-    });
+    ATTEND_CHECK(g.is_contiguous(), "clip_grad_norm: a non-contiguous gradient");
+    dispatch_float(g.dtype(), "clip_grad_norm",
+                   [&]<typename T>() { total += sum_squares(g.data<T>(), g.numel()); });
   }
   const double norm = std::sqrt(total);
   if (max_norm > 0 && norm > max_norm) {
@@ -170,7 +191,10 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
       if (!g.defined()) continue;
       dispatch_float(g.dtype(), "clip_grad_norm", [&]<typename T>() {
         T* gp = g.data<T>();
-        for (int64_t j = 0; j < g.numel(); ++j) gp[j] *= static_cast<T>(scale);
+        const T ts = static_cast<T>(scale);
+        parallel_for(g.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+          for (int64_t j = b; j < e; ++j) gp[j] *= ts;
+        });
       });
     }
   }
