@@ -62,13 +62,21 @@ Tensor Dropout::mask(const Shape& shape, DType dtype) const {
   dispatch_float(dtype, "dropout", [&]<typename T>() {
     T* out = m.data<T>();
     const int64_t blocks = (n + 3) / 4;
+    auto put = [&](int64_t blk, const PhiloxCounter& r) {
+      for (int64_t w = 0; w < 4 && blk * 4 + w < n; ++w)
+        out[blk * 4 + w] = u32_to_unit_float(r[w]) < threshold ? T(0) : static_cast<T>(scale);
+    };
     parallel_for(blocks, kElementwiseGrain / 4, [&](int64_t b, int64_t e) {
-      for (int64_t blk = b; blk < e; ++blk) {
-        PhiloxCounter r =
-            philox4x32(dropout_counter(static_cast<uint64_t>(blk), step, index, micro), key);
-        for (int64_t w = 0; w < 4 && blk * 4 + w < n; ++w)
-          out[blk * 4 + w] = u32_to_unit_float(r[w]) < threshold ? T(0) : static_cast<T>(scale);
+      int64_t blk = b;
+      PhiloxCounter in[8], r[8];
+      for (; blk + 8 <= e; blk += 8) {  // eight blocks per vectorised call
+        for (int l = 0; l < 8; ++l)
+          in[l] = dropout_counter(static_cast<uint64_t>(blk + l), step, index, micro);
+        philox4x32_x8(in, r, key);
+        for (int l = 0; l < 8; ++l) put(blk + l, r[l]);
       }
+      for (; blk < e; ++blk)
+        put(blk, philox4x32(dropout_counter(static_cast<uint64_t>(blk), step, index, micro), key));
     });
   });
   return m;

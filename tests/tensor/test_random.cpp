@@ -79,3 +79,14 @@ TEST_CASE("normal and uniform have the requested moments") {
   }
   for (int64_t c : counts) CHECK(std::abs(c - n / 10) < 5 * std::sqrt(n * 0.1 * 0.9));
 }
+
+TEST_CASE("philox4x32_x8 gives the same blocks as eight calls of philox4x32") {
+  attend::Generator g(77);
+  for (int trial = 0; trial < 200; ++trial) {
+    attend::PhiloxCounter in[8], out[8];
+    for (int l = 0; l < 8; ++l) in[l] = g.block(static_cast<uint64_t>(trial * 8 + l));
+    const attend::PhiloxKey key = {in[0][0] ^ in[1][1], in[2][2] ^ in[3][3]};
+    attend::philox4x32_x8(in, out, key);
+    for (int l = 0; l < 8; ++l) CHECK(out[l] == attend::philox4x32(in[l], key));
+  }
+}
