@@ -30,7 +30,7 @@ AdamW::AdamW(const nn::NamedTensors& params, const AdamWOptions& o) : params_(pa
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double grad_scale) {
   ++steps_;
   non_finite_.clear();
   const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(steps_));
@@ -49,12 +49,15 @@ void AdamW::step(double lr) {
       T* v = v_[i].data<T>();
       const T b1 = T(o_.beta1), b2 = T(o_.beta2), eps = T(o_.eps);
       const T decay = T(1.0 - lr * wd), step_size = T(lr / bc1), bc2_sqrt = T(std::sqrt(bc2));
+      const bool scaled = grad_scale != 1.0;
+      const T gs = static_cast<T>(grad_scale);
       std::atomic<bool> bad{false};
       parallel_for(p.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
         bool ok = true;
         for (int64_t j = b; j < e; ++j) {
-          m[j] = b1 * m[j] + (T(1) - b1) * gp[j];
-          v[j] = b2 * v[j] + (T(1) - b2) * gp[j] * gp[j];
+          const T gj = scaled ? gp[j] * gs : gp[j];
+          m[j] = b1 * m[j] + (T(1) - b1) * gj;
+          v[j] = b2 * v[j] + (T(1) - b2) * gj * gj;
           pp[j] = pp[j] * decay - step_size * m[j] / (std::sqrt(v[j]) / bc2_sqrt + eps);
           ok &= std::isfinite(pp[j]);
         }
@@ -97,7 +100,7 @@ SGD::SGD(const nn::NamedTensors& params, double momentum, double weight_decay)
   }
 }
 
-void SGD::step(double lr) {
+void SGD::step(double lr, double grad_scale) {
   ++steps_;
   non_finite_.clear();
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -110,14 +113,27 @@ void SGD::step(double lr) {
       const T* gp = g.data<T>();
       T* b = buf_[i].data<T>();
       const bool first = steps_ == 1;
-      bool ok = true;
-      for (int64_t j = 0; j < p.numel(); ++j) {
-        const T d = gp[j] + T(wd) * pp[j];
-        b[j] = first ? d : T(momentum_) * b[j] + d;
-        pp[j] -= T(lr) * (momentum_ != 0 ? b[j] : d);
-        ok &= std::isfinite(pp[j]);
+      // Scaled in a pass of its own: inside the update, g * scale + wd * p would be
+      // contracted into one FMA, and the update would no longer equal clipping first.
+      if (grad_scale != 1.0) {
+        T* gw = g.data<T>();
+        const T gs = static_cast<T>(grad_scale);
+        parallel_for(g.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+          for (int64_t j = lo; j < hi; ++j) gw[j] *= gs;
+        });
       }
-      if (!ok && non_finite_.empty()) non_finite_ = params_[i].first;
+      std::atomic<bool> bad{false};
+      parallel_for(p.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+        bool ok = true;
+        for (int64_t j = lo; j < hi; ++j) {
+          const T d = gp[j] + T(wd) * pp[j];
+          b[j] = first ? d : T(momentum_) * b[j] + d;
+          pp[j] -= T(lr) * (momentum_ != 0 ? b[j] : d);
+          ok &= std::isfinite(pp[j]);
+        }
+        if (!ok) bad = true;
+      });
+      if (bad && non_finite_.empty()) non_finite_ = params_[i].first;
     });
   }
 }
@@ -174,29 +190,35 @@ double sum_squares(const T* g, int64_t n) {
 
 }  // namespace
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+double grad_norm(const std::vector<Tensor>& params) {
   double total = 0;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    ATTEND_CHECK(g.is_contiguous(), "clip_grad_norm: a non-contiguous gradient");
-    dispatch_float(g.dtype(), "clip_grad_norm",
+    ATTEND_CHECK(g.is_contiguous(), "grad_norm: a non-contiguous gradient");
+    dispatch_float(g.dtype(), "grad_norm",
                    [&]<typename T>() { total += sum_squares(g.data<T>(), g.numel()); });
   }
-  const double norm = std::sqrt(total);
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);  // PyTorch's clip_grad_norm_
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      dispatch_float(g.dtype(), "clip_grad_norm", [&]<typename T>() {
-        T* gp = g.data<T>();
-        const T ts = static_cast<T>(scale);
-        parallel_for(g.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
-          for (int64_t j = b; j < e; ++j) gp[j] *= ts;
-        });
+  return std::sqrt(total);
+}
+
+double clip_scale(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  const double norm = grad_norm(params), scale = clip_scale(norm, max_norm);
+  if (scale == 1.0) return norm;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    dispatch_float(g.dtype(), "clip_grad_norm", [&]<typename T>() {
+      T* gp = g.data<T>();
+      const T ts = static_cast<T>(scale);
+      parallel_for(g.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) gp[j] *= ts;
       });
-    }
+    });
   }
   return norm;
 }

@@ -28,7 +28,9 @@ struct AdamWOptions {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual void step(double lr) = 0;
+  // One update at lr from the parameters' gradients times grad_scale (the clipping factor;
+  // AdamW applies it inside its loop, SGD scales the gradients in place first).
+  virtual void step(double lr, double grad_scale = 1.0) = 0;
   int64_t steps() const { return steps_; }
   // The first parameter the last step left non-finite (NaN or inf), or "": checked inside
   // the update loop itself, so a diverging run costs no extra pass over the weights.
@@ -48,7 +50,7 @@ class Optimizer {
 class AdamW : public Optimizer {
  public:
   AdamW(const nn::NamedTensors& params, const AdamWOptions& options);
-  void step(double lr) override;
+  void step(double lr, double grad_scale = 1.0) override;
   nn::NamedTensors state() const override;
   void load_state(const std::map<std::string, Tensor>& state, int64_t steps) override;
 
@@ -62,7 +64,7 @@ class AdamW : public Optimizer {
 class SGD : public Optimizer {
  public:
   SGD(const nn::NamedTensors& params, double momentum, double weight_decay);
-  void step(double lr) override;
+  void step(double lr, double grad_scale = 1.0) override;
   nn::NamedTensors state() const override;
   void load_state(const std::map<std::string, Tensor>& state, int64_t steps) override;
 
@@ -82,9 +84,14 @@ struct LrSchedule {
   double at(int64_t it) const;
 };
 
+// The global L2 norm of the gradients: squares summed in double, in fixed chunks combined
+// in parameter order (the same bits at any thread count).
+double grad_norm(const std::vector<Tensor>& params);
+// The factor clipping multiplies the gradients by: max_norm / (norm + 1e-6) when
+// max_norm > 0 and norm > max_norm (PyTorch's clip_grad_norm_), else 1.
+double clip_scale(double norm, double max_norm);
 // Scales all gradients so that their global L2 norm is at most max_norm (if max_norm > 0)
-// and returns the norm before clipping. The norm sums squares in double, in parameter
-// order.
+// and returns the norm before clipping.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace attend::train

@@ -161,11 +161,11 @@ StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDat
   StepResult r;
   r.lr = lr;
   r.loss = accumulate_gradients(model, train_data, c, step, dist);
-  r.grad_norm = clip_grad_norm(model.parameters(), c.grad_clip);
+  r.grad_norm = grad_norm(model.parameters());
   ATTEND_CHECK(std::isfinite(r.grad_norm), "step ", step, ": the gradient norm is ", r.grad_norm,
                "; stopping before the update");
   NoGradGuard no_grad;
-  optimizer.step(lr);
+  optimizer.step(lr, clip_scale(r.grad_norm, c.grad_clip));  // clipping inside the update
   ATTEND_CHECK(optimizer.non_finite().empty(), "step ", step, ": the update at lr ", lr, " made ",
                optimizer.non_finite(), " non-finite (the model diverged); stopping");
   return r;

@@ -5,8 +5,9 @@
 //     loss_m = cross_entropy(model(x_m), y_m);  g_m = gradient of loss_m / M
 //   gradient = the g_m summed in one fixed tree, across ranks too (Note [Data-parallel
 //              training]): the same bits whatever the world size and thread count
-//   norm = clip_grad_norm(params, grad_clip)                the norm before clipping
-//   optimizer.step(lr)                                      under no-grad
+//   norm = grad_norm(params)                                logged: before clipping
+//   optimizer.step(lr, clip_scale(norm, grad_clip))         under no-grad; the clipping
+//                                                           factor applied in its loop
 // A non-finite loss or norm throws before the update, so the parameters stay as they were.
 #pragma once
 

@@ -76,6 +76,35 @@ TEST_CASE("clip_grad_norm returns the norm before clipping and scales to max_nor
         doctest::Approx(1.0).epsilon(1e-6));
 }
 
+TEST_CASE("an update with grad_scale equals clipping the gradients first, bit for bit") {
+  // train_step passes the clipping factor into the update instead of a separate pass.
+  for (const std::string name : {"adamw", "sgd"}) {
+    CAPTURE(name);
+    Generator g(5);
+    const Tensor w0 = randn({300, 70}, g), grad = randn({300, 70}, g);
+    Tensor a = kernel::clone(w0).requires_grad_(), b = kernel::clone(w0).requires_grad_();
+    a.set_grad(kernel::clone(grad));
+    b.set_grad(kernel::clone(grad));
+    auto make = [&](const Tensor& p) -> std::unique_ptr<Optimizer> {
+      const nn::NamedTensors named{{"w", p}};
+      if (name == "sgd") return std::make_unique<SGD>(named, 0.9, 0.1);
+      return std::make_unique<AdamW>(named, AdamWOptions{0.9, 0.95, 1e-8, 0.1});
+    };
+    auto oa = make(a), ob = make(b);
+    for (int step = 0; step < 3; ++step) {  // a fresh gradient each step, as in training
+      a.set_grad(kernel::clone(grad));
+      b.set_grad(kernel::clone(grad));
+      const double norm = grad_norm({a});
+      const double scale = clip_scale(norm, 1.0);
+      REQUIRE(scale < 1.0);
+      CHECK(clip_grad_norm({b}, 1.0) == norm);
+      oa->step(1e-2, scale);
+      ob->step(1e-2);
+    }
+    CHECK(a.to_vector<float>() == b.to_vector<float>());
+  }
+}
+
 TEST_CASE("optimizers name the first parameter their step left non-finite") {
   for (int which = 0; which < 2; ++which) {
     Tensor a = ones({3}).requires_grad_(), b = ones({2, 2}).requires_grad_();
