@@ -12,6 +12,7 @@
 
 #include "app/commands.h"
 #include "tensor/error.h"
+#include "tensor/parallel.h"
 #include "train/dist.h"
 #include "train/version.h"
 
@@ -74,8 +75,10 @@ int main(int argc, char** argv) {
       [](int n) {
         if (n < 1 || n > 4096) throw CLI::ValidationError("--threads", "must be in [1, 4096]");
         omp_set_num_threads(n);
+        attend::g_threads_fixed = true;
       },
-      "OpenMP threads (default: OMP_NUM_THREADS, else one per core)");
+      "OpenMP threads, fixed (default: OMP_NUM_THREADS, else at most one per core, adapted to the "
+      "load while training)");
   app.add_option_function<double>(
          "--dist-timeout,--dist_timeout",
          [world](double s) {

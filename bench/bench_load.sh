@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Training steps with and without a CPU hog (a busy loop in another process), for 1 and 2
-# threads and for OpenMP's wait policies, to see what the threads do on a shared machine.
+# threads and for libgomp's wait policies, to see what the threads do on a shared machine.
 #   bench/bench_load.sh [BUILD_DIR] [STEPS] [CONFIG]     (default build 10 C)
 # Each line: the median ms/step of bench_train for CONFIG.
 set -euo pipefail
@@ -22,10 +22,11 @@ for hog in no yes; do
     pid=$!
   fi
   echo "-- hog: $hog"
-  run "2 threads, attend's default" OMP_NUM_THREADS=2
-  run "2 threads, OMP_WAIT_POLICY=active" OMP_NUM_THREADS=2 OMP_WAIT_POLICY=active ATTEND_NO_REEXEC=1
+  run "2 threads (libgomp's default wait policy)" OMP_NUM_THREADS=2
   run "2 threads, OMP_WAIT_POLICY=passive" OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
-  run "2 threads, libgomp's default spinning" OMP_NUM_THREADS=2 ATTEND_OMP_DEFAULTS=1
+  run "2 threads, GOMP_SPINCOUNT=10000" OMP_NUM_THREADS=2 GOMP_SPINCOUNT=10000
   run "1 thread" OMP_NUM_THREADS=1
+  auto_ms="$(OMP_NUM_THREADS=2 "$build/bench/bench_train" 40 "$cfg" auto | awk -v c="$cfg" '$1 == c { print $5 }')"
+  printf "%-48s %10s ms/step\n" "2 threads + the trainer's tuner (40 steps)" "$auto_ms"
   [ -n "$pid" ] && kill "$pid"
 done

@@ -12,6 +12,7 @@
 
 #include "data/token_file.h"
 #include "tensor/random.h"
+#include "train/progress.h"
 #include "train/step.h"
 
 using namespace attend;
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
   // bench/torch_twin.py; "all" (default) also runs the other configs.
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   const std::string only = argc > 2 ? argv[2] : "all";
+  // "auto": the trainer's ThreadTuner picks the thread count (probing every 4 steps).
+  const bool tune = argc > 3 && std::string(argv[3]) == "auto";
   struct Case {
     const char* name;
     nn::GPTConfig cfg;
@@ -65,13 +68,19 @@ int main(int argc, char** argv) {
     model.train();
     auto opt = train::make_optimizer(tc, model);
     std::vector<double> ms;
+    train::ThreadTuner tuner(omp_get_max_threads(), 4);
     for (int s = 0; s < steps + 2; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
+      if (tune) tuner.begin_step();
       train::train_step(model, *opt, ds, tc, s, 1e-3);
       const double dt =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (tune) tuner.end_step(dt / 1000.0);
       if (s >= 2) ms.push_back(dt);
     }
+    if (tune)
+      std::printf("(thread tuner: %d threads at the end, %d changes)\n", tuner.current(),
+                  tuner.switches());
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
     std::printf("%-44s %12lld %8lld %8lld %10.1f %12.0f %10.1f\n", c.name,

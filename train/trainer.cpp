@@ -7,9 +7,12 @@
 #include <map>
 #include <optional>
 
+#include <omp.h>
+
 #include "data/dataset.h"
 #include "data/prepare.h"
 #include "tensor/kernels.h"
+#include "tensor/parallel.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
 #include "train/model_io.h"
@@ -407,6 +410,18 @@ void claim_run_dir(const RunStart& s, const Dist& dist, std::optional<RunLock>& 
                     s.run_dir.string(), " to continue, or choose another --out"));
 }
 
+// What the run adapted or measured that the per-step lines do not show.
+void log_run_facts(const ThreadTuner* tuner, const Dist& dist, int64_t steps) {
+  if (tuner && tuner->switches() > 0)
+    spdlog::info("threads: {} at the end ({} changes of the count to suit the machine's load)",
+                 tuner->current(), tuner->switches());
+  if (dist.size() > 1 && steps > 0)
+    spdlog::info(
+        "gradient exchange between {} processes: {:.2f} ms per step (rank 0, waiting "
+        "included)",
+        dist.size(), 1000.0 * dist.exchange_seconds / static_cast<double>(steps));
+}
+
 }  // namespace
 
 TrainOutcome run_training(const TrainRequest& req) {
@@ -431,19 +446,24 @@ TrainOutcome run_training(const TrainRequest& req) {
   TrainOutcome out;
   out.first_step = run.step;
   Progress progress(c.max_iters, run.tokens_per_step(), dist.root());
+  // The thread count adapts to the machine's load unless the user fixed it.
+  std::optional<ThreadTuner> tuner;
+  if (!threads_fixed()) tuner.emplace(omp_get_max_threads());
   StopOnSignal stop;
   if (run.step == 0 && !s.resumed) run.evaluate(0, out);
   if (run.step >= c.max_iters)
     spdlog::info(
-        "the run is at step {} and max_iters is {}: nothing to train (raise --max_iters "
-        "to continue)",
+        "the run is at step {} and max_iters is {}: nothing to train (raise "
+        "--max_iters to continue)",
         run.step, c.max_iters);
   while (run.step < c.max_iters) {
     Stopwatch t;
     dist.where = str("step ", run.step + 1);
     StepResult r;
     try {
+      if (tuner) tuner->begin_step();
       r = run.train_one();
+      if (tuner) tuner->end_step(t.seconds());
     } catch (const Error& e) {
       progress.close_bar();
       throw Error(str(e.what(), "; no checkpoint written",
@@ -477,12 +497,7 @@ TrainOutcome run_training(const TrainRequest& req) {
       progress.close_bar(), out.last_checkpoint = run.save();
   }
   progress.close_bar();
-  if (dist.size() > 1 && run.step > out.first_step)
-    spdlog::info(
-        "gradient exchange between {} processes: {:.2f} ms per step (rank 0, waiting "
-        "included)",
-        dist.size(),
-        1000.0 * dist.exchange_seconds / static_cast<double>(run.step - out.first_step));
+  log_run_facts(tuner ? &*tuner : nullptr, dist, run.step - out.first_step);
   if (out.last_checkpoint.empty() && !s.resumed) out.last_checkpoint = run.save();
   run.write_files();
   out.last_step = run.step;

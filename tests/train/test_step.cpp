@@ -1,6 +1,8 @@
 // The training step (train/step.h) as the trainer runs it, and the random streams it
 // draws from: accumulation averages the micro-steps' gradients, a bad loss stops before
 // the update, and no two consumers of the run's seed share a Philox block.
+#include <omp.h>
+
 #include <filesystem>
 #include <set>
 
@@ -8,6 +10,7 @@
 #include "nn/layers.h"
 #include "tensor/kernels.h"
 #include "test_util.h"
+#include "train/progress.h"
 #include "train/sample.h"
 #include "train/step.h"
 
@@ -192,4 +195,25 @@ TEST_CASE("the micro-steps' gradients sum in one tree: rank blocks give the same
     }
     CHECK(seq != whole);
   }
+}
+
+TEST_CASE("ThreadTuner moves to the thread count whose steps are faster, and back") {
+  const int saved = omp_get_max_threads();
+  ThreadTuner t(4, 4);
+  // Simulated step times: with n threads a step takes cost(n) seconds.
+  auto run = [&](auto cost, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      const int n = t.begin_step();
+      CHECK(omp_get_max_threads() == n);
+      t.end_step(cost(n));
+    }
+  };
+  run([](int n) { return 1.0 / n; }, 40);  // an idle machine: more threads are faster
+  CHECK(t.current() == 4);
+  CHECK(t.switches() == 0);
+  run([](int n) { return n == 1 ? 0.5 : 1.0; }, 60);  // loaded: one thread is fastest
+  CHECK(t.current() == 1);
+  run([](int n) { return 1.0 / n; }, 60);  // the load went away
+  CHECK(t.current() == 4);
+  omp_set_num_threads(saved);
 }
