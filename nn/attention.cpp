@@ -6,6 +6,32 @@
 
 namespace attend::nn {
 
+namespace {
+
+// A copy of heads (B, NH, T, HS) with head h's rows set to replace.at(h) (HS); outside
+// autograd (see Attention::replace_head).
+Tensor replace_heads(const Tensor& heads, const std::map<int64_t, Tensor>& replace) {
+  Tensor out = kernel::clone(kernel::contiguous(heads));
+  const int64_t B = out.size(0), NH = out.size(1), T = out.size(2), HS = out.size(3);
+  std::vector<std::pair<int64_t, std::vector<double>>> rows;
+  for (const auto& [h, v] : replace) {
+    ATTEND_CHECK(h >= 0 && h < NH && v.numel() == HS, "replace_head: head ", h, " of ", NH,
+                 " with ", v.numel(), " values, expected ", HS);
+    rows.emplace_back(h, v.to_vector<double>());
+  }
+  dispatch_float(out.dtype(), "replace_head", [&]<typename E>() {
+    E* p = out.data<E>();
+    for (const auto& [h, vals] : rows)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t k = 0; k < HS; ++k)
+            p[((b * NH + h) * T + t) * HS + k] = static_cast<E>(vals[static_cast<size_t>(k)]);
+  });
+  return out;
+}
+
+}  // namespace
+
 Attention::Attention(const AttentionConfig& c) : config(c) {
   ATTEND_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0, "Attention: n_embd ", c.n_embd,
                " must be divisible by n_head ", c.n_head);
@@ -86,7 +112,10 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
   Tensor dropped = attn_dropout->forward(weights);
   Tensor out =
       matmul(reshape(dropped, {B, KVH, G, Tq, Tk}), unsqueeze(v, 2));  // (B, KVH, G, Tq, HS)
-  out = transpose(reshape(out, {B, NH, Tq, HS}), 1, 2);                // (B, Tq, NH, HS)
+  out = reshape(out, {B, NH, Tq, HS});
+  if (trace) trace->heads = out;
+  if (!replace_head.empty()) out = replace_heads(out, replace_head);
+  out = transpose(out, 1, 2);  // (B, Tq, NH, HS)
   Tensor y = resid_dropout->forward(c_proj->forward(reshape(out, {B, Tq, C})));
   return {y};
 }

@@ -28,6 +28,8 @@
 // dropout masks).
 #pragma once
 
+#include <map>
+
 #include "nn/layers.h"
 
 namespace attend::nn {
@@ -56,6 +58,7 @@ struct AttentionOutput {
 struct AttentionTrace {
   Tensor scores;   // (B, NH, Tq, Tk) q_i . k_j, before the 1/sqrt(HS) scale and the mask
   Tensor weights;  // (B, NH, Tq, Tk) after softmax, before dropout; rows sum to 1
+  Tensor heads;    // (B, NH, Tq, HS) each head's weighted sum of values, before concat
 };
 
 class Attention : public Module {
@@ -68,6 +71,11 @@ class Attention : public Module {
   AttentionOutput forward(const Tensor& x, const Tensor& context = Tensor(),
                           AttentionTrace* trace = nullptr, KVCache* cache = nullptr) const;
   int64_t head_size() const { return config.n_embd / config.n_head; }
+
+  // Head ablation (evaluation only, outside autograd): head h's output is replaced by
+  // replace_head[h], an (HS) vector, at every position (zeros: the head removed; its mean
+  // output over some data: the head reduced to a constant). Empty: the plain forward.
+  std::map<int64_t, Tensor> replace_head;
 
   AttentionConfig config;
   std::shared_ptr<Linear> c_attn, c_proj;

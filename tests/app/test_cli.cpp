@@ -805,3 +805,39 @@ TEST_CASE("--threads 1 and --threads 2 train bit-identical models") {
   CHECK(attend_cmd("--threads 0 summary --preset gpt2").code != 0);
   fs::remove_all(dir);
 }
+
+TEST_CASE("heads: a layer x head table of ablation losses on stdout, CSV and SVG") {
+  const fs::path dir = temp_dir("heads");
+  const fs::path corpus = make_corpus(dir);
+  REQUIRE(attend_cmd("prepare --data " + corpus.string() + " --out " + (dir / "d").string()).code ==
+          0);
+  const fs::path run = dir / "run";
+  REQUIRE(attend_cmd("train --data " + (dir / "d").string() + " --out " + run.string() + kTiny +
+                     " --max_iters 3")
+              .code == 0);
+  const std::string out =
+      attend_stdout("heads --checkpoint " + run.string() + " --data " +
+                    (dir / "d" / "val.bin").string() + " --batches 2 --batch_size 2 --csv " +
+                    (dir / "h.csv").string() + " --svg " + (dir / "h.svg").string());
+  CAPTURE(out);
+  CHECK(out.find("base loss ") == 0);
+  CHECK(out.find("loss increase with each head zeroed") != std::string::npos);
+  CHECK(out.find("cheapest to remove (mean ablation): L") != std::string::npos);
+  std::ifstream csv(dir / "h.csv");
+  std::string line;
+  int rows = 0;
+  std::getline(csv, line);
+  CHECK(line == "layer,head,zero_loss,mean_loss,zero_increase,mean_increase");
+  while (std::getline(csv, line)) ++rows;
+  CHECK(rows == 2 * 2);  // kTiny: 2 layers, 2 heads
+  std::stringstream svg;
+  svg << std::ifstream(dir / "h.svg").rdbuf();
+  CHECK(svg.str().find("head output zeroed") != std::string::npos);
+  CHECK(svg.str().find("layer 1") != std::string::npos);
+  // A bad --batches is named.
+  Run bad = attend_cmd("heads --checkpoint " + run.string() + " --data " +
+                       (dir / "d" / "val.bin").string() + " --batches 0");
+  CHECK(bad.code == 1);
+  CHECK(bad.out.find("--batches: must be >= 1, got 0") != std::string::npos);
+  fs::remove_all(dir);
+}
