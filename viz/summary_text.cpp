@@ -33,6 +33,29 @@ std::string module_table(const nn::ModelSummary& s) {
   return o + rule + "\n";
 }
 
+// One head's share of the attention weights. A head maps each embedding down to its value
+// space (its HS rows of c_attn's v block: "value down") and its weighted values back up
+// (its HS columns of c_proj: "value up"); the layer's output is the sum of the heads'
+// value-up products, which is the same as c_proj applied to the concatenated heads.
+std::string per_head(const nn::ModelSummary& s) {
+  const nn::GPTConfig& c = s.config;
+  const int64_t HS = c.n_embd / c.n_head, C = c.n_embd, L = c.n_layer;
+  const int64_t each = HS * C, G = c.n_head / c.n_kv_head;
+  std::string o = fmt::format("\nper head (HS = C / NH = {}; weights only)\n", HS);
+  auto line = [&](const std::string& what, int64_t heads, const std::string& note,
+                  const char* kind) {
+    o += fmt::format("  {:<56} {:>18}  (x {} {} x {} layers = {}){}\n", what, with_commas(each),
+                     heads, kind, L, with_commas(each * heads * L), note);
+  };
+  line(fmt::format("query W_q (HS x C = {} x {})", HS, C), c.n_head, "", "heads");
+  line(fmt::format("key W_k (HS x C = {} x {})", HS, C), c.n_kv_head,
+       G > 1 ? fmt::format("; each shared by {} query heads", G) : "", "kv heads");
+  line(fmt::format("value down: c_attn's v rows (HS x C = {} x {})", HS, C), c.n_kv_head,
+       G > 1 ? fmt::format("; each shared by {} query heads", G) : "", "kv heads");
+  line(fmt::format("value up: c_proj's columns (C x HS = {} x {})", C, HS), c.n_head, "", "heads");
+  return o;
+}
+
 std::string components(const nn::ModelSummary& s) {
   const nn::ParameterCount& p = s.counts;
   const int64_t L = s.config.n_layer;
@@ -56,7 +79,7 @@ std::string components(const nn::ModelSummary& s) {
   line("attention matrices Q, K, V, O (all layers)", p.attention_matrices(), 1);
   line("total", p.total(), 1);
   line("total without position embeddings (N below)", s.flops_n, 1);
-  return o;
+  return o + per_head(s);
 }
 
 std::string costs(const nn::ModelSummary& s) {

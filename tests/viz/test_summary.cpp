@@ -27,3 +27,19 @@ TEST_CASE("summary: published totals, and the key/value cache of MQA and GQA aga
   CHECK(format_summary(sm).find("12x more") != std::string::npos);
   CHECK(format_summary(sg).find("3x more") != std::string::npos);
 }
+
+TEST_CASE("summary: per-head value down and value up, GPT-3's 12288 x 128 each way") {
+  const nn::ModelSummary g3 = nn::summarize(nn::gpt_preset("gpt3-175b"), 1, 2048);
+  const std::string t = format_summary(g3);
+  CHECK(t.find("value down: c_attn's v rows (HS x C = 128 x 12288)") != std::string::npos);
+  CHECK(t.find("value up: c_proj's columns (C x HS = 12288 x 128)") != std::string::npos);
+  CHECK(t.find("1,572,864  (x 96 heads x 96 layers = 14,495,514,624)") != std::string::npos);
+  // The per-head lines add up to the component counts: V = value down, O = value up.
+  CHECK(g3.counts.attn_v * 96 == 1572864LL * 96 * 96);
+  CHECK(g3.counts.attn_o * 96 == 1572864LL * 96 * 96);
+  nn::GPTConfig gqa = nn::gpt_preset("gpt2");
+  gqa.n_kv_head = 4;
+  const std::string tg = format_summary(nn::summarize(gqa, 1, 0));
+  CHECK(tg.find("(x 4 kv heads x 12 layers = 2,359,296); each shared by 3 query heads") !=
+        std::string::npos);
+}
