@@ -11,6 +11,7 @@
 #include "tensor/util.h"
 #include "train/model_io.h"
 #include "viz/explorer.h"
+#include "viz/head_sum.h"
 
 namespace attend::cli {
 
@@ -19,11 +20,26 @@ namespace {
 struct AttentionArgs {
   std::string checkpoint, prompt, out;
   int64_t layer = -1, head = -1;  // -1: all
+  int64_t position = -1;          // --position: what each head adds there (needs --layer)
   int decimals = 2;
   bool scores = false;
 };
 
+// --position: each head's change to the residual stream, their sum, and concat -> c_proj.
+int run_head_sum(const AttentionArgs& a) {
+  ATTEND_CHECK(a.layer >= 0, "attention: --position needs --layer (the layer to look at)");
+  train::LoadedModel m = train::load_model(a.checkpoint);
+  std::fputs(
+      viz::head_sum_text(viz::head_sum(*m.model, *m.tokenizer, a.prompt, a.layer, a.position))
+          .c_str(),
+      stdout);
+  return 0;
+}
+
 int run_attention(const AttentionArgs& a) {
+  if (a.position >= 0 && a.out.empty()) return run_head_sum(a);
+  ATTEND_CHECK(!a.out.empty(), "attention: --out is required (or --position with --layer)");
+  if (a.position >= 0) run_head_sum(a);
   const std::string ext = std::filesystem::path(a.out).extension().string();
   ATTEND_CHECK(ext == ".html" || ext == ".svg" || ext == ".csv" || ext == ".json",
                "attention: --out ", a.out, ": expected a .html, .svg, .csv or .json file name");
@@ -59,7 +75,11 @@ void add_attention(CLI::App& app, int& rc) {
   cmd->add_option("--prompt", a->prompt, "the text whose attention to show")->required();
   cmd->add_option("--layer", a->layer, "one layer (default: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--head", a->head, "one head (default: all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--out", a->out, "FILE.html | FILE.svg | FILE.csv | FILE.json")->required();
+  cmd->add_option("--out", a->out, "FILE.html | FILE.svg | FILE.csv | FILE.json");
+  cmd->add_option("--position", a->position,
+                  "with --layer: what each head adds at this token position, their sum, and "
+                  "concat -> c_proj (printed)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--decimals", a->decimals, "decimals of the numbers shown in cells")
       ->capture_default_str();
   cmd->add_flag("--scores", a->scores,
