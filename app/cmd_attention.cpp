@@ -22,6 +22,7 @@ struct AttentionArgs {
   int64_t layer = -1, head = -1;  // -1: all
   int64_t position = -1;          // --position: what each head adds there (needs --layer)
   int decimals = 2;
+  std::string convention = "row";
   bool scores = false;
 };
 
@@ -52,6 +53,11 @@ int run_attention(const AttentionArgs& a) {
   if (a.head >= 0) sel.heads = {a.head};
   sel.decimals = a.decimals;
   sel.scores = a.scores;
+  sel.convention = a.convention;
+  ATTEND_CHECK(a.convention == "row" || ext == ".csv" || ext == ".json", "attention: --convention ",
+               a.convention,
+               " is written for .csv and .json only so far; the .html and .svg "
+               "views draw the row convention (queries as rows)");
   const std::string text = ext == ".html"  ? viz::attention_html(map, sel)
                            : ext == ".svg" ? viz::attention_svg(map, sel)
                            : ext == ".csv" ? viz::attention_csv(map, sel)
@@ -81,6 +87,11 @@ void add_attention(CLI::App& app, int& rc) {
                   "concat -> c_proj (printed)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--decimals", a->decimals, "decimals of the numbers shown in cells")
+      ->capture_default_str();
+  cmd->add_option("--convention", a->convention,
+                  "row: queries as rows, softmax(QK^T)V (books, code); column: keys as rows, "
+                  "queries as columns, V softmax(K^T Q) (3Blue1Brown) - .csv and .json")
+      ->check(CLI::IsMember({"row", "column"}))
       ->capture_default_str();
   cmd->add_flag("--scores", a->scores,
                 "CSV/JSON: also the scores q.k/sqrt(HS) before the mask and softmax");

@@ -188,7 +188,11 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
 }
 
 std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel) {
-  std::string o = "layer,head,query_index,query_token,key_index,key_token,masked,weight";
+  // Column convention: the same cells, keys first (key-major order), so a reader filling a
+  // matrix row by row gets keys as rows and queries as columns.
+  const bool column = sel.convention == "column";
+  std::string o = column ? "layer,head,key_index,key_token,query_index,query_token,masked,weight"
+                         : "layer,head,query_index,query_token,key_index,key_token,masked,weight";
   o += sel.scores ? ",score\n" : "\n";
   auto q = [](const std::string& s) {
     std::string r = "\"";
@@ -198,10 +202,11 @@ std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel) 
   const int64_t T = m.T();
   for (int64_t l : pick(sel.layers, m.n_layer, "layer"))
     for (int64_t h : pick(sel.heads, m.n_head, "head"))
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = 0; j < T; ++j) {
-          o += fmt::format("{},{},{},{},{},{},{},{:.17g}", l, h, i, q(m.tokens[i]), j,
-                           q(m.tokens[j]), masked(m, i, j) ? 1 : 0, m.weights[l][h][i * T + j]);
+      for (int64_t a = 0; a < T; ++a)
+        for (int64_t b = 0; b < T; ++b) {
+          const int64_t i = column ? b : a, j = column ? a : b;  // query i, key j
+          o += fmt::format("{},{},{},{},{},{},{},{:.17g}", l, h, a, q(m.tokens[a]), b,
+                           q(m.tokens[b]), masked(m, i, j) ? 1 : 0, m.weights[l][h][i * T + j]);
           if (sel.scores)
             o += fmt::format(",{:.17g}", m.scores[l][h][i * T + j] /
                                              std::sqrt(static_cast<double>(m.head_size)));
@@ -210,8 +215,44 @@ std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel) 
   return o;
 }
 
+namespace {
+
+nlohmann::ordered_json transposed(const nlohmann::ordered_json& rows) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t j = 0; j < rows.size(); ++j) {
+    nlohmann::ordered_json col = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < rows.size(); ++i) col.push_back(rows[i][j]);
+    out.push_back(col);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string attention_json(const AttentionMap& m, const AttentionSelection& sel) {
-  return attention_payload(m, sel).dump(1) + "\n";
+  ATTEND_CHECK(sel.convention == "row" || sel.convention == "column",
+               "attention: --convention must be row or column, got ", sel.convention);
+  nlohmann::ordered_json j = attention_payload(m, sel);
+  const int64_t T = m.T(), HS = m.head_size;
+  if (sel.convention == "row") {
+    j["formula"] = fmt::format(
+        "softmax(Q K^T / sqrt({0})) V: Q, K, V ({1} x {0}) one row per token; weights ({1} x {1}) "
+        "row i = query i",
+        HS, T);
+    return j.dump(1) + "\n";
+  }
+  j["convention"] =
+      "weights[j][i]: key position j (row) is attended to by query position i (column); "
+      "columns sum to 1; masked (future) entries, below the diagonal, are exactly 0";
+  j["formula"] = fmt::format(
+      "V softmax(K^T Q / sqrt({0})): Q, K, V ({0} x {1}) one column per token; weights ({1} x "
+      "{1}) column i = query i",
+      HS, T);
+  for (auto& layer : j["layers"])
+    for (auto& head : layer["heads"])
+      for (const char* key : {"weights", "shown", "scores"})
+        if (head.contains(key)) head[key] = transposed(head[key]);
+  return j.dump(1) + "\n";
 }
 
 namespace {

@@ -52,6 +52,10 @@ struct AttentionSelection {
   std::vector<int64_t> layers, heads;  // empty: all
   int decimals = 2;
   bool scores = false;  // CSV/JSON: include the scores
+  // CSV/JSON: "column" writes the column-vector convention (3Blue1Brown's K^T Q): the
+  // same weights transposed, keys as rows and queries as columns, columns summing to 1.
+  // "row" (the default): softmax(Q K^T) with queries as rows, as books and code write it.
+  std::string convention = "row";
 };
 
 // The JSON payload of the JSON view and the HTML page: model, convention, caption,

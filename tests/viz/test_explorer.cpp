@@ -5,6 +5,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "tensor/kernels.h"
 #include "tensor/random.h"
@@ -293,4 +297,64 @@ TEST_CASE("the heads' changes summed equal concat -> c_proj to rounding (GQA mod
                     "--layer 2: the model has 2 layers");
   test::check_error([&] { viz::head_sum(f.model, *f.tok, "hello", 0, 5); },
                     "--position 5: the prompt has 5 tokens");
+}
+
+TEST_CASE("--convention column: the same weights transposed, columns sum to 1, labelled") {
+  // #11 item 1: 3Blue1Brown's column vectors (K^T Q) against the books' rows (Q K^T).
+  Fixture f;
+  const AttentionMap m = compute_attention(f.model, *f.tok, "to be or not");
+  const int64_t T = m.T();
+  AttentionSelection row, col;
+  row.scores = col.scores = true;
+  col.convention = "column";
+  const auto jr = nlohmann::json::parse(attention_json(m, row));
+  const auto jc = nlohmann::json::parse(attention_json(m, col));
+  CHECK(jr["formula"].get<std::string>().rfind("softmax(Q K^T / sqrt(4)) V", 0) == 0);
+  CHECK(jc["formula"].get<std::string>().rfind("V softmax(K^T Q / sqrt(4))", 0) == 0);
+  CHECK(jc["convention"].get<std::string>().find("columns sum to 1") != std::string::npos);
+  for (size_t l = 0; l < jr["layers"].size(); ++l)
+    for (size_t h = 0; h < jr["layers"][l]["heads"].size(); ++h) {
+      const auto& a = jr["layers"][l]["heads"][h];
+      const auto& b = jc["layers"][l]["heads"][h];
+      for (const char* key : {"weights", "shown", "scores"})
+        for (int64_t i = 0; i < T; ++i)
+          for (int64_t j = 0; j < T; ++j) CHECK(a[key][i][j] == b[key][j][i]);  // exactly
+      for (int64_t i = 0; i < T; ++i) {  // column i (query i) sums to 1; below the diagonal 0
+        double s = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          s += b["weights"][j][i].get<double>();
+          if (j > i) CHECK(b["weights"][j][i].get<double>() == 0.0);
+        }
+        CHECK(s == doctest::Approx(1.0).epsilon(1e-6));
+      }
+    }
+  // CSV: keys first, every cell the same number as in the row file.
+  const std::string cr = attention_csv(m, {{0}, {1}, 2, false, "row"});
+  const std::string cc = attention_csv(m, {{0}, {1}, 2, false, "column"});
+  CHECK(cc.rfind("layer,head,key_index,key_token,query_index,query_token,masked,weight\n", 0) == 0);
+  std::map<std::pair<int, int>, std::string> cells_r, cells_c;
+  auto read = [](const std::string& csv, bool key_first, auto& cells) {
+    std::stringstream in(csv);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::string cell;
+      bool quoted = false;
+      for (char ch : line) {
+        if (ch == '"') quoted = !quoted;
+        if (ch == ',' && !quoted)
+          f.push_back(cell), cell.clear();
+        else
+          cell += ch;
+      }
+      f.push_back(cell);
+      const int a = std::stoi(f[2]), b = std::stoi(f[4]);
+      cells[key_first ? std::make_pair(b, a) : std::make_pair(a, b)] = f[6] + "," + f[7];
+    }
+  };
+  read(cr, false, cells_r);
+  read(cc, true, cells_c);
+  CHECK(cells_r.size() == static_cast<size_t>(T * T));
+  CHECK(cells_r == cells_c);
 }
