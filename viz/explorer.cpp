@@ -132,7 +132,15 @@ std::string colour(double w) {
 
 }  // namespace
 
-std::string attention_caption(int decimals) {
+std::string attention_caption(int decimals, const std::string& convention) {
+  if (convention == "column")
+    return fmt::format(
+        "Columns are query positions i, rows are key positions j (column vectors, K^T Q). Each "
+        "column is a softmax over the keys, so each column of true weights sums to 1; masked "
+        "(future) cells, below the diagonal, are exactly 0 and drawn hatched grey. Numbers are "
+        "the weights rounded to {} decimals by largest-remainder rounding, so each column's "
+        "shown numbers add up to exactly 1. Colour encodes the true weight.",
+        decimals);
   return fmt::format(
       "Rows are query positions i, columns are key positions j. Each row is a softmax over the "
       "keys, so each row of true weights sums to 1; masked (future) cells are exactly 0 and drawn "
@@ -147,7 +155,7 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
   j["convention"] =
       "weights[i][j]: query position i (row) attends to key position j (column); rows sum to 1; "
       "masked (future) entries are exactly 0";
-  j["caption"] = attention_caption(sel.decimals);
+  j["caption"] = attention_caption(sel.decimals, sel.convention);
   j["causal"] = m.causal;
   j["tokens"] = m.tokens;
   j["ids"] = m.ids;
@@ -279,7 +287,7 @@ std::string svg_head(const AttentionMap& m, const AttentionSelection& sel, const
   s += "<text x=\"20\" y=\"24\" font-size=\"15\">attention weights: " + xml_escape(m.model) +
        "</text>\n";
   // The caption, a sentence a line.
-  std::string rest = attention_caption(sel.decimals);
+  std::string rest = attention_caption(sel.decimals, sel.convention);
   for (int y = 40; !rest.empty(); y += 13) {
     size_t cut = rest.find(". ");
     cut = cut == std::string::npos ? rest.size() : cut + 1;
@@ -295,36 +303,42 @@ std::string svg_panel(const AttentionMap& m, const AttentionSelection& sel, cons
                       int64_t l, int64_t h, double ox, double oy) {
   const int64_t T = g.T;
   const double cell = g.cell;
+  // Row convention: query i is row i, key j column j. Column convention: transposed.
+  const bool col = sel.convention == "column";
   std::string s = fmt::format("<g class=\"heatmap\" data-layer=\"{}\" data-head=\"{}\">\n", l, h);
   s += fmt::format(
       "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\" font-weight=\"bold\">layer {}, head {}"
-      "</text>\n<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">key position j (column)"
+      "</text>\n<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}"
       "</text>\n<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">"
-      "query position i (row)</text>\n",
-      ox, oy - g.top + 14, l, h, ox + g.map / 2, oy - g.top + 32, ox - g.label_w + 10,
-      oy + g.map / 2);
-  for (int64_t j = 0; j < T; ++j)
+      "{}</text>\n",
+      ox, oy - g.top + 14, l, h, ox + g.map / 2, oy - g.top + 32,
+      col ? "query position i (column)" : "key position j (column)", ox - g.label_w + 10,
+      oy + g.map / 2, col ? "key position j (row)" : "query position i (row)");
+  for (int64_t t = 0; t < T; ++t)
     s += fmt::format(
-        "<text transform=\"translate({:.1f},{:.1f}) rotate(-60)\" class=\"key-label\">{}</text>\n",
-        ox + (j + 0.5) * cell, oy - 4, xml_escape(std::to_string(j) + " " + m.tokens[j]));
+        "<text transform=\"translate({:.1f},{:.1f}) rotate(-60)\" class=\"{}\">{}</text>\n",
+        ox + (t + 0.5) * cell, oy - 4, col ? "query-label" : "key-label",
+        xml_escape(std::to_string(t) + " " + m.tokens[t]));
+  for (int64_t t = 0; t < T; ++t)
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" class=\"{}\">{}</text>\n",
+                     ox - 4, oy + (t + 0.5) * cell + 4, col ? "key-label" : "query-label",
+                     xml_escape(m.tokens[t] + " " + std::to_string(t)));
   for (int64_t i = 0; i < T; ++i) {
-    s += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" class=\"query-label\">{}</text>\n",
-        ox - 4, oy + (i + 0.5) * cell + 4, xml_escape(m.tokens[i] + " " + std::to_string(i)));
     const std::vector<double> row(m.weights[l][h].begin() + i * T,
                                   m.weights[l][h].begin() + (i + 1) * T);
     const std::vector<int64_t> shown = round_row(row, sel.decimals);
     for (int64_t j = 0; j < T; ++j) {
       const bool mk = masked(m, i, j);
+      const double x = static_cast<double>(col ? i : j), y = static_cast<double>(col ? j : i);
       s += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" "
           "stroke=\"white\"/>",
-          ox + j * cell, oy + i * cell, cell, cell, mk ? "url(#hatch)" : colour(row[j]));
+          ox + x * cell, oy + y * cell, cell, cell, mk ? "url(#hatch)" : colour(row[j]));
       if (g.numbers && !mk)
         s += fmt::format(
             "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"{:.0f}\" "
             "fill=\"{}\">{}</text>",
-            ox + (j + 0.5) * cell, oy + (i + 0.5) * cell + 3, cell <= 20 ? 7.0 : 9.0,
+            ox + (x + 0.5) * cell, oy + (y + 0.5) * cell + 3, cell <= 20 ? 7.0 : 9.0,
             row[j] > 0.55 ? "white" : "black", fixed(shown[j], sel.decimals));
     }
     s += "\n";

@@ -52,7 +52,7 @@ struct AttentionSelection {
   std::vector<int64_t> layers, heads;  // empty: all
   int decimals = 2;
   bool scores = false;  // CSV/JSON: include the scores
-  // CSV/JSON: "column" writes the column-vector convention (3Blue1Brown's K^T Q): the
+  // CSV/JSON/SVG: "column" writes the column-vector convention (3Blue1Brown's K^T Q): the
   // same weights transposed, keys as rows and queries as columns, columns summing to 1.
   // "row" (the default): softmax(Q K^T) with queries as rows, as books and code write it.
   std::string convention = "row";
@@ -63,7 +63,7 @@ struct AttentionSelection {
 // the shown (rounded) numbers in units of 10^-decimals and, when asked, the scores
 // q.k/sqrt(HS) before the mask. Throws naming --layer or --head out of range.
 nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionSelection& sel);
-std::string attention_caption(int decimals);
+std::string attention_caption(int decimals, const std::string& convention = "row");
 
 std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel);
 std::string attention_json(const AttentionMap& m, const AttentionSelection& sel);

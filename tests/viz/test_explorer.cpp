@@ -358,3 +358,37 @@ TEST_CASE("--convention column: the same weights transposed, columns sum to 1, l
   CHECK(cells_r.size() == static_cast<size_t>(T * T));
   CHECK(cells_r == cells_c);
 }
+
+TEST_CASE("--convention column SVG: queries as columns, the mask below the diagonal") {
+  Fixture f;
+  const AttentionMap m = compute_attention(f.model, *f.tok, "to be or not");
+  for (const std::string conv : {"row", "column"}) {
+    CAPTURE(conv);
+    AttentionSelection sel{{0}, {0}, 2, false, conv};
+    const std::string svg = attention_svg(m, sel);
+    CHECK(xml_problem(svg).empty());
+    const bool col = conv == "column";
+    CHECK(svg.find(col ? "query position i (column)" : "key position j (column)") !=
+          std::string::npos);
+    CHECK(svg.find(col ? "key position j (row)" : "query position i (row)") != std::string::npos);
+    CHECK(svg.find(col ? "Columns are query positions i" : "Rows are query positions i") !=
+          std::string::npos);
+    // Every masked (hatched) cell lies above the diagonal in the row view (key > query)
+    // and below it in the column view.
+    double x0 = 1e9, y0 = 1e9;
+    std::vector<std::pair<double, double>> hatched;
+    for (size_t at = 0; (at = svg.find("<rect x=\"", at)) != std::string::npos; ++at) {
+      const double x = std::stod(svg.substr(at + 9));
+      const size_t yat = svg.find("y=\"", at);
+      const double y = std::stod(svg.substr(yat + 3));
+      const size_t end = svg.find("/>", at);
+      if (svg.find("stroke=\"white\"", at) > end) continue;  // not a heatmap cell
+      x0 = std::min(x0, x), y0 = std::min(y0, y);
+      if (svg.substr(at, end - at).find("url(#hatch)") != std::string::npos)
+        hatched.emplace_back(x, y);
+    }
+    const int64_t T = m.T();
+    CHECK(hatched.size() == static_cast<size_t>(T * (T - 1) / 2));
+    for (const auto& [x, y] : hatched) CHECK((col ? y - y0 > x - x0 : x - x0 > y - y0));
+  }
+}
