@@ -54,9 +54,6 @@ int run_attention(const AttentionArgs& a) {
   sel.decimals = a.decimals;
   sel.scores = a.scores;
   sel.convention = a.convention;
-  ATTEND_CHECK(a.convention == "row" || ext != ".html", "attention: --convention ", a.convention,
-               " is written for .csv, .json and .svg so far; the .html explorer draws the row "
-               "convention (queries as rows)");
   const std::string text = ext == ".html"  ? viz::attention_html(map, sel)
                            : ext == ".svg" ? viz::attention_svg(map, sel)
                            : ext == ".csv" ? viz::attention_csv(map, sel)
@@ -87,9 +84,10 @@ void add_attention(CLI::App& app, int& rc) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--decimals", a->decimals, "decimals of the numbers shown in cells")
       ->capture_default_str();
-  cmd->add_option("--convention", a->convention,
-                  "row: queries as rows, softmax(QK^T)V (books, code); column: keys as rows, "
-                  "queries as columns, V softmax(K^T Q) (3Blue1Brown) - .csv, .json, .svg")
+  cmd->add_option(
+         "--convention", a->convention,
+         "row: queries as rows, softmax(QK^T)V (books, code); column: keys as rows, "
+         "queries as columns, V softmax(K^T Q) (3Blue1Brown); the .html page also has a toggle")
       ->check(CLI::IsMember({"row", "column"}))
       ->capture_default_str();
   cmd->add_flag("--scores", a->scores,

@@ -155,7 +155,9 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
   j["convention"] =
       "weights[i][j]: query position i (row) attends to key position j (column); rows sum to 1; "
       "masked (future) entries are exactly 0";
-  j["caption"] = attention_caption(sel.decimals, sel.convention);
+  j["caption"] = attention_caption(sel.decimals, "row");
+  j["caption_column"] = attention_caption(sel.decimals, "column");  // the HTML's toggle
+  j["convention_initial"] = sel.convention;
   j["causal"] = m.causal;
   j["tokens"] = m.tokens;
   j["ids"] = m.ids;
@@ -249,6 +251,7 @@ std::string attention_json(const AttentionMap& m, const AttentionSelection& sel)
         HS, T);
     return j.dump(1) + "\n";
   }
+  j["caption"] = attention_caption(sel.decimals, "column");
   j["convention"] =
       "weights[j][i]: key position j (row) is attended to by query position i (column); "
       "columns sum to 1; masked (future) entries, below the diagonal, are exactly 0";

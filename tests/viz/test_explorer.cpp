@@ -218,6 +218,24 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
   CAPTURE(page.substr(0, 300));
   CHECK(page.find("data-status=\"ok\"") != std::string::npos);
   CHECK(page.find("How weight (") != std::string::npos);  // the chain panel was drawn
+  CHECK(page.find("data-convention=\"row\"") != std::string::npos);
+  CHECK(page.find("key position j (column)") != std::string::npos);
+  // The same page opened in the column convention (--convention column: the toggle's
+  // initial state): queries along the top, and the formula and caption follow.
+  AttentionSelection col;
+  col.convention = "column";
+  std::ofstream(out) << attention_html(m, col);
+  REQUIRE(std::system((exe + flags + " --dump-dom file://" + out.string() + " > " + dom.string() +
+                       " 2>/dev/null")
+                          .c_str()) == 0);
+  std::ifstream in2(dom);
+  const std::string page2((std::istreambuf_iterator<char>(in2)), {});
+  CHECK(page2.find("data-status=\"ok\"") != std::string::npos);
+  CHECK(page2.find("data-convention=\"column\"") != std::string::npos);
+  CHECK(page2.find("query position i (column)") != std::string::npos);
+  CHECK(page2.find("V softmax(K") != std::string::npos);
+  CHECK(page2.find("Columns are query positions i") != std::string::npos);
+  CHECK(page2.find("<th class=\"top query\" data-i=\"0\">") != std::string::npos);
   const fs::path png = fs::path(ATTEND_BUILD_DIR) / "attention_test.png";
   std::system((exe + flags + " --window-size=1400,1000 --screenshot=" + png.string() + " file://" +
                out.string() + " > /dev/null 2>&1")
