@@ -54,6 +54,7 @@ AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
   for (int32_t id : m.ids) m.tokens.push_back(display_token(tok.decode({id})));
   m.n_layer = c.n_layer;
   m.n_head = c.n_head;
+  m.n_kv_head = c.n_kv_head;
   m.head_size = c.n_embd / c.n_head;
   m.causal = true;
   m.model = describe(c, tok.spec().name);
@@ -149,6 +150,22 @@ std::string attention_caption(int decimals, const std::string& convention) {
       decimals);
 }
 
+HeadStats head_stats(const std::vector<double>& w, int64_t T) {
+  HeadStats s;
+  for (int64_t i = 0; i < T; ++i) {
+    for (int64_t j = 0; j < T; ++j) {
+      const double x = w[static_cast<size_t>(i * T + j)];
+      if (x > 0) s.entropy -= x * std::log(x);
+    }
+    s.diagonal += w[static_cast<size_t>(i * T + i)];
+    if (i >= 1) s.previous += w[static_cast<size_t>(i * T + i - 1)];
+  }
+  s.entropy /= static_cast<double>(T);
+  s.diagonal /= static_cast<double>(T);
+  s.previous = T > 1 ? s.previous / static_cast<double>(T - 1) : 0.0;
+  return s;
+}
+
 nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionSelection& sel) {
   nlohmann::ordered_json j;
   j["model"] = m.model;
@@ -181,6 +198,9 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
     for (int64_t h : pick(sel.heads, m.n_head, "head")) {
       nlohmann::ordered_json hj;
       hj["head"] = h;
+      hj["kv_head"] = h / (m.n_head / std::max<int64_t>(1, m.n_kv_head));
+      const HeadStats st = head_stats(m.weights[l][h], T);
+      hj["stats"] = {{"entropy", st.entropy}, {"diagonal", st.diagonal}, {"previous", st.previous}};
       hj["weights"] = rows(m.weights[l][h], 1.0);
       nlohmann::ordered_json shown = nlohmann::ordered_json::array();
       for (int64_t i = 0; i < T; ++i)
@@ -341,7 +361,7 @@ std::string svg_panel(const AttentionMap& m, const AttentionSelection& sel, cons
         s += fmt::format(
             "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"{:.0f}\" "
             "fill=\"{}\">{}</text>",
-            ox + (x + 0.5) * cell, oy + (y + 0.5) * cell + 3, cell <= 20 ? 7.0 : 9.0,
+            ox + (x + 0.5) * cell, oy + (y + 0.5) * cell + 3, cell >= 40 ? 12.0 : 10.0,
             row[j] > 0.55 ? "white" : "black", fixed(shown[j], sel.decimals));
     }
     s += "\n";
@@ -370,7 +390,8 @@ std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel) 
   const auto heads = pick(sel.heads, m.n_head, "head");
   SvgLayout g;
   g.T = m.T();
-  g.cell = g.T <= 16 ? 34 : g.T <= 32 ? 20 : 12;
+  // Cells large enough for numbers readable on a slide (10-12 px) where they are shown.
+  g.cell = g.T <= 16 ? 40 : g.T <= 32 ? 28 : 12;
   g.numbers = g.T <= 24;
   g.map = g.cell * static_cast<double>(g.T);
   g.panel_w = g.label_w + g.map + g.gap;

@@ -23,6 +23,7 @@ struct AttentionMap {
   std::vector<int32_t> ids;
   std::vector<std::string> tokens;  // display text: whitespace made visible
   int64_t n_layer = 0, n_head = 0, head_size = 0;
+  int64_t n_kv_head = 0;  // query head h reads key/value head h / (n_head / n_kv_head)
   bool causal = true;
   // [layer][head] -> T*T row-major (query i, key j)
   std::vector<std::vector<std::vector<double>>> weights;
@@ -57,6 +58,15 @@ struct AttentionSelection {
   // "row" (the default): softmax(Q K^T) with queries as rows, as books and code write it.
   std::string convention = "row";
 };
+
+// One head's habits over the prompt's queries (means over query rows i):
+//   entropy   -sum_j w_ij ln w_ij, in nats (0: all on one key; ln(i+1): uniform)
+//   diagonal  w_ii, the share on the query's own position
+//   previous  w_i,i-1 over rows i >= 1, the share on the token before
+struct HeadStats {
+  double entropy = 0, diagonal = 0, previous = 0;
+};
+HeadStats head_stats(const std::vector<double>& weights, int64_t T);
 
 // The JSON payload of the JSON view and the HTML page: model, convention, caption,
 // tokens, ids, head_size, decimals, scale, and per selected layer and head the weights,

@@ -219,6 +219,9 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
   CHECK(page.find("data-status=\"ok\"") != std::string::npos);
   CHECK(page.find("How weight (") != std::string::npos);  // the chain panel was drawn
   CHECK(page.find("data-convention=\"row\"") != std::string::npos);
+  CHECK(page.find("<td class=\"sum\">1.00</td>") != std::string::npos);     // row sums
+  CHECK(page.find("reads key/value head 0, shared") != std::string::npos);  // GQA label
+  CHECK(page.find("weight on the previous token") != std::string::npos);    // head stats
   CHECK(page.find("key position j (column)") != std::string::npos);
   // The same page opened in the column convention (--convention column: the toggle's
   // initial state): queries along the top, and the formula and caption follow.
@@ -409,4 +412,18 @@ TEST_CASE("--convention column SVG: queries as columns, the mask below the diago
     CHECK(hatched.size() == static_cast<size_t>(T * (T - 1) / 2));
     for (const auto& [x, y] : hatched) CHECK((col ? y - y0 > x - x0 : x - x0 > y - y0));
   }
+}
+
+TEST_CASE("head statistics: entropy, own-position and previous-token shares") {
+  // Hand-made weights for T = 3 (causal rows): a previous-token head and a uniform one.
+  const std::vector<double> prev = {1, 0, 0, 1, 0, 0, 0, 1, 0};
+  const HeadStats p = head_stats(prev, 3);
+  CHECK(p.entropy == 0.0);
+  CHECK(p.diagonal == doctest::Approx(1.0 / 3));  // only row 0 sits on itself
+  CHECK(p.previous == 1.0);
+  const std::vector<double> uni = {1, 0, 0, 0.5, 0.5, 0, 1.0 / 3, 1.0 / 3, 1.0 / 3};
+  const HeadStats u = head_stats(uni, 3);
+  CHECK(u.entropy == doctest::Approx((0 + std::log(2.0) + std::log(3.0)) / 3).epsilon(1e-12));
+  CHECK(u.diagonal == doctest::Approx((1 + 0.5 + 1.0 / 3) / 3).epsilon(1e-12));
+  CHECK(u.previous == doctest::Approx((0.5 + 1.0 / 3) / 2).epsilon(1e-12));
 }
