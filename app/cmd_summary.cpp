@@ -2,6 +2,8 @@
 // by a preset, a checkpoint, or model flags (the config table's Model fields).
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -9,8 +11,10 @@
 #include "app/commands.h"
 #include "nn/summary.h"
 #include "tensor/error.h"
+#include "tensor/util.h"
 #include "train/config.h"
 #include "train/run_dir.h"
+#include "viz/diagram.h"
 #include "viz/summary_text.h"
 
 namespace attend::cli {
@@ -23,11 +27,12 @@ struct SummaryArgs {
   std::vector<std::string> values;
   std::vector<CLI::Option*> options;
   int64_t batch = 1, seq = 0;  // seq 0: block_size
+  std::string out;             // diagram: FILE.svg | FILE.html
 };
 
-int run_summary(const SummaryArgs& a) {
-  ATTEND_CHECK(a.preset.empty() || a.checkpoint.empty(),
-               "summary: give --preset or --checkpoint, not both");
+// The model the flags describe: a preset, a checkpoint's, or GPT-2 small, changed by flags.
+nn::GPTConfig model_from_flags(const SummaryArgs& a) {
+  ATTEND_CHECK(a.preset.empty() || a.checkpoint.empty(), "give --preset or --checkpoint, not both");
   train::TrainConfig base;
   train::apply_preset(base, "gpt2");  // with neither: GPT-2 small, changed by the flags
   if (!a.checkpoint.empty())
@@ -40,8 +45,44 @@ int run_summary(const SummaryArgs& a) {
           train::parse_value(*a.fields[i], a.values[i], std::string("--") + a.fields[i]->name);
   const nn::GPTConfig c = train::resolve_config({flags}, base).config.model;
   c.validate("--");
+  return c;
+}
+
+int run_summary(const SummaryArgs& a) {
+  const nn::GPTConfig c = model_from_flags(a);
   std::fputs(viz::format_summary(nn::summarize(c, a.batch, a.seq)).c_str(), stdout);
   return 0;
+}
+
+int run_diagram(const SummaryArgs& a) {
+  const std::string ext = std::filesystem::path(a.out).extension().string();
+  ATTEND_CHECK(ext == ".svg" || ext == ".html", "diagram: --out ", a.out,
+               ": expected a .svg or .html file name");
+  const nn::GPTConfig c = model_from_flags(a);
+  const std::string title = "GPT: " + std::to_string(c.n_layer) + " layers, " +
+                            std::to_string(c.n_head) + " heads (" + std::to_string(c.n_kv_head) +
+                            " key/value), C " + std::to_string(c.n_embd) + ", V " +
+                            std::to_string(c.vocab_size);
+  write_file_atomic(
+      a.out, ext == ".svg" ? viz::model_diagram_svg(c, title) : viz::model_diagram_html(c, title));
+  std::printf("wrote %s: %s\n", a.out.c_str(), title.c_str());
+  return 0;
+}
+
+// The model flags of summary and diagram: --preset, --checkpoint and the config's Model
+// fields.
+void add_model_flags(CLI::App* cmd, SummaryArgs& a) {
+  std::string presets;
+  for (const auto& n : nn::gpt_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  cmd->add_option("--preset", a.preset, presets);
+  cmd->add_option("--checkpoint", a.checkpoint, "a checkpoint file or run folder");
+  for (const train::ConfigField& f : train::config_fields())
+    if (f.group == train::Group::Model && std::string(f.name) != "preset") a.fields.push_back(&f);
+  a.values.resize(a.fields.size());
+  for (size_t i = 0; i < a.fields.size(); ++i)
+    a.options.push_back(
+        cmd->add_option(flag_names(a.fields[i]->name), a.values[i], a.fields[i]->help)
+            ->type_name(a.fields[i]->type_name()));
 }
 
 }  // namespace
@@ -50,20 +91,19 @@ void add_summary(CLI::App& app, int& rc) {
   auto a = std::make_shared<SummaryArgs>();
   CLI::App* cmd = app.add_subcommand(
       "summary", "modules, shapes, parameter counts, memory and FLOPs of a model");
-  std::string presets;
-  for (const auto& n : nn::gpt_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
-  cmd->add_option("--preset", a->preset, presets);
-  cmd->add_option("--checkpoint", a->checkpoint, "a checkpoint file or run folder");
-  for (const train::ConfigField& f : train::config_fields())
-    if (f.group == train::Group::Model && std::string(f.name) != "preset") a->fields.push_back(&f);
-  a->values.resize(a->fields.size());
-  for (size_t i = 0; i < a->fields.size(); ++i)
-    a->options.push_back(
-        cmd->add_option(flag_names(a->fields[i]->name), a->values[i], a->fields[i]->help)
-            ->type_name(a->fields[i]->type_name()));
+  add_model_flags(cmd, *a);
   cmd->add_option("--batch", a->batch, "batch size B for memory figures")->capture_default_str();
   cmd->add_option("--seq", a->seq, "sequence length T (default: block_size)");
   cmd->callback([a, &rc] { rc = run_summary(*a); });
+}
+
+void add_diagram(CLI::App& app, int& rc) {
+  auto a = std::make_shared<SummaryArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "diagram", "the whole model in one figure with its real shapes and parameter counts");
+  add_model_flags(cmd, *a);
+  cmd->add_option("--out", a->out, "FILE.svg | FILE.html")->required();
+  cmd->callback([a, &rc] { rc = run_diagram(*a); });
 }
 
 }  // namespace attend::cli

@@ -23,6 +23,7 @@ void add_attention(CLI::App& app, int& rc);
 void add_import(CLI::App& app, int& rc);
 void add_export(CLI::App& app, int& rc);
 void add_heads(CLI::App& app, int& rc);
+void add_diagram(CLI::App& app, int& rc);
 
 // "--max_iters,--max-iters" for a field named max_iters: both spellings accepted.
 std::string flag_names(const std::string& name);

@@ -841,3 +841,17 @@ TEST_CASE("heads: a layer x head table of ablation losses on stdout, CSV and SVG
   CHECK(bad.out.find("--batches: must be >= 1, got 0") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("diagram: --preset or model flags to .svg or .html, a bad name refused") {
+  const fs::path dir = temp_dir("diagram");
+  Run r = attend_cmd("diagram --preset gpt2 --n_kv_head 4 --out " + (dir / "m.html").string());
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  std::stringstream html;
+  html << std::ifstream(dir / "m.html").rdbuf();
+  CHECK(html.str().rfind("<!doctype html>", 0) == 0);
+  CHECK(html.str().find("query heads 0-2 read key/value head 0") != std::string::npos);
+  Run bad = attend_cmd("diagram --preset gpt2 --out " + (dir / "m.png").string());
+  CHECK(bad.code == 1);
+  CHECK(bad.out.find("expected a .svg or .html file name") != std::string::npos);
+  fs::remove_all(dir);
+}

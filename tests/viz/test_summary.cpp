@@ -1,6 +1,7 @@
 // attend summary: counts from nn::summarize, text from viz::format_summary.
 #include "nn/summary.h"
 #include "test_util.h"
+#include "viz/diagram.h"
 #include "viz/summary_text.h"
 
 using namespace attend;
@@ -42,4 +43,34 @@ TEST_CASE("summary: per-head value down and value up, GPT-3's 12288 x 128 each w
   const std::string tg = format_summary(nn::summarize(gqa, 1, 0));
   CHECK(tg.find("(x 4 kv heads x 12 layers = 2,359,296); each shared by 3 query heads") !=
         std::string::npos);
+}
+
+TEST_CASE("diagram: one figure with the model's shapes and parameter counts") {
+  for (const bool gqa : {false, true}) {
+    nn::GPTConfig c = nn::gpt_preset(gqa ? "cpu-char" : "gpt2");
+    if (gqa) c.n_kv_head = 2;
+    const std::string svg = viz::model_diagram_svg(c, "test");
+    // The total drawn equals the model summary's count (the published 124,439,808 for gpt2).
+    const int64_t total = nn::summarize(c, 1, 0).counts.total();
+    CHECK(svg.find(viz::with_commas(total) + " parameters in all") != std::string::npos);
+    CHECK(svg.find("Block x " + std::to_string(c.n_layer)) != std::string::npos);
+    if (gqa) {
+      CHECK(svg.find(
+                "query heads 0-1 read key/value head 0; query heads 2-3 read key/value head 1") !=
+            std::string::npos);
+      CHECK(svg.find("q (B, 4, T, 32), k, v (B, 2, T, 32)") != std::string::npos);
+    } else {
+      CHECK(svg.find("124,439,808 parameters in all") != std::string::npos);
+      CHECK(svg.find("(B, 12, T, T)") != std::string::npos);
+      CHECK(svg.find("1,771,776 parameters") != std::string::npos);  // c_attn of GPT-2 small
+    }
+    // Balanced tags: every <g>, <svg>, <text> opened is closed.
+    auto count = [&](const std::string& t) {
+      size_t n = 0;
+      for (size_t at = 0; (at = svg.find(t, at)) != std::string::npos; ++at) ++n;
+      return n;
+    };
+    CHECK(count("<g ") == count("</g>"));
+    CHECK(count("<text ") == count("</text>"));
+  }
 }
