@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages attend needs, only those that are missing.
+# Installs the Debian packages attend needs, only those that are missing (procps: pgrep,
+# which the MPI fault tests use to find a rank).
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 
 packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nlohmann-json3-dev
-          fortunes libopenmpi-dev openmpi-bin)
+          fortunes libopenmpi-dev openmpi-bin procps)
 # --test-extras: also the independent programs some tests check our files with:
 # chromium (the attention explorer's HTML in a headless browser), python3-h5py (our
 # checkpoints read by h5py), python3-numpy (a NumPy GPT-2 reading our exported weights) and
