@@ -57,50 +57,10 @@ int64_t target_at(const Tensor& t, int64_t i) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x) {
-  const int64_t n = last_dim(x, "softmax");
-  Tensor xc = contiguous(x);
-  Tensor y = empty(x.shape(), x.dtype());
-  dispatch_float(x.dtype(), "softmax", [&]<typename T>() {
-    const T* in = xc.data<T>();
-    T* out = y.data<T>();
-    for_rows(x.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
-      const T* xr = in + r * n;
-      T* yr = out + r * n;
-      const T m = row_max(xr, n);
-      double s = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        yr[i] = std::exp(xr[i] - m);
-        s += yr[i];
-      }
-      const T inv = static_cast<T>(1.0 / s);
-      for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
-    });
-  });
-  return y;
-}
-
-Tensor softmax_backward(const Tensor& y, const Tensor& g) {
-  const int64_t n = last_dim(y, "softmax_backward");
-  Tensor yc = contiguous(y), gc = contiguous(g);
-  Tensor dx = empty(y.shape(), y.dtype());
-  dispatch_float(y.dtype(), "softmax_backward", [&]<typename T>() {
-    const T *yp = yc.data<T>(), *gp = gc.data<T>();
-    T* dp = dx.data<T>();
-    for_rows(y.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
-      const T *yr = yp + r * n, *gr = gp + r * n;
-      double dot = 0;
-      for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(gr[i]) * yr[i];
-      for (int64_t i = 0; i < n; ++i) dp[r * n + i] = yr[i] * (gr[i] - static_cast<T>(dot));
-    });
-  });
-  return dx;
-}
-
 Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
-  ATTEND_CHECK(x.dim() >= 2, "scaled_softmax: expected (..., Tq, Tk) scores, got ", x.dim(),
-               " dims");
-  const int64_t tq = x.size(-2), n = x.size(-1);
+  ATTEND_CHECK(x.dim() >= (offset < 0 ? 1 : 2),
+               "scaled_softmax: expected (..., Tq, Tk) scores, got ", x.dim(), " dims");
+  const int64_t tq = x.dim() >= 2 ? x.size(-2) : 1, n = x.size(-1);
   Tensor xc = contiguous(x);
   Tensor y = empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), "scaled_softmax", [&]<typename T>() {
@@ -130,9 +90,9 @@ Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
 }
 
 Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, int64_t offset) {
-  ATTEND_CHECK(y.dim() >= 2 && y.shape() == g.shape(),
+  ATTEND_CHECK(y.dim() >= (offset < 0 ? 1 : 2) && y.shape() == g.shape(),
                "scaled_softmax_backward: y and g must be the same (..., Tq, Tk) shape");
-  const int64_t tq = y.size(-2), n = y.size(-1);
+  const int64_t tq = y.dim() >= 2 ? y.size(-2) : 1, n = y.size(-1);
   Tensor yc = contiguous(y), gc = contiguous(g);
   Tensor dx = empty(y.shape(), y.dtype());
   dispatch_float(y.dtype(), "scaled_softmax_backward", [&]<typename T>() {
@@ -151,6 +111,17 @@ Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, i
     });
   });
   return dx;
+}
+
+// Plain softmax is the scaled one at scale 1 with no mask (x * 1 is exact: the same bits).
+Tensor softmax(const Tensor& x) {
+  last_dim(x, "softmax");
+  return scaled_softmax(x, 1.0, -1);
+}
+
+Tensor softmax_backward(const Tensor& y, const Tensor& g) {
+  last_dim(y, "softmax_backward");
+  return scaled_softmax_backward(y, g, 1.0, -1);
 }
 
 Tensor log_softmax(const Tensor& x) {
