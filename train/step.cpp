@@ -84,7 +84,7 @@ class GradientTree {
   void give(const std::vector<T>& flat) {
     int64_t at = 0;
     for (const Tensor& p : params_) {
-      Tensor g = zeros(p.shape(), p.dtype());
+      Tensor g = empty(p.shape(), p.dtype());  // every element written below
       std::copy_n(flat.data() + at, p.numel(), g.data<T>());
       p.set_grad(g);
       at += p.numel();
