@@ -1,7 +1,9 @@
 // `attend attention`: the attention weights of a prompt as an HTML explorer, SVG
 // heatmaps, CSV or JSON (viz/explorer.h).
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -10,6 +12,7 @@
 #include "tensor/error.h"
 #include "tensor/util.h"
 #include "train/model_io.h"
+#include "train/toy.h"
 #include "viz/explorer.h"
 #include "viz/head_sum.h"
 
@@ -24,7 +27,51 @@ struct AttentionArgs {
   int decimals = 2;
   std::string convention = "row";
   bool scores = false;
+  std::string toy, attention = "cross";  // --toy copy|reverse: an encoder-decoder's attention
+  int64_t toy_steps = 1500;
 };
+
+// --toy: train the small encoder-decoder (train/toy.h) and take its attention on the
+// prompt, the target being its own greedy answer (teacher-forced).
+viz::AttentionMap toy_map(const AttentionArgs& a) {
+  ATTEND_CHECK(a.checkpoint.empty(), "attention: --toy trains its own model; drop --checkpoint ",
+               a.checkpoint);
+  ATTEND_CHECK(a.position < 0, "attention: --position is for GPT checkpoints, not --toy");
+  const std::vector<int32_t> src = train::toy_encode(a.prompt, "--prompt");  // checked first
+  train::ToyOptions o;
+  o.task = a.toy;
+  o.steps = a.toy_steps;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "training the toy %s model (%lld steps)...\n", a.toy.c_str(),
+               static_cast<long long>(o.steps));
+  const train::ToyModel toy = train::train_toy(o);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string answer = train::toy_decode(toy, a.prompt);
+  const std::string expected = train::toy_answer(a.toy, a.prompt);
+  std::printf("toy %s model: %lld steps in %.1f s, loss %.4f; '%s' -> '%s' (%s)\n",
+              a.toy.c_str(), static_cast<long long>(o.steps), secs, toy.final_loss,
+              a.prompt.c_str(), answer.c_str(),
+              answer == expected ? "right" : ("expected '" + expected + "'").c_str());
+  std::vector<std::string> src_tokens, tgt_tokens;
+  for (char ch : a.prompt) src_tokens.emplace_back(1, ch);
+  // Decoder position t reads the token before (the start symbol at t = 0) and writes
+  // answer[t]: labelled "reads→writes".
+  std::vector<int32_t> tgt{static_cast<int32_t>(std::string(train::kToyAlphabet).size())};
+  for (size_t t = 0; t < answer.size(); ++t) {
+    const char in = t == 0 ? train::kToyStart : answer[t - 1];
+    tgt_tokens.push_back(std::string(1, in) + "\u2192" + answer[t]);
+    if (t + 1 < answer.size())
+      tgt.push_back(static_cast<int32_t>(std::string(train::kToyAlphabet).find(answer[t])));
+  }
+  const nn::Seq2SeqConfig& c = toy.model->config;
+  const std::string description = fmt::format(
+      "toy encoder-decoder ({} task): {} encoder + {} decoder layers, {} heads, C {}, trained {} "
+      "steps",
+      a.toy, c.n_layer, c.n_layer, c.n_head, c.n_embd, o.steps);
+  return viz::compute_seq2seq_attention(*toy.model, src, src_tokens, tgt, tgt_tokens, a.attention,
+                                        description);
+}
 
 // --position: each head's change to the residual stream, their sum, and concat -> c_proj.
 int run_head_sum(const AttentionArgs& a) {
@@ -38,6 +85,9 @@ int run_head_sum(const AttentionArgs& a) {
 }
 
 int run_attention(const AttentionArgs& a) {
+  ATTEND_CHECK(!a.toy.empty() || !a.checkpoint.empty(),
+               "attention: --checkpoint is required (or --toy copy|reverse)");
+  ATTEND_CHECK(a.toy.empty() || !a.out.empty(), "attention: --out is required");
   if (a.position >= 0 && a.out.empty()) return run_head_sum(a);
   ATTEND_CHECK(!a.out.empty(), "attention: --out is required (or --position with --layer)");
   if (a.position >= 0) run_head_sum(a);
@@ -46,14 +96,20 @@ int run_attention(const AttentionArgs& a) {
                "attention: --out ", a.out, ": expected a .html, .svg, .csv or .json file name");
   ATTEND_CHECK(a.decimals >= 1 && a.decimals <= 6, "attention: --decimals must be in [1, 6], got ",
                a.decimals);
-  train::LoadedModel m = train::load_model(a.checkpoint);
-  viz::AttentionMap map = viz::compute_attention(*m.model, *m.tokenizer, a.prompt);
+  viz::AttentionMap map;
+  if (!a.toy.empty()) {
+    map = toy_map(a);
+  } else {
+    train::LoadedModel m = train::load_model(a.checkpoint);
+    map = viz::compute_attention(*m.model, *m.tokenizer, a.prompt);
+  }
   viz::AttentionSelection sel;
   if (a.layer >= 0) sel.layers = {a.layer};
   if (a.head >= 0) sel.heads = {a.head};
   sel.decimals = a.decimals;
   sel.scores = a.scores;
   sel.convention = a.convention;
+  sel.vectors = a.scores;  // JSON: q and k beside the scores
   const std::string text = ext == ".html"  ? viz::attention_html(map, sel)
                            : ext == ".svg" ? viz::attention_svg(map, sel)
                            : ext == ".csv" ? viz::attention_csv(map, sel)
@@ -73,7 +129,7 @@ void add_attention(CLI::App& app, int& rc) {
   CLI::App* cmd = app.add_subcommand(
       "attention",
       "attention weights of a prompt: .html explorer, .svg heatmaps, .csv or .json data");
-  cmd->add_option("--checkpoint", a->checkpoint, "checkpoint file or run folder")->required();
+  cmd->add_option("--checkpoint", a->checkpoint, "checkpoint file or run folder");
   cmd->add_option("--prompt", a->prompt, "the text whose attention to show")->required();
   cmd->add_option("--layer", a->layer, "one layer (default: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--head", a->head, "one head (default: all)")->check(CLI::NonNegativeNumber);
@@ -91,7 +147,20 @@ void add_attention(CLI::App& app, int& rc) {
       ->check(CLI::IsMember({"row", "column"}))
       ->capture_default_str();
   cmd->add_flag("--scores", a->scores,
-                "CSV/JSON: also the scores q.k/sqrt(HS) before the mask and softmax");
+                "CSV/JSON: also the scores q.k/sqrt(HS) before the mask and softmax (JSON: "
+                "and each head's q and k vectors)");
+  cmd->add_option("--toy", a->toy,
+                  "instead of a checkpoint: train a small encoder-decoder (~10 s) to copy or "
+                  "reverse the letters a-l, and show its attention on --prompt (3-8 letters)")
+      ->check(CLI::IsMember({"copy", "reverse"}));
+  cmd->add_option("--attention", a->attention,
+                  "with --toy: cross (decoder queries, encoder keys), encoder (bidirectional: no "
+                  "mask) or decoder (causal)")
+      ->check(CLI::IsMember({"cross", "encoder", "decoder"}))
+      ->capture_default_str();
+  cmd->add_option("--toy_steps", a->toy_steps, "with --toy: training steps")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
+      ->capture_default_str();
   cmd->callback([a, &rc] { rc = run_attention(*a); });
 }
 

@@ -99,7 +99,11 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
   Tensor qg = reshape(q, {B, KVH, G, Tq, HS});
   Tensor scores = matmul(qg, transpose(unsqueeze(k, 2), -1, -2));  // (B, KVH, G, Tq, Tk)
   scores = reshape(scores, {B, NH, Tq, Tk});
-  if (trace) trace->scores = scores;
+  if (trace) {
+    trace->scores = scores;
+    trace->q = q;
+    trace->k = k;
+  }
   if (config.causal)
     ATTEND_CHECK(Tk >= Tq,
                  "Attention: causal attention needs at least as many keys as queries, got ", Tk,

@@ -59,6 +59,8 @@ struct AttentionTrace {
   Tensor scores;   // (B, NH, Tq, Tk) q_i . k_j, before the 1/sqrt(HS) scale and the mask
   Tensor weights;  // (B, NH, Tq, Tk) after softmax, before dropout; rows sum to 1
   Tensor heads;    // (B, NH, Tq, HS) each head's weighted sum of values, before concat
+  Tensor q;        // (B, NH, Tq, HS) the queries (the explorer's neuron view)
+  Tensor k;        // (B, KVH, Tk, HS) the keys, cached positions included
 };
 
 class Attention : public Module {
@@ -67,7 +69,7 @@ class Attention : public Module {
   // Self-attention when context is undefined; cross-attention on context (B, Tk, C)
   // otherwise. With a cache (self-attention only), x holds the new positions and the
   // cache the earlier ones; it is extended in place.
-  // With a trace, its scores and weights are filled.
+  // With a trace, its fields are filled.
   AttentionOutput forward(const Tensor& x, const Tensor& context = Tensor(),
                           AttentionTrace* trace = nullptr, KVCache* cache = nullptr) const;
   int64_t head_size() const { return config.n_embd / config.n_head; }

@@ -1,6 +1,7 @@
 #include "nn/gradcheck_cases.h"
 
 #include "nn/gpt.h"
+#include "nn/seq2seq.h"
 
 namespace attend::nn {
 
@@ -97,6 +98,16 @@ std::vector<GradcheckCase> make_cases() {
                      Block m(c);
                      return check_module(m, {randn({2, 4, 8}, g, F64)}, g,
                                          [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.Seq2Seq.loss", "1+1 layers, V 7, C 8, NH 2, Ts 4, Tt 3", [](uint64_t seed) {
+                     Generator g(seed);
+                     Seq2Seq m({7, 6, 1, 2, 8}, seed);
+                     const Tensor src = tensor({1, 4, 0, 6, 2, 2, 5, 3}, {2, 4}, DType::I64);
+                     const Tensor tgt = tensor({0, 3, 1, 6, 6, 2}, {2, 3}, DType::I64);
+                     const Tensor y = tensor({3, 1, 5, 6, 2, 0}, {2, 3}, DType::I64);
+                     return check_module(m, {}, g, [&](const Inputs&) {
+                       return m.forward(src, tgt, y).loss;
+                     });
                    }});
   cases.push_back({"nn.GPT.loss", "2 layers, V 11, C 8, (2,5) tokens", [](uint64_t seed) {
                      Generator g(seed);

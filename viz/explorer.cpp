@@ -10,6 +10,7 @@
 
 #include "data/utf8.h"
 #include "tensor/kernels.h"
+#include "viz/head_sum.h"
 #include "viz/plot.h"
 
 namespace attend::viz {
@@ -41,6 +42,30 @@ std::string describe(const nn::GPTConfig& c, const std::string& tokenizer) {
                      c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.vocab_size, tokenizer);
 }
 
+namespace {
+
+// One layer's trace into the map: weights, scores, queries and keys per query head.
+void add_trace(AttentionMap& m, const nn::AttentionTrace& t) {
+  const int64_t NH = m.n_head, G = NH / std::max<int64_t>(1, m.n_kv_head);
+  auto head = [](const Tensor& x, int64_t h) {  // (1, H, A, B) -> A*B of head h
+    return kernel::cast(kernel::select(kernel::select(x, 0, 0), 0, h), DType::F64)
+        .to_vector<double>();
+  };
+  std::vector<std::vector<double>> w(NH), s(NH), q(NH), k(NH);
+  for (int64_t h = 0; h < NH; ++h) {
+    w[h] = head(t.weights, h);
+    s[h] = head(t.scores, h);
+    q[h] = head(t.q, h);
+    k[h] = head(t.k, h / G);
+  }
+  m.weights.push_back(std::move(w));
+  m.scores.push_back(std::move(s));
+  m.q.push_back(std::move(q));
+  m.k.push_back(std::move(k));
+}
+
+}  // namespace
+
 AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
                                const std::string& prompt) {
   const nn::GPTConfig& c = model.config;
@@ -64,17 +89,60 @@ AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
   std::vector<double> idv(m.ids.begin(), m.ids.end());
   std::vector<nn::AttentionTrace> trace;
   model.forward(tensor(idv, {1, T}, DType::I64), Tensor(), &trace);
-  auto per_head = [&](const Tensor& t) {  // (1, NH, T, T) -> [head] -> T*T
-    std::vector<std::vector<double>> out(c.n_head);
-    for (int64_t h = 0; h < c.n_head; ++h)
-      out[h] = kernel::cast(kernel::select(kernel::select(t, 0, 0), 0, h), DType::F64)
-                   .to_vector<double>();
-    return out;
-  };
-  for (const nn::AttentionTrace& layer : trace) {
-    m.weights.push_back(per_head(layer.weights));
-    m.scores.push_back(per_head(layer.scores));
+  for (size_t l = 0; l < trace.size(); ++l) {
+    add_trace(m, trace[l]);
+    // What each head adds at each position: c_proj's HS columns of head h times its output.
+    const nn::Linear& proj = *(*model.transformer->h)[l].attn->c_proj;
+    const Tensor heads = kernel::contiguous(kernel::select(trace[l].heads, 0, 0));  // (NH, T, HS)
+    std::vector<double> norms, sums, diffs;
+    for (int64_t i = 0; i < T; ++i) {
+      const HeadSum hs =
+          head_sum_at(kernel::contiguous(kernel::select(heads, 1, i)), proj, 0);
+      for (const HeadChange& hc : hs.heads) norms.push_back(hc.norm);
+      double sn = 0;
+      for (double x : hs.sum) sn += x * x;
+      sums.push_back(std::sqrt(sn));
+      diffs.push_back(hs.max_abs_difference);
+    }
+    m.change_norm.push_back(std::move(norms));
+    m.change_sum_norm.push_back(std::move(sums));
+    m.change_difference.push_back(std::move(diffs));
   }
+  return m;
+}
+
+AttentionMap compute_seq2seq_attention(const nn::Seq2Seq& model, const std::vector<int32_t>& src,
+                                       const std::vector<std::string>& src_tokens,
+                                       const std::vector<int32_t>& tgt,
+                                       const std::vector<std::string>& tgt_tokens,
+                                       const std::string& which, const std::string& description) {
+  ATTEND_CHECK(which == "encoder" || which == "decoder" || which == "cross",
+               "--attention: expected encoder, decoder or cross, got '", which, "'");
+  const nn::Seq2SeqConfig& c = model.config;
+  AttentionMap m;
+  m.model = description;
+  m.n_layer = c.n_layer;
+  m.n_head = m.n_kv_head = c.n_head;
+  m.head_size = c.n_embd / c.n_head;
+  m.causal = which == "decoder";
+  m.kind = which == "encoder"   ? "bidirectional self-attention"
+           : which == "decoder" ? "causal self-attention"
+                                : "cross-attention";
+  const bool source_queries = which == "encoder";
+  m.ids = source_queries ? src : tgt;
+  m.tokens = source_queries ? src_tokens : tgt_tokens;
+  if (which == "cross") m.key_tokens = src_tokens;
+  NoGradGuard no_grad;
+  auto ids = [](const std::vector<int32_t>& v) {
+    return tensor(std::vector<double>(v.begin(), v.end()), {1, static_cast<int64_t>(v.size())},
+                  DType::I64);
+  };
+  nn::Seq2SeqTrace trace;
+  model.forward(ids(src), ids(tgt), Tensor(), &trace);
+  const auto& layers = which == "encoder"   ? trace.encoder
+                       : which == "decoder" ? trace.decoder
+                                            : trace.cross;
+  for (const nn::AttentionTrace& layer : layers) add_trace(m, layer);
   return m;
 }
 
@@ -115,7 +183,10 @@ std::vector<int64_t> pick(const std::vector<int64_t>& wanted, int64_t n, const c
   return wanted;
 }
 
-bool masked(const AttentionMap& m, int64_t i, int64_t j) { return m.causal && j > i; }
+bool masked(const AttentionMap& m, int64_t i, int64_t j) { return m.masked(i, j); }
+
+// Rounded for the page (the neuron view): 5 significant digits keep the JSON small.
+double short_number(double x) { return std::stod(fmt::format("{:.5g}", x)); }
 
 std::string fixed(int64_t units, int decimals) {
   const int64_t scale = static_cast<int64_t>(std::llround(std::pow(10.0, decimals)));
@@ -133,7 +204,17 @@ std::string colour(double w) {
 
 }  // namespace
 
-std::string attention_caption(int decimals, const std::string& convention) {
+std::string attention_caption(int decimals, const std::string& convention, bool causal) {
+  if (!causal) {
+    const bool col = convention == "column";
+    return fmt::format(
+        "{0} are query positions i, {1} are key positions j. Each {2} is a softmax over the keys, "
+        "so each {2} of true weights sums to 1. There is no mask here: every query sees every "
+        "key, earlier or later. Numbers are the weights rounded to {3} decimals by "
+        "largest-remainder rounding, so each {2}'s shown numbers add up to exactly 1. Colour "
+        "encodes the true weight.",
+        col ? "Columns" : "Rows", col ? "rows" : "columns", col ? "column" : "row", decimals);
+  }
   if (convention == "column")
     return fmt::format(
         "Columns are query positions i, rows are key positions j (column vectors, K^T Q). Each "
@@ -148,6 +229,18 @@ std::string attention_caption(int decimals, const std::string& convention) {
       "hatched grey. Numbers are the weights rounded to {} decimals by largest-remainder "
       "rounding, so each row's shown numbers add up to exactly 1. Colour encodes the true weight.",
       decimals);
+}
+
+HeadStats head_stats(const std::vector<double>& w, int64_t Tq, int64_t Tk, bool self) {
+  if (self) return head_stats(w, Tq);
+  HeadStats s;
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j) {
+      const double x = w[static_cast<size_t>(i * Tk + j)];
+      if (x > 0) s.entropy -= x * std::log(x);
+    }
+  s.entropy /= static_cast<double>(Tq);
+  return s;
 }
 
 HeadStats head_stats(const std::vector<double>& w, int64_t T) {
@@ -169,25 +262,38 @@ HeadStats head_stats(const std::vector<double>& w, int64_t T) {
 nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionSelection& sel) {
   nlohmann::ordered_json j;
   j["model"] = m.model;
+  j["kind"] = m.kind;
   j["convention"] =
-      "weights[i][j]: query position i (row) attends to key position j (column); rows sum to 1; "
-      "masked (future) entries are exactly 0";
-  j["caption"] = attention_caption(sel.decimals, "row");
-  j["caption_column"] = attention_caption(sel.decimals, "column");  // the HTML's toggle
+      std::string("weights[i][j]: query position i (row) attends to key position j (column); rows "
+                  "sum to 1; ") +
+      (m.causal ? "masked (future) entries are exactly 0" : "no mask");
+  j["caption"] = attention_caption(sel.decimals, "row", m.causal);
+  j["caption_column"] = attention_caption(sel.decimals, "column", m.causal);  // the toggle
   j["convention_initial"] = sel.convention;
   j["causal"] = m.causal;
   j["tokens"] = m.tokens;
+  if (!m.key_tokens.empty()) j["key_tokens"] = m.key_tokens;
   j["ids"] = m.ids;
   j["head_size"] = m.head_size;
   j["decimals"] = sel.decimals;
   j["scale"] = static_cast<int64_t>(std::llround(std::pow(10.0, sel.decimals)));
-  const int64_t T = m.T();
+  const int64_t T = m.T(), Tk = m.Tk(), HS = m.head_size;
   const double inv_root = 1.0 / std::sqrt(static_cast<double>(m.head_size));
   auto rows = [&](const std::vector<double>& v, double scale) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (int64_t i = 0; i < T; ++i) {
-      std::vector<double> r(v.begin() + i * T, v.begin() + (i + 1) * T);
+      std::vector<double> r(v.begin() + i * Tk, v.begin() + (i + 1) * Tk);
       for (double& x : r) x *= scale;
+      out.push_back(r);
+    }
+    return out;
+  };
+  auto vectors = [&](const std::vector<double>& v) {  // n x HS, 5 significant digits
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (size_t i = 0; i + static_cast<size_t>(HS) <= v.size(); i += static_cast<size_t>(HS)) {
+      std::vector<double> r(v.begin() + static_cast<std::ptrdiff_t>(i),
+                            v.begin() + static_cast<std::ptrdiff_t>(i) + HS);
+      for (double& x : r) x = short_number(x);
       out.push_back(r);
     }
     return out;
@@ -199,19 +305,40 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
       nlohmann::ordered_json hj;
       hj["head"] = h;
       hj["kv_head"] = h / (m.n_head / std::max<int64_t>(1, m.n_kv_head));
-      const HeadStats st = head_stats(m.weights[l][h], T);
-      hj["stats"] = {{"entropy", st.entropy}, {"diagonal", st.diagonal}, {"previous", st.previous}};
+      const bool self = m.key_tokens.empty();
+      const HeadStats st = head_stats(m.weights[l][h], T, Tk, self);
+      hj["stats"] = self ? nlohmann::ordered_json{{"entropy", st.entropy},
+                                                  {"diagonal", st.diagonal},
+                                                  {"previous", st.previous}}
+                         : nlohmann::ordered_json{{"entropy", st.entropy}};
       hj["weights"] = rows(m.weights[l][h], 1.0);
       nlohmann::ordered_json shown = nlohmann::ordered_json::array();
       for (int64_t i = 0; i < T; ++i)
-        shown.push_back(round_row(std::vector<double>(m.weights[l][h].begin() + i * T,
-                                                      m.weights[l][h].begin() + (i + 1) * T),
+        shown.push_back(round_row(std::vector<double>(m.weights[l][h].begin() + i * Tk,
+                                                      m.weights[l][h].begin() + (i + 1) * Tk),
                                   sel.decimals));
       hj["shown"] = shown;
       if (sel.scores) hj["scores"] = rows(m.scores[l][h], inv_root);
+      if (sel.vectors && l < static_cast<int64_t>(m.q.size())) {
+        hj["q"] = vectors(m.q[l][h]);
+        hj["k"] = vectors(m.k[l][h]);
+      }
+      if (l < static_cast<int64_t>(m.change_norm.size())) {
+        std::vector<double> norms;
+        for (int64_t i = 0; i < T; ++i)
+          norms.push_back(short_number(m.change_norm[l][static_cast<size_t>(i * m.n_head + h)]));
+        hj["change_norm"] = norms;  // per query position: |this head's change|
+      }
       heads.push_back(hj);
     }
-    layers.push_back({{"layer", l}, {"heads", heads}});
+    nlohmann::ordered_json lj{{"layer", l}, {"heads", heads}};
+    if (l < static_cast<int64_t>(m.change_sum_norm.size())) {
+      // Per query position: |sum of every head's change| and the largest difference
+      // between that sum and concat -> c_proj (rounding).
+      lj["change_sum_norm"] = m.change_sum_norm[l];
+      lj["change_difference"] = m.change_difference[l];
+    }
+    layers.push_back(lj);
   }
   j["layers"] = layers;
   return j;
@@ -229,16 +356,18 @@ std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel) 
     for (char ch : s) r += ch == '"' ? std::string("\"\"") : std::string(1, ch);
     return r + "\"";
   };
-  const int64_t T = m.T();
+  const int64_t T = m.T(), Tk = m.Tk();
   for (int64_t l : pick(sel.layers, m.n_layer, "layer"))
     for (int64_t h : pick(sel.heads, m.n_head, "head"))
-      for (int64_t a = 0; a < T; ++a)
-        for (int64_t b = 0; b < T; ++b) {
+      for (int64_t a = 0; a < (column ? Tk : T); ++a)
+        for (int64_t b = 0; b < (column ? T : Tk); ++b) {
           const int64_t i = column ? b : a, j = column ? a : b;  // query i, key j
-          o += fmt::format("{},{},{},{},{},{},{},{:.17g}", l, h, a, q(m.tokens[a]), b,
-                           q(m.tokens[b]), masked(m, i, j) ? 1 : 0, m.weights[l][h][i * T + j]);
+          const std::string& ta = column ? m.key_token(a) : m.tokens[a];
+          const std::string& tb = column ? m.tokens[b] : m.key_token(b);
+          o += fmt::format("{},{},{},{},{},{},{},{:.17g}", l, h, a, q(ta), b, q(tb),
+                           masked(m, i, j) ? 1 : 0, m.weights[l][h][i * Tk + j]);
           if (sel.scores)
-            o += fmt::format(",{:.17g}", m.scores[l][h][i * T + j] /
+            o += fmt::format(",{:.17g}", m.scores[l][h][i * Tk + j] /
                                              std::sqrt(static_cast<double>(m.head_size)));
           o += "\n";
         }
@@ -249,7 +378,7 @@ namespace {
 
 nlohmann::ordered_json transposed(const nlohmann::ordered_json& rows) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (size_t j = 0; j < rows.size(); ++j) {
+  for (size_t j = 0; !rows.empty() && j < rows[0].size(); ++j) {
     nlohmann::ordered_json col = nlohmann::ordered_json::array();
     for (size_t i = 0; i < rows.size(); ++i) col.push_back(rows[i][j]);
     out.push_back(col);
@@ -263,22 +392,28 @@ std::string attention_json(const AttentionMap& m, const AttentionSelection& sel)
   ATTEND_CHECK(sel.convention == "row" || sel.convention == "column",
                "attention: --convention must be row or column, got ", sel.convention);
   nlohmann::ordered_json j = attention_payload(m, sel);
-  const int64_t T = m.T(), HS = m.head_size;
+  const int64_t T = m.T(), Tk = m.Tk(), HS = m.head_size;
+  const std::string shapes_row =
+      T == Tk ? fmt::format("Q, K, V ({} x {})", T, HS)
+              : fmt::format("Q ({0} x {1}), K, V ({2} x {1})", T, HS, Tk);
+  const std::string shapes_col =
+      T == Tk ? fmt::format("Q, K, V ({} x {})", HS, T)
+              : fmt::format("Q ({0} x {1}), K, V ({0} x {2})", HS, T, Tk);
   if (sel.convention == "row") {
     j["formula"] = fmt::format(
-        "softmax(Q K^T / sqrt({0})) V: Q, K, V ({1} x {0}) one row per token; weights ({1} x {1}) "
-        "row i = query i",
-        HS, T);
+        "softmax(Q K^T / sqrt({0})) V: {1} one row per token; weights ({2} x {3}) row i = query i",
+        HS, shapes_row, T, Tk);
     return j.dump(1) + "\n";
   }
-  j["caption"] = attention_caption(sel.decimals, "column");
+  j["caption"] = attention_caption(sel.decimals, "column", m.causal);
   j["convention"] =
-      "weights[j][i]: key position j (row) is attended to by query position i (column); "
-      "columns sum to 1; masked (future) entries, below the diagonal, are exactly 0";
+      std::string("weights[j][i]: key position j (row) is attended to by query position i "
+                  "(column); columns sum to 1; ") +
+      (m.causal ? "masked (future) entries, below the diagonal, are exactly 0" : "no mask");
   j["formula"] = fmt::format(
-      "V softmax(K^T Q / sqrt({0})): Q, K, V ({0} x {1}) one column per token; weights ({1} x "
-      "{1}) column i = query i",
-      HS, T);
+      "V softmax(K^T Q / sqrt({0})): {1} one column per token; weights ({2} x {3}) column i = "
+      "query i",
+      HS, shapes_col, Tk, T);
   for (auto& layer : j["layers"])
     for (auto& head : layer["heads"])
       for (const char* key : {"weights", "shown", "scores"})
@@ -290,8 +425,9 @@ namespace {
 
 // The SVG's parts, each a function of the map and the layout.
 struct SvgLayout {
-  int64_t T = 0;
+  int64_t T = 0;  // the longer side
   double cell = 0, label_w = 110, top = 160, map = 0, gap = 40, panel_w = 0, panel_h = 0;
+  double map_w = 0, map_h = 0;  // the heatmap: columns x rows
   double W = 0, H = 0;
   bool numbers = false;
 };
@@ -307,10 +443,10 @@ std::string svg_head(const AttentionMap& m, const AttentionSelection& sel, const
       "<stop offset=\"0\" stop-color=\"{}\"/><stop offset=\"1\" stop-color=\"{}\"/>"
       "</linearGradient></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
       g.W, g.H, colour(0), colour(1));
-  s += "<text x=\"20\" y=\"24\" font-size=\"15\">attention weights: " + xml_escape(m.model) +
-       "</text>\n";
+  s += "<text x=\"20\" y=\"24\" font-size=\"15\">attention weights (" + xml_escape(m.kind) +
+       "): " + xml_escape(m.model) + "</text>\n";
   // The caption, a sentence a line.
-  std::string rest = attention_caption(sel.decimals, sel.convention);
+  std::string rest = attention_caption(sel.decimals, sel.convention, m.causal);
   for (int y = 40; !rest.empty(); y += 13) {
     size_t cut = rest.find(". ");
     cut = cut == std::string::npos ? rest.size() : cut + 1;
@@ -324,33 +460,36 @@ std::string svg_head(const AttentionMap& m, const AttentionSelection& sel, const
 // One heatmap: layer l, head h, its top-left cell at (ox, oy).
 std::string svg_panel(const AttentionMap& m, const AttentionSelection& sel, const SvgLayout& g,
                       int64_t l, int64_t h, double ox, double oy) {
-  const int64_t T = g.T;
+  const int64_t T = m.T(), Tk = m.Tk();
   const double cell = g.cell;
   // Row convention: query i is row i, key j column j. Column convention: transposed.
   const bool col = sel.convention == "column";
+  const int64_t across = col ? T : Tk, down = col ? Tk : T;
+  auto across_label = [&](int64_t t) { return col ? m.tokens[t] : m.key_token(t); };
+  auto down_label = [&](int64_t t) { return col ? m.key_token(t) : m.tokens[t]; };
   std::string s = fmt::format("<g class=\"heatmap\" data-layer=\"{}\" data-head=\"{}\">\n", l, h);
   s += fmt::format(
       "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"13\" font-weight=\"bold\">layer {}, head {}"
       "</text>\n<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}"
       "</text>\n<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">"
       "{}</text>\n",
-      ox, oy - g.top + 14, l, h, ox + g.map / 2, oy - g.top + 32,
+      ox, oy - g.top + 14, l, h, ox + g.map_w / 2, oy - g.top + 32,
       col ? "query position i (column)" : "key position j (column)", ox - g.label_w + 10,
-      oy + g.map / 2, col ? "key position j (row)" : "query position i (row)");
-  for (int64_t t = 0; t < T; ++t)
+      oy + g.map_h / 2, col ? "key position j (row)" : "query position i (row)");
+  for (int64_t t = 0; t < across; ++t)
     s += fmt::format(
         "<text transform=\"translate({:.1f},{:.1f}) rotate(-60)\" class=\"{}\">{}</text>\n",
         ox + (t + 0.5) * cell, oy - 4, col ? "query-label" : "key-label",
-        xml_escape(std::to_string(t) + " " + m.tokens[t]));
-  for (int64_t t = 0; t < T; ++t)
+        xml_escape(std::to_string(t) + " " + across_label(t)));
+  for (int64_t t = 0; t < down; ++t)
     s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" class=\"{}\">{}</text>\n",
                      ox - 4, oy + (t + 0.5) * cell + 4, col ? "key-label" : "query-label",
-                     xml_escape(m.tokens[t] + " " + std::to_string(t)));
+                     xml_escape(down_label(t) + " " + std::to_string(t)));
   for (int64_t i = 0; i < T; ++i) {
-    const std::vector<double> row(m.weights[l][h].begin() + i * T,
-                                  m.weights[l][h].begin() + (i + 1) * T);
+    const std::vector<double> row(m.weights[l][h].begin() + i * Tk,
+                                  m.weights[l][h].begin() + (i + 1) * Tk);
     const std::vector<int64_t> shown = round_row(row, sel.decimals);
-    for (int64_t j = 0; j < T; ++j) {
+    for (int64_t j = 0; j < Tk; ++j) {
       const bool mk = masked(m, i, j);
       const double x = static_cast<double>(col ? i : j), y = static_cast<double>(col ? j : i);
       s += fmt::format(
@@ -389,13 +528,16 @@ std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel) 
   const auto layers = pick(sel.layers, m.n_layer, "layer");
   const auto heads = pick(sel.heads, m.n_head, "head");
   SvgLayout g;
-  g.T = m.T();
+  g.T = std::max(m.T(), m.Tk());
   // Cells large enough for numbers readable on a slide (10-12 px) where they are shown.
   g.cell = g.T <= 16 ? 40 : g.T <= 32 ? 28 : 12;
   g.numbers = g.T <= 24;
-  g.map = g.cell * static_cast<double>(g.T);
-  g.panel_w = g.label_w + g.map + g.gap;
-  g.panel_h = g.top + g.map + g.gap;
+  const bool col = sel.convention == "column";
+  g.map_w = g.cell * static_cast<double>(col ? m.T() : m.Tk());
+  g.map_h = g.cell * static_cast<double>(col ? m.Tk() : m.T());
+  g.map = std::max(g.map_w, g.map_h);
+  g.panel_w = g.label_w + g.map_w + g.gap;
+  g.panel_h = g.top + g.map_h + g.gap;
   const auto cols = static_cast<double>(heads.size()), rows = static_cast<double>(layers.size());
   g.W = std::max(760.0, 40 + cols * g.panel_w + 90);
   g.H = 95 + rows * g.panel_h + 60;

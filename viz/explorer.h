@@ -1,9 +1,12 @@
 // The attention explorer behind `attend attention`: the attention weights of a model on a
 // prompt, and four views of them (CSV, JSON, SVG, self-contained HTML).
 //
-// Conventions, in every view: rows are query positions i, columns are key positions j.
-// The weights are the softmax output before dropout, in eval mode; masked (future) cells
-// are exactly 0 in the data and drawn hatched grey. Numbers written in cells are the true
+// Conventions, in every view: rows are query positions i, columns are key positions j
+// (`--convention column` transposes). The weights are the softmax output before dropout,
+// in eval mode; masked (future) cells are exactly 0 in the data and drawn hatched grey.
+// Besides a GPT's causal self-attention, a map can hold an encoder's bidirectional
+// self-attention (no mask) or a decoder's cross-attention (queries are the decoder's
+// tokens, keys the encoder's: Tq x Tk, not square), from nn::Seq2Seq. Numbers written in cells are the true
 // weights rounded to `decimals` places by largest-remainder rounding, so each row's shown
 // numbers add up to exactly 1; colour encodes the true weight.
 #pragma once
@@ -15,13 +18,16 @@
 
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
+#include "nn/seq2seq.h"
 
 namespace attend::viz {
 
 struct AttentionMap {
   std::string model;  // a one-line description
+  std::string kind = "causal self-attention";  // or "bidirectional self-attention", "cross-attention"
   std::vector<int32_t> ids;
-  std::vector<std::string> tokens;  // display text: whitespace made visible
+  std::vector<std::string> tokens;  // the queries' tokens; display text: whitespace made visible
+  std::vector<std::string> key_tokens;  // cross-attention: the keys' tokens; empty: `tokens`
   int64_t n_layer = 0, n_head = 0, head_size = 0;
   int64_t n_kv_head = 0;  // query head h reads key/value head h / (n_head / n_kv_head)
   bool causal = true;
@@ -29,7 +35,21 @@ struct AttentionMap {
   std::vector<std::vector<std::vector<double>>> weights;
   std::vector<std::vector<std::vector<double>>>
       scores;  // q_i . k_j, before / sqrt(HS) and the mask
-  int64_t T() const { return static_cast<int64_t>(tokens.size()); }
+  // [layer][head] -> Tq*HS queries and Tk*HS keys (the key/value head the head reads):
+  // the neuron view, q_i . k_j = sum_d q_i[d] k_j[d].
+  std::vector<std::vector<std::vector<double>>> q, k;
+  // [layer] -> Tq*NH: the norm of each head's change to the residual stream at each
+  // position (value up times its weighted values; see head_sum.h), and [layer] -> Tq: the
+  // largest |difference| between the heads' changes summed and concat -> c_proj. GPT only.
+  std::vector<std::vector<double>> change_norm, change_sum_norm, change_difference;
+  int64_t T() const { return static_cast<int64_t>(tokens.size()); }  // queries, Tq
+  int64_t Tk() const {
+    return key_tokens.empty() ? T() : static_cast<int64_t>(key_tokens.size());
+  }
+  const std::string& key_token(int64_t j) const {
+    return key_tokens.empty() ? tokens[static_cast<size_t>(j)] : key_tokens[static_cast<size_t>(j)];
+  }
+  bool masked(int64_t i, int64_t j) const { return causal && j > i + (Tk() - T()); }
 };
 
 // "GPT: 4 layers, 4 heads (4 key/value heads), C 128, V 65, tokenizer char".
@@ -39,6 +59,16 @@ std::string describe(const nn::GPTConfig& config, const std::string& tokenizer);
 // Throws if the prompt is empty or longer than block_size (giving both numbers).
 AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tokenizer,
                                const std::string& prompt);
+
+// An encoder-decoder's attention on a source and a target (teacher-forced): `which` is
+// "encoder" (bidirectional self-attention over the source), "decoder" (causal
+// self-attention over the target) or "cross" (target queries, source keys). Tokens are
+// the display texts of the ids. Throws naming --attention for another `which`.
+AttentionMap compute_seq2seq_attention(const nn::Seq2Seq& model, const std::vector<int32_t>& src,
+                                       const std::vector<std::string>& src_tokens,
+                                       const std::vector<int32_t>& tgt,
+                                       const std::vector<std::string>& tgt_tokens,
+                                       const std::string& which, const std::string& description);
 
 // Largest-remainder rounding of a row that sums to 1: integer units of 10^-decimals that
 // sum to exactly 10^decimals. Each weight gets floor(w * 10^d); the units left go to the
@@ -52,11 +82,12 @@ std::string display_token(const std::string& bytes);
 struct AttentionSelection {
   std::vector<int64_t> layers, heads;  // empty: all
   int decimals = 2;
-  bool scores = false;  // CSV/JSON: include the scores
+  bool scores = false;   // CSV/JSON: include the scores
   // CSV/JSON/SVG: "column" writes the column-vector convention (3Blue1Brown's K^T Q): the
   // same weights transposed, keys as rows and queries as columns, columns summing to 1.
   // "row" (the default): softmax(Q K^T) with queries as rows, as books and code write it.
   std::string convention = "row";
+  bool vectors = false;  // JSON: include each head's q and k vectors (the HTML always does)
 };
 
 // One head's habits over the prompt's queries (means over query rows i):
@@ -67,13 +98,16 @@ struct HeadStats {
   double entropy = 0, diagonal = 0, previous = 0;
 };
 HeadStats head_stats(const std::vector<double>& weights, int64_t T);
+// Cross-attention (Tq x Tk): the entropy only (no own position, no previous token).
+HeadStats head_stats(const std::vector<double>& weights, int64_t Tq, int64_t Tk, bool self);
 
 // The JSON payload of the JSON view and the HTML page: model, convention, caption,
 // tokens, ids, head_size, decimals, scale, and per selected layer and head the weights,
 // the shown (rounded) numbers in units of 10^-decimals and, when asked, the scores
 // q.k/sqrt(HS) before the mask. Throws naming --layer or --head out of range.
 nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionSelection& sel);
-std::string attention_caption(int decimals, const std::string& convention = "row");
+std::string attention_caption(int decimals, const std::string& convention = "row",
+                              bool causal = true);
 
 std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel);
 std::string attention_json(const AttentionMap& m, const AttentionSelection& sel);

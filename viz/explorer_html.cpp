@@ -13,7 +13,8 @@ const char* kPage =
 
 std::string attention_html(const AttentionMap& m, const AttentionSelection& sel) {
   AttentionSelection all = sel;
-  all.scores = true;  // the page explains each weight from its score
+  all.scores = true;   // the page explains each weight from its score
+  all.vectors = true;  // and each score from its q and k (the neuron view)
   std::string data = attention_payload(m, all).dump();
   // Keep "</script>" out of the embedded data.
   for (size_t p = 0; (p = data.find("</", p)) != std::string::npos; p += 3)

@@ -26,18 +26,23 @@ HeadSum head_sum(const nn::GPT& model, const data::Tokenizer& tok, const std::st
   std::vector<double> idv(ids.begin(), ids.end());
   std::vector<nn::AttentionTrace> trace;
   model.forward(tensor(idv, {1, T}, DType::I64), Tensor(), &trace);
-  const int64_t NH = c.n_head, HS = c.n_embd / NH, C = c.n_embd;
   // The heads' outputs at the position: (NH, HS), and the concatenation (1, C) in f32.
   const Tensor heads = kernel::contiguous(
       kernel::select(kernel::select(trace[static_cast<size_t>(layer)].heads, 0, 0), 1, position));
-  const std::vector<double> hv = kernel::cast(heads, DType::F64).to_vector<double>();
   const nn::Linear& proj = *(*model.transformer->h)[static_cast<size_t>(layer)].attn->c_proj;
+  HeadSum s = head_sum_at(heads, proj, top_k);
+  s.layer = layer, s.position = position;
+  s.token = display_token(tok.decode({ids[static_cast<size_t>(position)]}));
+  return s;
+}
+
+HeadSum head_sum_at(const Tensor& heads, const nn::Linear& proj, int top_k) {
+  const int64_t NH = heads.size(0), HS = heads.size(1), C = NH * HS;
+  const std::vector<double> hv = kernel::cast(heads, DType::F64).to_vector<double>();
   const std::vector<double> w =
       kernel::cast(proj.weight, DType::F64).to_vector<double>();  // (C, C)
 
   HeadSum s;
-  s.layer = layer, s.position = position;
-  s.token = display_token(tok.decode({ids[static_cast<size_t>(position)]}));
   s.sum.assign(static_cast<size_t>(C), 0.0);
   for (int64_t h = 0; h < NH; ++h) {
     HeadChange hc;
