@@ -1,7 +1,7 @@
 // `attend attention`: the attention weights of a prompt as an HTML explorer, SVG
 // heatmaps, CSV or JSON (viz/explorer.h).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -45,13 +45,12 @@ viz::AttentionMap toy_map(const AttentionArgs& a) {
   std::fprintf(stderr, "training the toy %s model (%lld steps)...\n", a.toy.c_str(),
                static_cast<long long>(o.steps));
   const train::ToyModel toy = train::train_toy(o);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string answer = train::toy_decode(toy, a.prompt);
   const std::string expected = train::toy_answer(a.toy, a.prompt);
-  std::printf("toy %s model: %lld steps in %.1f s, loss %.4f; '%s' -> '%s' (%s)\n",
-              a.toy.c_str(), static_cast<long long>(o.steps), secs, toy.final_loss,
-              a.prompt.c_str(), answer.c_str(),
+  std::printf("toy %s model: %lld steps in %.1f s, loss %.4f; '%s' -> '%s' (%s)\n", a.toy.c_str(),
+              static_cast<long long>(o.steps), secs, toy.final_loss, a.prompt.c_str(),
+              answer.c_str(),
               answer == expected ? "right" : ("expected '" + expected + "'").c_str());
   std::vector<std::string> src_tokens, tgt_tokens;
   for (char ch : a.prompt) src_tokens.emplace_back(1, ch);

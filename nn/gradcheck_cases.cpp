@@ -105,9 +105,8 @@ std::vector<GradcheckCase> make_cases() {
                      const Tensor src = tensor({1, 4, 0, 6, 2, 2, 5, 3}, {2, 4}, DType::I64);
                      const Tensor tgt = tensor({0, 3, 1, 6, 6, 2}, {2, 3}, DType::I64);
                      const Tensor y = tensor({3, 1, 5, 6, 2, 0}, {2, 3}, DType::I64);
-                     return check_module(m, {}, g, [&](const Inputs&) {
-                       return m.forward(src, tgt, y).loss;
-                     });
+                     return check_module(
+                         m, {}, g, [&](const Inputs&) { return m.forward(src, tgt, y).loss; });
                    }});
   cases.push_back({"nn.GPT.loss", "2 layers, V 11, C 8, (2,5) tokens", [](uint64_t seed) {
                      Generator g(seed);

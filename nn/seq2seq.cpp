@@ -69,8 +69,8 @@ Seq2Seq::Seq2Seq(const Seq2SeqConfig& c, uint64_t seed) : config((c.validate(), 
     if (p.dim() >= 2)
       normal_(p, 0.0, is_proj ? proj_std : 0.02, gen);
     else
-      kernel::fill_(p, name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 ? 1.0
-                                                                                          : 0.0);
+      kernel::fill_(
+          p, name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 ? 1.0 : 0.0);
   }
 }
 
@@ -79,8 +79,8 @@ GPTOutput Seq2Seq::forward(const Tensor& src, const Tensor& tgt, const Tensor& t
   for (const Tensor* t : {&src, &tgt}) {
     ATTEND_CHECK(t->dim() == 2 && is_integer(t->dtype()),
                  "Seq2Seq: expected token ids of shape (B, T), got ", shape_str(t->shape()));
-    ATTEND_CHECK(t->size(1) >= 1 && t->size(1) <= config.block_size, "Seq2Seq: length ",
-                 t->size(1), " is outside [1, block_size ", config.block_size, "]");
+    ATTEND_CHECK(t->size(1) >= 1 && t->size(1) <= config.block_size, "Seq2Seq: length ", t->size(1),
+                 " is outside [1, block_size ", config.block_size, "]");
     Tensor ids = kernel::cast(*t, DType::I64);
     const int64_t* p = ids.data<int64_t>();
     for (int64_t i = 0; i < ids.numel(); ++i)
@@ -96,13 +96,12 @@ GPTOutput Seq2Seq::forward(const Tensor& src, const Tensor& tgt, const Tensor& t
     trace->decoder.assign(L, AttentionTrace());
     trace->cross.assign(L, AttentionTrace());
   }
-  Tensor e = add(wte->forward(src), wpe_enc->forward(arange(0, static_cast<double>(Ts), 1,
-                                                              DType::I64)));
-  for (size_t l = 0; l < L; ++l)
-    e = (*encoder)[l].forward(e, trace ? &trace->encoder[l] : nullptr);
+  Tensor e =
+      add(wte->forward(src), wpe_enc->forward(arange(0, static_cast<double>(Ts), 1, DType::I64)));
+  for (size_t l = 0; l < L; ++l) e = (*encoder)[l].forward(e, trace ? &trace->encoder[l] : nullptr);
   e = ln_enc->forward(e);
-  Tensor d = add(wte->forward(tgt), wpe_dec->forward(arange(0, static_cast<double>(Tt), 1,
-                                                              DType::I64)));
+  Tensor d =
+      add(wte->forward(tgt), wpe_dec->forward(arange(0, static_cast<double>(Tt), 1, DType::I64)));
   for (size_t l = 0; l < L; ++l)
     d = (*decoder)[l].forward(d, e, trace ? &trace->decoder[l] : nullptr,
                               trace ? &trace->cross[l] : nullptr);

@@ -21,8 +21,8 @@ Tensor ids_tensor(const std::vector<int32_t>& ids, int64_t B, int64_t T) {
 }  // namespace
 
 std::string toy_answer(const std::string& task, const std::string& source) {
-  ATTEND_CHECK(task == "copy" || task == "reverse", "--toy: expected copy or reverse, got '",
-               task, "'");
+  ATTEND_CHECK(task == "copy" || task == "reverse", "--toy: expected copy or reverse, got '", task,
+               "'");
   return task == "copy" ? source : std::string(source.rbegin(), source.rend());
 }
 
@@ -56,7 +56,8 @@ ToyModel train_toy(const ToyOptions& o) {
   int64_t counted = 0;
   for (int64_t step = 0; step < o.steps; ++step) {
     Generator gen(o.seed * 1000003 + static_cast<uint64_t>(step));
-    const int64_t T = static_cast<int64_t>(randint({1}, kToyMinLength, kToyMaxLength + 1, gen).item());
+    const int64_t T =
+        static_cast<int64_t>(randint({1}, kToyMinLength, kToyMaxLength + 1, gen).item());
     const Tensor letters = kernel::cast(randint({o.batch_size, T}, 0, kAlphabet, gen), DType::I64);
     const int64_t* p = letters.data<int64_t>();
     std::vector<int32_t> src, tgt, out;
@@ -71,11 +72,11 @@ ToyModel train_toy(const ToyOptions& o) {
       out.insert(out.end(), a.begin(), a.end());
     }
     toy.model->zero_grad();
-    const Tensor loss = toy.model
-                            ->forward(ids_tensor(src, o.batch_size, T),
-                                      ids_tensor(tgt, o.batch_size, T),
-                                      ids_tensor(out, o.batch_size, T))
-                            .loss;
+    const Tensor loss =
+        toy.model
+            ->forward(ids_tensor(src, o.batch_size, T), ids_tensor(tgt, o.batch_size, T),
+                      ids_tensor(out, o.batch_size, T))
+            .loss;
     loss.backward();
     // Linear warmup over the first 50 steps, then constant.
     opt.step(o.learning_rate * std::min(1.0, static_cast<double>(step + 1) / 50.0));

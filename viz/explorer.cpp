@@ -96,8 +96,7 @@ AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
     const Tensor heads = kernel::contiguous(kernel::select(trace[l].heads, 0, 0));  // (NH, T, HS)
     std::vector<double> norms, sums, diffs;
     for (int64_t i = 0; i < T; ++i) {
-      const HeadSum hs =
-          head_sum_at(kernel::contiguous(kernel::select(heads, 1, i)), proj, 0);
+      const HeadSum hs = head_sum_at(kernel::contiguous(kernel::select(heads, 1, i)), proj, 0);
       for (const HeadChange& hc : hs.heads) norms.push_back(hc.norm);
       double sn = 0;
       for (double x : hs.sum) sn += x * x;
@@ -264,8 +263,9 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
   j["model"] = m.model;
   j["kind"] = m.kind;
   j["convention"] =
-      std::string("weights[i][j]: query position i (row) attends to key position j (column); rows "
-                  "sum to 1; ") +
+      std::string(
+          "weights[i][j]: query position i (row) attends to key position j (column); rows "
+          "sum to 1; ") +
       (m.causal ? "masked (future) entries are exactly 0" : "no mask");
   j["caption"] = attention_caption(sel.decimals, "row", m.causal);
   j["caption_column"] = attention_caption(sel.decimals, "column", m.causal);  // the toggle
@@ -393,12 +393,12 @@ std::string attention_json(const AttentionMap& m, const AttentionSelection& sel)
                "attention: --convention must be row or column, got ", sel.convention);
   nlohmann::ordered_json j = attention_payload(m, sel);
   const int64_t T = m.T(), Tk = m.Tk(), HS = m.head_size;
-  const std::string shapes_row =
-      T == Tk ? fmt::format("Q, K, V ({} x {})", T, HS)
-              : fmt::format("Q ({0} x {1}), K, V ({2} x {1})", T, HS, Tk);
-  const std::string shapes_col =
-      T == Tk ? fmt::format("Q, K, V ({} x {})", HS, T)
-              : fmt::format("Q ({0} x {1}), K, V ({0} x {2})", HS, T, Tk);
+  const std::string shapes_row = T == Tk
+                                     ? fmt::format("Q, K, V ({} x {})", T, HS)
+                                     : fmt::format("Q ({0} x {1}), K, V ({2} x {1})", T, HS, Tk);
+  const std::string shapes_col = T == Tk
+                                     ? fmt::format("Q, K, V ({} x {})", HS, T)
+                                     : fmt::format("Q ({0} x {1}), K, V ({0} x {2})", HS, T, Tk);
   if (sel.convention == "row") {
     j["formula"] = fmt::format(
         "softmax(Q K^T / sqrt({0})) V: {1} one row per token; weights ({2} x {3}) row i = query i",
@@ -407,8 +407,9 @@ std::string attention_json(const AttentionMap& m, const AttentionSelection& sel)
   }
   j["caption"] = attention_caption(sel.decimals, "column", m.causal);
   j["convention"] =
-      std::string("weights[j][i]: key position j (row) is attended to by query position i "
-                  "(column); columns sum to 1; ") +
+      std::string(
+          "weights[j][i]: key position j (row) is attended to by query position i "
+          "(column); columns sum to 1; ") +
       (m.causal ? "masked (future) entries, below the diagonal, are exactly 0" : "no mask");
   j["formula"] = fmt::format(
       "V softmax(K^T Q / sqrt({0})): {1} one column per token; weights ({2} x {3}) column i = "

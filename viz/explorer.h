@@ -6,8 +6,8 @@
 // in eval mode; masked (future) cells are exactly 0 in the data and drawn hatched grey.
 // Besides a GPT's causal self-attention, a map can hold an encoder's bidirectional
 // self-attention (no mask) or a decoder's cross-attention (queries are the decoder's
-// tokens, keys the encoder's: Tq x Tk, not square), from nn::Seq2Seq. Numbers written in cells are the true
-// weights rounded to `decimals` places by largest-remainder rounding, so each row's shown
+// tokens, keys the encoder's: Tq x Tk, not square), from nn::Seq2Seq. Numbers written in cells are
+// the true weights rounded to `decimals` places by largest-remainder rounding, so each row's shown
 // numbers add up to exactly 1; colour encodes the true weight.
 #pragma once
 
@@ -24,7 +24,8 @@ namespace attend::viz {
 
 struct AttentionMap {
   std::string model;  // a one-line description
-  std::string kind = "causal self-attention";  // or "bidirectional self-attention", "cross-attention"
+  std::string kind =
+      "causal self-attention";  // or "bidirectional self-attention", "cross-attention"
   std::vector<int32_t> ids;
   std::vector<std::string> tokens;  // the queries' tokens; display text: whitespace made visible
   std::vector<std::string> key_tokens;  // cross-attention: the keys' tokens; empty: `tokens`
@@ -43,9 +44,7 @@ struct AttentionMap {
   // largest |difference| between the heads' changes summed and concat -> c_proj. GPT only.
   std::vector<std::vector<double>> change_norm, change_sum_norm, change_difference;
   int64_t T() const { return static_cast<int64_t>(tokens.size()); }  // queries, Tq
-  int64_t Tk() const {
-    return key_tokens.empty() ? T() : static_cast<int64_t>(key_tokens.size());
-  }
+  int64_t Tk() const { return key_tokens.empty() ? T() : static_cast<int64_t>(key_tokens.size()); }
   const std::string& key_token(int64_t j) const {
     return key_tokens.empty() ? tokens[static_cast<size_t>(j)] : key_tokens[static_cast<size_t>(j)];
   }
@@ -82,7 +81,7 @@ std::string display_token(const std::string& bytes);
 struct AttentionSelection {
   std::vector<int64_t> layers, heads;  // empty: all
   int decimals = 2;
-  bool scores = false;   // CSV/JSON: include the scores
+  bool scores = false;  // CSV/JSON: include the scores
   // CSV/JSON/SVG: "column" writes the column-vector convention (3Blue1Brown's K^T Q): the
   // same weights transposed, keys as rows and queries as columns, columns summing to 1.
   // "row" (the default): softmax(Q K^T) with queries as rows, as books and code write it.

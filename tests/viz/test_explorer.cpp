@@ -13,6 +13,7 @@
 #include "tensor/kernels.h"
 #include "tensor/random.h"
 #include "test_util.h"
+#include "train/toy.h"
 #include "viz/explorer.h"
 #include "viz/head_sum.h"
 #include "viz/plot.h"
@@ -187,6 +188,42 @@ TEST_CASE("CSV and JSON carry the raw weights with their token labels") {
   CHECK(js.find("query position i (row)") != std::string::npos);
 }
 
+namespace {
+
+// Headless Chromium: the page's DOM after its scripts ran ("" with a skip when Chromium is
+// missing) and a screenshot beside it in the build folder.
+struct Browser {
+  std::string exe, flags;
+  bool ok = false;
+  Browser() {
+    const char* chromium = std::getenv("ATTEND_CHROMIUM");
+    exe = chromium ? chromium : "/usr/bin/chromium";
+    ok = fs::exists(exe);
+    flags =
+        " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+        "--disable-background-networking --disable-component-update --disable-sync "
+        "--user-data-dir=" +
+        (fs::path(ATTEND_BUILD_DIR) / "chromium-profile").string();
+  }
+  std::string dom(const fs::path& page) const {
+    const fs::path out = page.string() + ".dom";
+    REQUIRE(std::system((exe + flags + " --dump-dom file://" + page.string() + " > " +
+                         out.string() + " 2>/dev/null")
+                            .c_str()) == 0);
+    std::ifstream in(out);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  void screenshot(const fs::path& page, const fs::path& png, const std::string& size) const {
+    std::system((exe + flags + " --window-size=" + size + " --screenshot=" + png.string() +
+                 " file://" + page.string() + " > /dev/null 2>&1")
+                    .c_str());
+    CHECK(fs::exists(png));
+    MESSAGE("screenshot: ", png.string());
+  }
+};
+
+}  // namespace
+
 TEST_CASE("the HTML runs in headless Chromium without script errors") {
   Fixture f;
   AttentionMap m = compute_attention(f.model, *f.tok, "a cab.\nfed bad dog");
@@ -223,6 +260,8 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
   CHECK(page.find("reads key/value head 0, shared") != std::string::npos);  // GQA label
   CHECK(page.find("weight on the previous token") != std::string::npos);    // head stats
   CHECK(page.find("key position j (column)") != std::string::npos);
+  CHECK(page.find("Neuron view: which dimensions make the score") != std::string::npos);
+  CHECK(page.find("What each head adds at position") != std::string::npos);
   // The same page opened in the column convention (--convention column: the toggle's
   // initial state): queries along the top, and the formula and caption follow.
   AttentionSelection col;
@@ -426,4 +465,176 @@ TEST_CASE("head statistics: entropy, own-position and previous-token shares") {
   CHECK(u.entropy == doctest::Approx((0 + std::log(2.0) + std::log(3.0)) / 3).epsilon(1e-12));
   CHECK(u.diagonal == doctest::Approx((1 + 0.5 + 1.0 / 3) / 3).epsilon(1e-12));
   CHECK(u.previous == doctest::Approx((0.5 + 1.0 / 3) / 2).epsilon(1e-12));
+}
+
+TEST_CASE("neuron view: each score is the sum over dimensions of q_i[d] k_j[d] (GQA model)") {
+  // #11 item 5: the chain panel's q_i and k_j. The map's q and k are the model's own (its
+  // trace), so their dot product must give the model's score: f32 GEMM against a sum in
+  // double over HS = 4 terms, equal to f32 rounding.
+  Fixture f;
+  const AttentionMap m = compute_attention(f.model, *f.tok, "to be or not");
+  const int64_t T = m.T(), HS = m.head_size;
+  REQUIRE(m.q.size() == 2);
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t h = 0; h < m.n_head; ++h) {
+      REQUIRE(m.q[l][h].size() == static_cast<size_t>(T * HS));
+      REQUIRE(m.k[l][h].size() == static_cast<size_t>(T * HS));
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          double dot = 0, mag = 0;
+          for (int64_t d = 0; d < HS; ++d) {
+            dot += m.q[l][h][i * HS + d] * m.k[l][h][j * HS + d];
+            mag += std::abs(m.q[l][h][i * HS + d] * m.k[l][h][j * HS + d]);
+          }
+          CHECK(std::abs(dot - m.scores[l][h][i * T + j]) <= 1e-6 * mag + 1e-12);
+        }
+    }
+  // Heads 0 and 1 share key/value head 0 (n_kv_head 2): the same keys.
+  CHECK(m.k[0][0] == m.k[0][1]);
+  CHECK(m.k[0][1] != m.k[0][2]);
+  // The JSON carries them with --scores (5 significant digits).
+  AttentionSelection sel;
+  sel.vectors = true;
+  const auto j = nlohmann::json::parse(attention_json(m, sel));
+  CHECK(j["layers"][0]["heads"][2]["q"].size() == static_cast<size_t>(T));
+  CHECK(j["layers"][0]["heads"][2]["k"][0].size() == static_cast<size_t>(HS));
+  CHECK(j["layers"][1]["heads"][3]["q"][4][1].get<double>() ==
+        doctest::Approx(m.q[1][3][4 * HS + 1]).epsilon(1e-4));
+}
+
+TEST_CASE("what each head adds at every position equals head_sum's, and sums to concat") {
+  // The explorer's per-position panel comes from the same trace as `--position`.
+  Fixture f;
+  const std::string prompt = "hello, world";
+  const AttentionMap m = compute_attention(f.model, *f.tok, prompt);
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t i = 0; i < m.T(); ++i) {
+      const HeadSum s = head_sum(f.model, *f.tok, prompt, l, i);
+      for (int64_t h = 0; h < m.n_head; ++h)
+        CHECK(m.change_norm[l][i * m.n_head + h] == s.heads[h].norm);  // the same computation
+      CHECK(m.change_difference[l][i] == s.max_abs_difference);
+      CHECK(m.change_difference[l][i] < 1e-6);
+    }
+  const auto j = nlohmann::json::parse(attention_json(m, {}));
+  CHECK(j["layers"][1]["change_sum_norm"].size() == static_cast<size_t>(m.T()));
+  CHECK(j["layers"][1]["heads"][0]["change_norm"].size() == static_cast<size_t>(m.T()));
+}
+
+TEST_CASE("cross-attention maps are Tq x Tk: rows sum to 1, no mask, transposition exact") {
+  // An untrained encoder-decoder with a 5-token source and a 3-token target: the views
+  // must not assume a square map.
+  nn::Seq2Seq s2s({7, 8, 1, 2, 8}, 4);
+  s2s.eval();
+  const std::vector<int32_t> src{1, 4, 0, 6, 2}, tgt{3, 5, 5};
+  const std::vector<std::string> st{"a", "b", "c", "d", "e"}, tt{"X", "Y", "Z"};
+  const AttentionMap m = compute_seq2seq_attention(s2s, src, st, tgt, tt, "cross", "toy");
+  CHECK(m.kind == "cross-attention");
+  CHECK_FALSE(m.causal);
+  CHECK(m.T() == 3);
+  CHECK(m.Tk() == 5);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 3; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < 5; ++j) {
+        CHECK(m.weights[0][h][i * 5 + j] > 0);  // nothing masked
+        sum += m.weights[0][h][i * 5 + j];
+      }
+      CHECK(sum == doctest::Approx(1.0).epsilon(1e-6));
+    }
+  AttentionSelection row, col;
+  row.scores = col.scores = true;
+  col.convention = "column";
+  const auto jr = nlohmann::json::parse(attention_json(m, row));
+  const auto jc = nlohmann::json::parse(attention_json(m, col));
+  CHECK(jr["key_tokens"] == nlohmann::json(st));
+  CHECK(jr["kind"] == "cross-attention");
+  CHECK(jr["formula"].get<std::string>().find("weights (3 x 5)") != std::string::npos);
+  CHECK(jc["formula"].get<std::string>().find("weights (5 x 3)") != std::string::npos);
+  CHECK(jr["caption"].get<std::string>().find("There is no mask here") != std::string::npos);
+  for (const char* key : {"weights", "shown", "scores"}) {
+    REQUIRE(jc["layers"][0]["heads"][1][key].size() == 5);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 5; ++j)
+        CHECK(jr["layers"][0]["heads"][1][key][i][j] == jc["layers"][0]["heads"][1][key][j][i]);
+  }
+  const std::string csv = attention_csv(m, {});
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 2 * 3 * 5);
+  CHECK(csv.find("0,1,2,\"Z\",4,\"e\",0,") != std::string::npos);
+  for (const char* conv : {"row", "column"}) {
+    AttentionSelection sel;
+    sel.convention = conv;
+    const std::string svg = attention_svg(m, sel);
+    CHECK(xml_problem(svg) == "");
+    CHECK(svg.find("fill=\"url(#hatch)\" stroke=\"white\"") ==
+          std::string::npos);  // no cell masked
+    CHECK(svg.find("cross-attention") != std::string::npos);
+  }
+  // The encoder's self-attention is bidirectional: weight above the diagonal.
+  const AttentionMap e = compute_seq2seq_attention(s2s, src, st, tgt, tt, "encoder", "toy");
+  CHECK(e.kind == "bidirectional self-attention");
+  CHECK(e.T() == 5);
+  CHECK(e.weights[0][0][0 * 5 + 4] > 0);
+  const AttentionMap d = compute_seq2seq_attention(s2s, src, st, tgt, tt, "decoder", "toy");
+  CHECK(d.causal);
+  CHECK(d.weights[0][0][0 * 3 + 2] == 0.0);  // the future is exactly 0
+  test::check_error([&] { compute_seq2seq_attention(s2s, src, st, tgt, tt, "both", "toy"); },
+                    "--attention: expected encoder, decoder or cross, got 'both'");
+}
+
+TEST_CASE(
+    "the toy encoder-decoder learns to reverse and its cross-attention is the anti-diagonal") {
+  // #11 item 5: a cross-attention / bidirectional view from a model that learned something.
+  // Deterministic training (Philox batches, fixed seed): 1500 steps, ~10 s on 2 threads.
+  train::ToyOptions o;
+  o.task = "reverse";
+  const train::ToyModel toy = train::train_toy(o);
+  MESSAGE("toy reverse loss after 1500 steps: ", toy.final_loss);
+  CHECK(toy.final_loss < 0.05);
+  int right = 0;
+  const std::vector<std::string> held_out{"abcdef", "lkj", "gabled", "hhhaai", "fedlcbak"};
+  for (const std::string& s : held_out)
+    right += train::toy_decode(toy, s) == train::toy_answer("reverse", s);
+  CHECK(right == static_cast<int>(held_out.size()));
+  // Its cross-attention on "abcdef": some head of the last layer puts each output
+  // position's largest weight on the mirrored source letter (t -> 5 - t).
+  const std::string src = "gabled";
+  const std::vector<int32_t> ids = train::toy_encode(src, "--prompt");
+  const std::string answer = train::toy_decode(toy, src);
+  std::vector<int32_t> tgt{12};
+  for (size_t t = 0; t + 1 < answer.size(); ++t)
+    tgt.push_back(static_cast<int32_t>(std::string(train::kToyAlphabet).find(answer[t])));
+  std::vector<std::string> st, tt;
+  for (char ch : src) st.emplace_back(1, ch);
+  for (size_t t = 0; t < tgt.size(); ++t) tt.push_back(std::to_string(t));
+  const AttentionMap m =
+      compute_seq2seq_attention(*toy.model, ids, st, tgt, tt, "cross", "toy reverse");
+  const int64_t T = m.T(), last = m.n_layer - 1;
+  int mirrored_heads = 0;
+  for (int64_t h = 0; h < m.n_head; ++h) {
+    bool all = true;
+    for (int64_t i = 0; i < T; ++i) {
+      const auto& w = m.weights[last][h];
+      const auto row = w.begin() + i * T;
+      all = all && std::max_element(row, row + T) - row == T - 1 - i;
+    }
+    mirrored_heads += all;
+  }
+  CHECK(mirrored_heads >= 1);
+  // The page: cross-attention, no mask, its neuron view; a screenshot to look at.
+  const fs::path page = fs::path(ATTEND_BUILD_DIR) / "attention_toy_cross.html";
+  std::ofstream(page) << attention_html(m, {});
+  Browser b;
+  if (!b.ok) {
+    test::skip("Chromium not found at " + b.exe);
+    return;
+  }
+  const std::string dom = b.dom(page);
+  CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
+  CHECK(dom.find("Attention weights: cross-attention") != std::string::npos);
+  CHECK(dom.find("no mask: every query sees every key") != std::string::npos);
+  CHECK(dom.find("none: every key is kept") != std::string::npos);
+  CHECK(dom.find("Neuron view") != std::string::npos);
+  CHECK(dom.find("class=\"w masked\" data-i=\"0\"") == std::string::npos);  // no cell masked
+  CHECK(dom.find("<td class=\"w\" data-i=\"0\" data-j=\"5\"") != std::string::npos);
+  b.screenshot(page, fs::path(ATTEND_BUILD_DIR) / "attention_toy_cross.png", "1400,1000");
 }
