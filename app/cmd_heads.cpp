@@ -17,7 +17,7 @@ namespace attend::cli {
 namespace {
 
 struct HeadsArgs {
-  std::string checkpoint, data, csv, svg;
+  std::string checkpoint, data, csv, svg, html;
   int64_t batches = 20, batch_size = 8;
 };
 
@@ -33,6 +33,7 @@ int run_heads(const HeadsArgs& a) {
   std::fputs(viz::ablation_text(t).c_str(), stdout);
   if (!a.csv.empty()) write_file_atomic(a.csv, viz::ablation_csv(t));
   if (!a.svg.empty()) write_file_atomic(a.svg, viz::ablation_svg(t));
+  if (!a.html.empty()) write_file_atomic(a.html, viz::ablation_html(t));
   return 0;
 }
 
@@ -52,6 +53,8 @@ void add_heads(CLI::App& app, int& rc) {
       ->default_str("8");
   cmd->add_option("--csv", a->csv, "also write the table as CSV");
   cmd->add_option("--svg", a->svg, "also write the table as two heatmaps (SVG)");
+  cmd->add_option("--html", a->html,
+                  "also write one page: both heatmaps and a table of every head, sortable");
   cmd->callback([a, &rc] { rc = run_heads(*a); });
 }
 

@@ -19,5 +19,9 @@ std::string ablation_text(const AblationTable& t);
 std::string ablation_csv(const AblationTable& t);
 // Two heatmaps side by side (zero, mean): white = no change, red = the loss rises.
 std::string ablation_svg(const AblationTable& t);
+// One self-contained page: both heatmaps, and a table of every head (layer, head, loss
+// zeroed, loss mean-replaced, both increases) sorted by a column the reader chooses
+// (initially the mean increase, cheapest first). No network.
+std::string ablation_html(const AblationTable& t);
 
 }  // namespace attend::viz

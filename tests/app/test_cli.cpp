@@ -815,10 +815,10 @@ TEST_CASE("heads: a layer x head table of ablation losses on stdout, CSV and SVG
   REQUIRE(attend_cmd("train --data " + (dir / "d").string() + " --out " + run.string() + kTiny +
                      " --max_iters 3")
               .code == 0);
-  const std::string out =
-      attend_stdout("heads --checkpoint " + run.string() + " --data " +
-                    (dir / "d" / "val.bin").string() + " --batches 2 --batch_size 2 --csv " +
-                    (dir / "h.csv").string() + " --svg " + (dir / "h.svg").string());
+  const std::string out = attend_stdout(
+      "heads --checkpoint " + run.string() + " --data " + (dir / "d" / "val.bin").string() +
+      " --batches 2 --batch_size 2 --csv " + (dir / "h.csv").string() + " --svg " +
+      (dir / "h.svg").string() + " --html " + (dir / "h.html").string());
   CAPTURE(out);
   CHECK(out.find("base loss ") == 0);
   CHECK(out.find("loss increase with each head zeroed") != std::string::npos);
@@ -834,6 +834,11 @@ TEST_CASE("heads: a layer x head table of ablation losses on stdout, CSV and SVG
   svg << std::ifstream(dir / "h.svg").rdbuf();
   CHECK(svg.str().find("head output zeroed") != std::string::npos);
   CHECK(svg.str().find("layer 1") != std::string::npos);
+  std::stringstream html;
+  html << std::ifstream(dir / "h.html").rdbuf();
+  CHECK(html.str().rfind("<!doctype html>", 0) == 0);
+  CHECK(html.str().find("head output zeroed") != std::string::npos);   // the heatmaps inline
+  CHECK(html.str().find("const ROWS = [[0,0,") != std::string::npos);  // every head's row
   // A bad --batches is named.
   Run bad = attend_cmd("heads --checkpoint " + run.string() + " --data " +
                        (dir / "d" / "val.bin").string() + " --batches 0");

@@ -16,6 +16,7 @@
 #include "train/toy.h"
 #include "viz/explorer.h"
 #include "viz/head_sum.h"
+#include "viz/heads_view.h"
 #include "viz/plot.h"
 
 using namespace attend;
@@ -637,4 +638,32 @@ TEST_CASE(
   CHECK(dom.find("class=\"w masked\" data-i=\"0\"") == std::string::npos);  // no cell masked
   CHECK(dom.find("<td class=\"w\" data-i=\"0\" data-j=\"5\"") != std::string::npos);
   b.screenshot(page, fs::path(ATTEND_BUILD_DIR) / "attention_toy_cross.png", "1400,1000");
+}
+
+TEST_CASE("the heads page: both heatmaps and every head in a table sorted by its cost") {
+  AblationTable t{
+      2, 3, 1024, 2.0, {2.5, 2.0, 2.1, 2.9, 2.05, 2.2}, {2.3, 2.0, 2.02, 2.6, 2.01, 2.1}};
+  const std::string html = ablation_html(t);
+  CHECK(xml_problem(ablation_svg(t)) == "");
+  CHECK(html.find("<script src") == std::string::npos);
+  const fs::path page = fs::path(ATTEND_BUILD_DIR) / "heads_test.html";
+  std::ofstream(page) << html;
+  Browser b;
+  if (!b.ok) {
+    test::skip("Chromium not found at " + b.exe);
+    return;
+  }
+  const std::string dom = b.dom(page);
+  CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
+  CHECK(dom.find("data-sort=\"5 up\"") != std::string::npos);
+  // Cheapest first by the mean increase: L0H1 (+0), L1H1 (+0.01), L0H2 (+0.02), ...
+  const size_t a = dom.find("<tr><td>0</td><td>1</td>"), c = dom.find("<tr><td>1</td><td>1</td>"),
+               d = dom.find("<tr><td>0</td><td>2</td>"), e = dom.find("<tr><td>1</td><td>0</td>");
+  REQUIRE(a != std::string::npos);
+  REQUIRE(e != std::string::npos);
+  CHECK(a < c);
+  CHECK(c < d);
+  CHECK(d < e);
+  CHECK(dom.find("head output = its mean") != std::string::npos);
+  b.screenshot(page, fs::path(ATTEND_BUILD_DIR) / "heads_test.png", "1000,700");
 }
