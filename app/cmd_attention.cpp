@@ -13,6 +13,7 @@
 #include "tensor/util.h"
 #include "train/model_io.h"
 #include "train/toy.h"
+#include "viz/diagram.h"
 #include "viz/explorer.h"
 #include "viz/head_sum.h"
 
@@ -96,11 +97,17 @@ int run_attention(const AttentionArgs& a) {
   ATTEND_CHECK(a.decimals >= 1 && a.decimals <= 6, "attention: --decimals must be in [1, 6], got ",
                a.decimals);
   viz::AttentionMap map;
+  std::string diagram;  // the HTML's whole-model figure with the prompt's activations
   if (!a.toy.empty()) {
     map = toy_map(a);
   } else {
     train::LoadedModel m = train::load_model(a.checkpoint);
     map = viz::compute_attention(*m.model, *m.tokenizer, a.prompt);
+    if (ext == ".html") {
+      const viz::DiagramActivations acts =
+          viz::diagram_activations(*m.model, map.ids, a.layer >= 0 ? a.layer : 0, a.prompt);
+      diagram = viz::model_diagram_svg(m.model->config, map.model, &acts);
+    }
   }
   viz::AttentionSelection sel;
   if (a.layer >= 0) sel.layers = {a.layer};
@@ -109,7 +116,7 @@ int run_attention(const AttentionArgs& a) {
   sel.scores = a.scores;
   sel.convention = a.convention;
   sel.vectors = a.scores;  // JSON: q and k beside the scores
-  const std::string text = ext == ".html"  ? viz::attention_html(map, sel)
+  const std::string text = ext == ".html"  ? viz::attention_html(map, sel, diagram)
                            : ext == ".svg" ? viz::attention_svg(map, sel)
                            : ext == ".csv" ? viz::attention_csv(map, sel)
                                            : viz::attention_json(map, sel);

@@ -13,6 +13,7 @@
 #include "tensor/error.h"
 #include "tensor/util.h"
 #include "train/config.h"
+#include "train/model_io.h"
 #include "train/run_dir.h"
 #include "viz/diagram.h"
 #include "viz/summary_text.h"
@@ -28,6 +29,8 @@ struct SummaryArgs {
   std::vector<CLI::Option*> options;
   int64_t batch = 1, seq = 0;  // seq 0: block_size
   std::string out;             // diagram: FILE.svg | FILE.html
+  std::string prompt;          // diagram: this prompt's activations in the boxes
+  int64_t layer = 0;           // diagram: the block shown with activations
 };
 
 // The model the flags describe: a preset, a checkpoint's, or GPT-2 small, changed by flags.
@@ -63,8 +66,17 @@ int run_diagram(const SummaryArgs& a) {
                             std::to_string(c.n_head) + " heads (" + std::to_string(c.n_kv_head) +
                             " key/value), C " + std::to_string(c.n_embd) + ", V " +
                             std::to_string(c.vocab_size);
-  write_file_atomic(
-      a.out, ext == ".svg" ? viz::model_diagram_svg(c, title) : viz::model_diagram_html(c, title));
+  std::unique_ptr<viz::DiagramActivations> acts;
+  if (!a.prompt.empty()) {
+    ATTEND_CHECK(!a.checkpoint.empty(), "diagram: --prompt needs --checkpoint (the weights)");
+    train::LoadedModel m = train::load_model(a.checkpoint);
+    ATTEND_CHECK(m.model->config == c,
+                 "diagram: --prompt shows the checkpoint's own model; drop the model flags");
+    acts = std::make_unique<viz::DiagramActivations>(
+        viz::diagram_activations(*m.model, m.tokenizer->encode(a.prompt), a.layer, a.prompt));
+  }
+  write_file_atomic(a.out, ext == ".svg" ? viz::model_diagram_svg(c, title, acts.get())
+                                         : viz::model_diagram_html(c, title, acts.get()));
   std::printf("wrote %s: %s\n", a.out.c_str(), title.c_str());
   return 0;
 }
@@ -103,6 +115,11 @@ void add_diagram(CLI::App& app, int& rc) {
       "diagram", "the whole model in one figure with its real shapes and parameter counts");
   add_model_flags(cmd, *a);
   cmd->add_option("--out", a->out, "FILE.svg | FILE.html")->required();
+  cmd->add_option("--prompt", a->prompt,
+                  "with --checkpoint: this text's activations (shape, mean, std) in every box");
+  cmd->add_option("--layer", a->layer, "with --prompt: the block whose activations are shown")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->callback([a, &rc] { rc = run_diagram(*a); });
 }
 

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <vector>
+
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
 
 #include "viz/plot.h"
 #include "viz/summary_text.h"
@@ -77,11 +81,103 @@ std::vector<Box> boxes(const nn::GPTConfig& c) {
   return v;
 }
 
+BoxActivation stats(const Tensor& t, const Tensor& keep = Tensor()) {
+  const std::vector<double> v = kernel::cast(t, DType::F64).to_vector<double>();
+  std::vector<double> k;
+  if (keep.defined()) k = kernel::cast(keep, DType::F64).to_vector<double>();
+  double sum = 0, n = 0;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (k.empty() || k[i] != 0) sum += v[i], n += 1;
+  BoxActivation a;
+  a.present = true;
+  a.mean = n > 0 ? sum / n : 0;
+  double sq = 0;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (k.empty() || k[i] != 0) sq += (v[i] - a.mean) * (v[i] - a.mean);
+  a.std = n > 0 ? std::sqrt(sq / n) : 0;
+  a.shape = shape_str(t.shape());
+  return a;
+}
+
 }  // namespace
 
-std::string model_diagram_svg(const nn::GPTConfig& c, const std::string& title) {
+DiagramActivations diagram_activations(const nn::GPT& model, const std::vector<int32_t>& ids,
+                                       int64_t layer, const std::string& prompt) {
+  const nn::GPTConfig& c = model.config;
+  ATTEND_CHECK(layer >= 0 && layer < c.n_layer, "--layer ", layer, ": the model has ", c.n_layer,
+               " layers (0 to ", c.n_layer - 1, ")");
+  const auto T = static_cast<int64_t>(ids.size());
+  ATTEND_CHECK(T >= 1 && T <= c.block_size, "--prompt: ", T, " tokens; expected 1 to block_size ",
+               c.block_size);
+  NoGradGuard no_grad;
+  DiagramActivations d;
+  d.prompt = prompt;
+  d.tokens = T;
+  d.layer = layer;
+  const Tensor idx = tensor(std::vector<double>(ids.begin(), ids.end()), {1, T}, DType::I64);
+  std::vector<BoxActivation>& b = d.boxes;
+  b.resize(boxes(c).size());
+  // The stages in the order of boxes(): see GPT::forward and Block::forward, which this
+  // repeats module by module (the test checks the logits are the model's own, bit for bit).
+  const auto& tr = *model.transformer;
+  const Tensor te = tr.wte->forward(idx);
+  const Tensor pe = tr.wpe->forward(arange(0, static_cast<double>(T), 1, DType::I64));
+  b[1] = stats(te);
+  b[2] = stats(pe);
+  Tensor x = tr.drop->forward(add(te, pe));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const nn::Block& blk = (*tr.h)[static_cast<size_t>(l)];
+    if (l != layer) {
+      x = blk.forward(x);
+      continue;
+    }
+    const Tensor h1 = blk.ln_1->forward(x);
+    nn::AttentionTrace at;
+    const Tensor y = blk.attn->forward(h1, Tensor(), &at).y;
+    const int64_t HS = c.n_embd / c.n_head;
+    const Tensor scaled = mul(at.scores, 1.0 / std::sqrt(static_cast<double>(HS)));
+    const Tensor keep = kernel::tril_mask(T, T);  // the kept (past and present) scores
+    b[3] = stats(h1);
+    b[4] = stats(blk.attn->c_attn->forward(h1));
+    b[5] = stats(at.q);
+    b[5].shape = "q " + shape_str(at.q.shape());
+    b[6] = stats(scaled);
+    b[7] = stats(scaled, expand(keep, scaled.shape()));
+    b[7].shape += " kept";
+    b[8] = stats(at.weights);
+    b[9] = stats(at.heads);
+    b[10] = stats(reshape(transpose(at.heads, 1, 2), {1, T, c.n_embd}));
+    b[11] = stats(y);
+    x = add(x, y);
+    b[12] = stats(x);
+    const Tensor h2 = blk.ln_2->forward(x);
+    b[13] = stats(h2);
+    const Tensor fc = blk.mlp->c_fc->forward(h2);
+    b[14] = stats(fc);
+    const Tensor g = blk.mlp->gelu->forward(fc);
+    b[15] = stats(g);
+    const Tensor m = blk.mlp->dropout->forward(blk.mlp->c_proj->forward(g));
+    b[16] = stats(m);
+    x = add(x, m);
+    b[17] = stats(x);
+  }
+  x = tr.ln_f->forward(x);
+  b[18] = stats(x);
+  const Tensor logits = model.lm_head->forward(x);
+  b[19] = stats(logits);
+  b[20] = stats(softmax(logits));
+  b[20].shape += " probabilities";
+  d.final_logits = kernel::cast(logits, DType::F64).to_vector<double>();
+  d.logits = kernel::cast(model.forward(idx).logits, DType::F64).to_vector<double>();
+  return d;
+}
+
+std::string model_diagram_svg(const nn::GPTConfig& c, const std::string& title,
+                              const DiagramActivations* acts) {
   const std::vector<Box> v = boxes(c);
-  const int x = 60, w = 720, h = 44, gap = 16, top = 70;
+  ATTEND_CHECK(!acts || acts->boxes.size() == v.size(), "diagram: ", acts->boxes.size(),
+               " activations for ", v.size(), " boxes");
+  const int x = 60, w = 720, h = acts ? 58 : 44, gap = 16, top = acts ? 86 : 70;
   int y = top, block_top = 0, block_bottom = 0;
   std::string body;
   int64_t block_params = 0;
@@ -101,6 +197,15 @@ std::string model_diagram_svg(const nn::GPTConfig& c, const std::string& title) 
         b.params > 0    ? with_commas(b.params) + " parameters"
         : b.params == 0 ? "0 (tied)"
                         : "");
+    const size_t k = static_cast<size_t>(&b - v.data());
+    if (acts && acts->boxes[k].present) {
+      const BoxActivation& a = acts->boxes[k];
+      body += fmt::format(
+          "<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#8c2d04\" class=\"activation\">"
+          "prompt{}: {} mean {:.4g} std {:.4g}</text>\n",
+          x + 10, y + 51, b.in_block ? " (layer " + std::to_string(acts->layer) + ")" : "",
+          xml_escape(a.shape), a.mean, a.std);
+    }
     if (&b != &v.back())
       body += fmt::format(
           "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#555\" "
@@ -125,6 +230,12 @@ std::string model_diagram_svg(const nn::GPTConfig& c, const std::string& title) 
       "{}); blue boxes hold parameters, grey ones are operations, orange ones the residual "
       "adds</text>\n",
       x + w + 200, H, xml_escape(title), c.block_size);
+  if (acts)
+    s += fmt::format(
+        "<text x=\"20\" y=\"68\" font-size=\"12\" fill=\"#8c2d04\">red lines: this "
+        "prompt's activations, \"{}\" ({} tokens), shape, mean and standard deviation of "
+        "each box's output (the block's at layer {})</text>\n",
+        xml_escape(acts->prompt), acts->tokens, acts->layer);
   s += fmt::format(
       "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#1f77b4\" "
       "stroke-dasharray=\"6,4\"/>\n<text x=\"{}\" y=\"{}\" fill=\"#1f77b4\" font-weight=\"bold\">"
@@ -140,10 +251,11 @@ std::string model_diagram_svg(const nn::GPTConfig& c, const std::string& title) 
   return s + body + "</svg>\n";
 }
 
-std::string model_diagram_html(const nn::GPTConfig& c, const std::string& title) {
+std::string model_diagram_html(const nn::GPTConfig& c, const std::string& title,
+                               const DiagramActivations* acts) {
   return "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
          xml_escape(title) + "</title></head>\n<body style=\"font-family:sans-serif\">\n" +
-         model_diagram_svg(c, title) + "</body></html>\n";
+         model_diagram_svg(c, title, acts) + "</body></html>\n";
 }
 
 }  // namespace attend::viz

@@ -11,7 +11,29 @@
 
 namespace attend::viz {
 
-std::string model_diagram_svg(const nn::GPTConfig& config, const std::string& title);
-std::string model_diagram_html(const nn::GPTConfig& config, const std::string& title);
+// A prompt's activations in the boxes: shape, mean and standard deviation of each box's
+// output (the block's boxes at one layer; the causal mask's over the kept scores only).
+struct BoxActivation {
+  bool present = false;
+  std::string shape;
+  double mean = 0, std = 0;
+};
+struct DiagramActivations {
+  std::string prompt;
+  int64_t tokens = 0, layer = 0;
+  std::vector<BoxActivation> boxes;  // one per box, in drawing order
+  std::vector<double> logits;        // the model's own forward (1, T, V), for checking
+  std::vector<double> final_logits;  // the boxes' last stage, the same numbers
+};
+
+// One forward of the model on the token ids, stage by stage through its modules. Throws
+// naming --layer out of range.
+DiagramActivations diagram_activations(const nn::GPT& model, const std::vector<int32_t>& ids,
+                                       int64_t layer, const std::string& prompt);
+
+std::string model_diagram_svg(const nn::GPTConfig& config, const std::string& title,
+                              const DiagramActivations* activations = nullptr);
+std::string model_diagram_html(const nn::GPTConfig& config, const std::string& title,
+                               const DiagramActivations* activations = nullptr);
 
 }  // namespace attend::viz

@@ -111,6 +111,9 @@ std::string attention_caption(int decimals, const std::string& convention = "row
 std::string attention_csv(const AttentionMap& m, const AttentionSelection& sel);
 std::string attention_json(const AttentionMap& m, const AttentionSelection& sel);
 std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel);
-std::string attention_html(const AttentionMap& m, const AttentionSelection& sel);
+// diagram_svg: when given (viz/diagram.h, with the prompt's activations), the page ends
+// with it and links to it from the top.
+std::string attention_html(const AttentionMap& m, const AttentionSelection& sel,
+                           const std::string& diagram_svg = "");
 
 }  // namespace attend::viz

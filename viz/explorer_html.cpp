@@ -11,7 +11,8 @@ const char* kPage =
     ;
 }  // namespace
 
-std::string attention_html(const AttentionMap& m, const AttentionSelection& sel) {
+std::string attention_html(const AttentionMap& m, const AttentionSelection& sel,
+                           const std::string& diagram_svg) {
   AttentionSelection all = sel;
   all.scores = true;   // the page explains each weight from its score
   all.vectors = true;  // and each score from its q and k (the neuron view)
@@ -20,6 +21,12 @@ std::string attention_html(const AttentionMap& m, const AttentionSelection& sel)
   for (size_t p = 0; (p = data.find("</", p)) != std::string::npos; p += 3)
     data.replace(p, 2, "<\\/");
   std::string page = kPage;
+  page.replace(page.find("__DIAGRAM__"), 11,
+               diagram_svg.empty()
+                   ? std::string()
+                   : "<h2 id=\"diagram\" style=\"font-size:15px\">The whole model in one "
+                     "figure</h2>\n" +
+                         diagram_svg);
   page.replace(page.find("__DATA__"), 8, data);
   return page;
 }

@@ -839,6 +839,26 @@ TEST_CASE("heads: a layer x head table of ablation losses on stdout, CSV and SVG
   CHECK(html.str().rfind("<!doctype html>", 0) == 0);
   CHECK(html.str().find("head output zeroed") != std::string::npos);   // the heatmaps inline
   CHECK(html.str().find("const ROWS = [[0,0,") != std::string::npos);  // every head's row
+  // The same run's diagram with a prompt's activations, and the explorer that embeds it.
+  Run d = attend_cmd("diagram --checkpoint " + run.string() +
+                     " --prompt \"to be\" --layer 1 --out " + (dir / "m.svg").string());
+  REQUIRE_MESSAGE(d.code == 0, d.out);
+  std::stringstream msvg;
+  msvg << std::ifstream(dir / "m.svg").rdbuf();
+  CHECK(msvg.str().find("class=\"activation\">prompt (layer 1): (1,5,") != std::string::npos);
+  Run e = attend_cmd("diagram --checkpoint " + run.string() + " --prompt x --layer 2 --out " +
+                     (dir / "m.svg").string());
+  CHECK(e.code == 1);
+  CHECK(e.out.find("--layer 2: the model has 2 layers") != std::string::npos);
+  Run f = attend_cmd("diagram --preset gpt2 --prompt x --out " + (dir / "m.svg").string());
+  CHECK(f.code == 1);
+  CHECK(f.out.find("--prompt needs --checkpoint") != std::string::npos);
+  REQUIRE(attend_cmd("attention --checkpoint " + run.string() + " --prompt \"to be\" --out " +
+                     (dir / "a.html").string())
+              .code == 0);
+  std::stringstream ahtml;
+  ahtml << std::ifstream(dir / "a.html").rdbuf();
+  CHECK(ahtml.str().find("<h2 id=\"diagram\"") != std::string::npos);
   // A bad --batches is named.
   Run bad = attend_cmd("heads --checkpoint " + run.string() + " --data " +
                        (dir / "d" / "val.bin").string() + " --batches 0");

@@ -14,6 +14,7 @@
 #include "tensor/random.h"
 #include "test_util.h"
 #include "train/toy.h"
+#include "viz/diagram.h"
 #include "viz/explorer.h"
 #include "viz/head_sum.h"
 #include "viz/heads_view.h"
@@ -666,4 +667,41 @@ TEST_CASE("the heads page: both heatmaps and every head in a table sorted by its
   CHECK(d < e);
   CHECK(dom.find("head output = its mean") != std::string::npos);
   b.screenshot(page, fs::path(ATTEND_BUILD_DIR) / "heads_test.png", "1000,700");
+}
+
+TEST_CASE("the diagram's activations come from the model's own forward, stage by stage") {
+  Fixture f;
+  const std::vector<int32_t> ids = f.tok->encode("a cab fed");
+  const DiagramActivations d = diagram_activations(f.model, ids, 1, "a cab fed");
+  // The stages repeat GPT::forward module by module: the last one is the model's logits.
+  CHECK(d.final_logits == d.logits);
+  REQUIRE(d.boxes.size() == 21);
+  CHECK_FALSE(d.boxes[0].present);  // token ids: no activation
+  for (size_t k = 1; k < d.boxes.size(); ++k) CHECK(d.boxes[k].present);
+  CHECK(d.boxes[3].shape == "(1,9,16)");
+  CHECK(d.boxes[3].mean == doctest::Approx(0.0).epsilon(1e-6).scale(1));  // LayerNorm, gain 1
+  // Softmax rows sum to 1 over kept keys: the mean of all T x T weights is 1/T.
+  CHECK(d.boxes[8].mean == doctest::Approx(1.0 / 9).epsilon(1e-6));
+  CHECK(d.boxes[20].mean == doctest::Approx(1.0 / 33).epsilon(1e-6));  // probabilities over V
+  const std::string svg = model_diagram_svg(f.model.config, "t", &d);
+  CHECK(xml_problem(svg) == "");
+  CHECK(svg.find("prompt (layer 1): (1,4,9,9) kept mean") != std::string::npos);
+  test::check_error([&] { diagram_activations(f.model, ids, 2, "x"); },
+                    "--layer 2: the model has 2 layers");
+  // The explorer embeds it and links to it.
+  const AttentionMap m = compute_attention(f.model, *f.tok, "a cab fed");
+  const fs::path page = fs::path(ATTEND_BUILD_DIR) / "attention_diagram_test.html";
+  std::ofstream(page) << attention_html(m, {}, svg);
+  Browser b;
+  if (!b.ok) {
+    test::skip("Chromium not found at " + b.exe);
+    return;
+  }
+  const std::string dom = b.dom(page);
+  CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
+  CHECK(dom.find("<div class=\"note\" id=\"diagramlink\" style=\"\">") != std::string::npos);
+  CHECK(dom.find("class=\"activation\"") != std::string::npos);
+  // Without a diagram the link stays hidden.
+  std::ofstream(page) << attention_html(m, {});
+  CHECK(b.dom(page).find("id=\"diagramlink\" style=\"display:none\"") != std::string::npos);
 }
