@@ -846,9 +846,10 @@ TEST_CASE("heads: a layer x head table of ablation losses on stdout, CSV and SVG
   std::stringstream msvg;
   msvg << std::ifstream(dir / "m.svg").rdbuf();
   CHECK(msvg.str().find("class=\"activation\">prompt (layer 1): (1,5,") != std::string::npos);
-  Run e = attend_cmd("diagram --checkpoint " + run.string() + " --prompt x --layer 2 --out " +
+  Run e = attend_cmd("diagram --checkpoint " + run.string() + " --prompt to --layer 2 --out " +
                      (dir / "m.svg").string());
   CHECK(e.code == 1);
+  CAPTURE(e.out);
   CHECK(e.out.find("--layer 2: the model has 2 layers") != std::string::npos);
   Run f = attend_cmd("diagram --preset gpt2 --prompt x --out " + (dir / "m.svg").string());
   CHECK(f.code == 1);
