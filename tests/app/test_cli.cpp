@@ -8,7 +8,9 @@
 
 #include <array>
 #include <filesystem>
+
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "data/dataset.h"
@@ -879,5 +881,47 @@ TEST_CASE("diagram: --preset or model flags to .svg or .html, a bad name refused
   Run bad = attend_cmd("diagram --preset gpt2 --out " + (dir / "m.png").string());
   CHECK(bad.code == 1);
   CHECK(bad.out.find("expected a .svg or .html file name") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("attention --toy: an encoder-decoder's cross-attention from the command line") {
+  const fs::path dir = temp_dir("toy");
+  // 30 steps: the views, not the learning (tests/viz trains it to reverse).
+  Run r = attend_cmd("attention --toy copy --toy_steps 30 --prompt abcd --attention cross --out " +
+                     (dir / "x.json").string());
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  CHECK(r.out.find("toy copy model: 30 steps") != std::string::npos);
+  std::stringstream js;
+  js << std::ifstream(dir / "x.json").rdbuf();
+  const auto j = nlohmann::json::parse(js.str());
+  CHECK(j["kind"] == "cross-attention");
+  CHECK(j["causal"] == false);
+  CHECK(j["key_tokens"] == nlohmann::json({"a", "b", "c", "d"}));
+  CHECK(j["layers"].size() == 2);
+  Run e = attend_cmd(
+      "attention --toy reverse --toy_steps 30 --prompt abcd --attention encoder "
+      "--convention column --out " +
+      (dir / "e.svg").string());
+  REQUIRE_MESSAGE(e.code == 0, e.out);
+  std::stringstream svg;
+  svg << std::ifstream(dir / "e.svg").rdbuf();
+  CHECK(svg.str().find("bidirectional self-attention") != std::string::npos);
+  CHECK(svg.str().find("There is no mask here") != std::string::npos);
+  // Bad input, named before any training.
+  Run bad = attend_cmd("attention --toy reverse --prompt abz --out " + (dir / "x.json").string());
+  CHECK(bad.code == 1);
+  CHECK(bad.out.find("--prompt 'abz': 'z' is not one of the toy model's letters abcdefghijkl") !=
+        std::string::npos);
+  Run longp =
+      attend_cmd("attention --toy reverse --prompt abcdefghi --out " + (dir / "x.json").string());
+  CHECK(longp.code == 1);
+  CHECK(longp.out.find("9 letters; the toy model reads 3 to 8") != std::string::npos);
+  Run both = attend_cmd("attention --toy copy --checkpoint runs/x --prompt abc --out " +
+                        (dir / "x.json").string());
+  CHECK(both.code == 1);
+  CHECK(both.out.find("--toy trains its own model; drop --checkpoint") != std::string::npos);
+  Run none = attend_cmd("attention --prompt abc --out " + (dir / "x.json").string());
+  CHECK(none.code == 1);
+  CHECK(none.out.find("--checkpoint is required (or --toy copy|reverse)") != std::string::npos);
   fs::remove_all(dir);
 }
