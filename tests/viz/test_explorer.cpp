@@ -701,6 +701,10 @@ TEST_CASE("the diagram's activations come from the model's own forward, stage by
   CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
   CHECK(dom.find("<div class=\"note\" id=\"diagramlink\" style=\"\">") != std::string::npos);
   CHECK(dom.find("class=\"activation\"") != std::string::npos);
+  const fs::path alone = fs::path(ATTEND_BUILD_DIR) / "diagram_test.html";
+  std::ofstream(alone) << model_diagram_html(f.model.config, "diagram test", &d);
+  CHECK(b.dom(alone).find("prompt (layer 1): (1,9,64) mean") != std::string::npos);
+  b.screenshot(alone, fs::path(ATTEND_BUILD_DIR) / "diagram_test.png", "1000,1500");
   // Without a diagram the link stays hidden.
   std::ofstream(page) << attention_html(m, {});
   CHECK(b.dom(page).find("id=\"diagramlink\" style=\"display:none\"") != std::string::npos);
