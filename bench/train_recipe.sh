@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # nanoGPT's CPU recipe (char level; 4 layers, 4 heads, C 128, block 64, batch 12, lr 1e-3,
 # 2000 iters, warmup 100, cosine to 1e-4, beta2 0.99, dropout 0) on tinyshakespeare.
-# nanoGPT reports val loss 1.88 for it. Prints the final val loss and the wall time.
+# nanoGPT reports val loss 1.88 for it. Prints the final val loss and the wall time, then
+# runs the same recipe in PyTorch (bench/torch_recipe.py, when python3-torch is there) in
+# the same sitting and prints both times and their ratio.
 #   bench/train_recipe.sh [tinyshakespeare.txt] [build dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,16 @@ start=$(date +%s%N)
 "$build/attend" train --data "$text" --out "$run" --preset cpu-char --eval_interval 500 --eval_iters 200 \
   --log_interval 100 2>&1 | tail -n 8
 end=$(date +%s%N)
-echo "wall time: $(( (end - start) / 1000000 )) ms"
+attend_ms=$(( (end - start) / 1000000 ))
+echo "wall time: $attend_ms ms"
 "$build/attend" eval --checkpoint "$run" --data "$run/data/val.bin"
 rm -rf "$(dirname "$run")"
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  out=$(/usr/bin/python3 bench/torch_recipe.py "$text" --threads "${OMP_NUM_THREADS:-$(nproc)}")
+  echo "$out"
+  torch_ms=$(echo "$out" | sed -n 's/.*wall time: \([0-9]*\) ms.*/\1/p')
+  awk -v a="$attend_ms" -v t="$torch_ms" \
+    'BEGIN { printf "attend %.1f s, PyTorch %.1f s: attend takes %.2fx PyTorch'"'"'s wall time\n", a / 1000, t / 1000, a / t }'
+else
+  echo "PyTorch twin skipped: python3-torch is not installed (apt-get install python3-torch)"
+fi
