@@ -70,9 +70,26 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& out, Ba
 
 namespace {
 
-void accumulate_leaf(TensorImpl* leaf, const Tensor& g) {
+// The leaf's first gradient: the tensor itself when nothing else can see it (its only
+// handle is `g`, it is the only tensor on its storage, and it covers that storage exactly,
+// contiguously), else a copy. A backward's fresh result (a matmul's dW, an embedding's
+// table) is taken as it is: a training step no longer copies every parameter's gradient
+// (measured: `kernel::clone` was 3.2% of a GPT-2 124M step). A gradient that is also an
+// op's input or output, or a view, is copied as before, so later in-place accumulation
+// can never reach another tensor.
+void accumulate_leaf(TensorImpl* leaf, Tensor& g) {
   if (!leaf->grad) {
-    leaf->grad = kernel::clone(g).impl_ptr();
+    const std::shared_ptr<TensorImpl>& impl = g.impl_ptr();
+    const bool sole =
+        impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->grad &&
+        impl->offset == 0 && g.is_contiguous() &&
+        impl->storage->nbytes == static_cast<size_t>(g.numel()) * dtype_size(g.dtype());
+    if (sole) {
+      leaf->grad = impl;
+      g = Tensor();  // the leaf's now: the engine drops its handle
+    } else {
+      leaf->grad = kernel::clone(g).impl_ptr();
+    }
   } else {
     kernel::add_(Tensor(leaf->grad), g);
   }
@@ -136,7 +153,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
     grads.resize(n->next.size());
     for (size_t i = 0; i < n->next.size(); ++i) {
       const Edge& e = n->next[i];
-      const Tensor& gi = grads[i];
+      Tensor& gi = grads[i];
       if (n->needs[i] && gi.defined()) {
         ATTEND_CHECK(gi.shape() == n->input_shapes[i] && gi.dtype() == n->input_dtypes[i],
                      "backward of '", n->name, "': gradient ", i, " has shape ",
@@ -144,7 +161,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
                      shape_str(n->input_shapes[i]), " ", dtype_name(n->input_dtypes[i]),
                      " (a bug in the op's backward)");
         if (e.leaf) {
-          accumulate_leaf(e.leaf.get(), gi);
+          accumulate_leaf(e.leaf.get(), gi);  // may take gi (then gi is empty)
         } else if (e.node) {
           Tensor& slot = pending[e.node.get()];
           slot = slot.defined() ? kernel::binary(kernel::Binary::Add, slot, gi) : gi;

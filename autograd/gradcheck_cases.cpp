@@ -87,6 +87,10 @@ std::vector<GradcheckCase> make_cases() {
           matmul(x[0], x[1])),
       ROW("matmul.broadcast", "(2,1,3,4) @ (5,4,2)", (In{rn(g, {2, 1, 3, 4}), rn(g, {5, 4, 2})}),
           matmul(x[0], x[1])),
+      ROW("linear", "(2,3,4) w (5,4) b (5)", (In{rn(g, {2, 3, 4}), rn(g, {5, 4}), rn(g, {5})}),
+          linear(x[0], x[1], x[2])),
+      ROW("linear.no_bias", "(3,4) w (5,4)", (In{rn(g, {3, 4}), rn(g, {5, 4})}),
+          linear(x[0], x[1], Tensor())),
       ROW("matmul.self", "x @ x^T", (In{rn(g, {3, 4})}), matmul(x[0], transpose(x[0], 0, 1))),
       // fused neural-network ops
       ROW("softmax", "(3,5)", (In{rn(g, {3, 5})}), softmax(x[0])),

@@ -79,6 +79,9 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = fal
 // ---- matmul (ops/matmul.cpp) -------------------------------------------------------------
 // (..., M, K) @ (..., K, N) -> (..., M, N), batch dims broadcast; transposed views free.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// y = x w^T + b (b may be undefined), nn::Linear's op: the same numbers as
+// add(matmul(x, transpose(w, 0, 1)), b), with the weight's gradient made contiguous.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 
 // ---- fused neural-network ops (ops/nn_ops.cpp), each a single node -----------------------
 Tensor softmax(const Tensor& x);      // over the last dim

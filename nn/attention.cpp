@@ -45,15 +45,6 @@ Attention::Attention(const AttentionConfig& c) : config(c) {
   resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
 }
 
-namespace {
-
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  Tensor y = matmul(x, transpose(w, 0, 1));
-  return b.defined() ? add(y, b) : y;
-}
-
-}  // namespace
-
 AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, AttentionTrace* trace,
                                    KVCache* cache) const {
   const int64_t C = config.n_embd, NH = config.n_head, KVH = config.n_kv_head;

@@ -14,8 +14,7 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
 Tensor Linear::forward(const Tensor& x) const {
   ATTEND_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input (..., ",
                weight.size(1), "), got ", shape_str(x.shape()));
-  Tensor y = matmul(x, transpose(weight, 0, 1));  // (..., out); W^T is a view
-  return bias.defined() ? add(y, bias) : y;
+  return linear(x, weight, bias);  // x W^T + b
 }
 
 void Linear::tie_weight(const Tensor& w) {

@@ -29,4 +29,32 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// linear: y = x W^T + b as one op (nn::Linear). The products are the ones matmul and add
+// compute (the same sums in the same order, so the same bits; tested), but the weight's
+// gradient is formed as (out, in) directly, g^T x, instead of a transposed view of
+// x^T g: a fresh contiguous tensor the engine can make the weight's .grad without a copy.
+// The bias is added in place into the product, and its gradient is g summed over rows.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  ATTEND_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1),
+               "linear: expected input (..., ", w.dim() == 2 ? w.size(1) : -1,
+               ") and weight (out, in), got ", shape_str(x.shape()), " and ", shape_str(w.shape()));
+  Tensor out = kernel::matmul(x, kernel::transpose(w, 0, 1));  // (..., out), fresh
+  if (b.defined()) kernel::add_(out, b);
+  std::vector<Tensor> inputs{x, w};
+  if (b.defined()) inputs.push_back(b);
+  autograd::record(
+      "linear", inputs, out,
+      [x = x.detach(), w = w.detach(), has_b = b.defined()](const Tensor& g, const Needs& n) {
+        const int64_t in = w.size(1), outs = w.size(0);
+        const Tensor g2 = kernel::reshape(g, {-1, outs});
+        std::vector<Tensor> grads(has_b ? 3 : 2);
+        if (n[0]) grads[0] = kernel::matmul(g, w);  // (..., in)
+        if (n[1])
+          grads[1] = kernel::matmul(kernel::transpose(g2, 0, 1), kernel::reshape(x, {-1, in}));
+        if (has_b && n[2]) grads[2] = kernel::sum_to(g2, {outs});
+        return grads;
+      });
+  return out;
+}
+
 }  // namespace attend

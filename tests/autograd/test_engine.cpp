@@ -129,3 +129,30 @@ TEST_CASE("a graph 500,000 ops deep is freed without deep recursion") {
   }  // y and its graph go here
   CHECK(x.requires_grad());
 }
+
+TEST_CASE("a leaf takes a gradient nobody else sees and copies one that is shared") {
+  // The engine takes a fresh gradient as the leaf's .grad instead of copying it; a
+  // gradient that reaches two leaves (add's backward passes g to both inputs) or is a view
+  // must be copied, or accumulating into one leaf would change the other.
+  Tensor a = ones({3}, DType::F64).requires_grad_();
+  Tensor b = ones({3}, DType::F64).requires_grad_();
+  for (int round = 1; round <= 2; ++round) {
+    sum(add(a, b)).backward();
+    CHECK(a.grad().to_vector<double>() == std::vector<double>(3, round));
+    CHECK(b.grad().to_vector<double>() == std::vector<double>(3, round));
+  }
+  CHECK_FALSE(a.grad().impl()->storage == b.grad().impl()->storage);
+  // A matmul's weight gradient is fresh: taken, and still right after accumulation.
+  Tensor w = tensor({1, 2, 3, 4}, {2, 2}, DType::F64).requires_grad_();
+  const Tensor x = tensor({1, 0, 0, 1}, {2, 2}, DType::F64);
+  sum(matmul(x, w)).backward();
+  sum(matmul(x, w)).backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{2, 2, 2, 2});
+  // The gradient given to backward() by the caller is never taken.
+  Tensor c = ones({2}, DType::F64).requires_grad_();
+  const Tensor given = ones({2}, DType::F64);
+  c.backward(given);
+  c.backward(given);
+  CHECK(given.to_vector<double>() == std::vector<double>{1, 1});
+  CHECK(c.grad().to_vector<double>() == std::vector<double>{2, 2});
+}

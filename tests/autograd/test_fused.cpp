@@ -157,3 +157,34 @@ TEST_CASE("scaled_softmax equals mul + masked_fill + softmax bit for bit") {
       }
     }
 }
+
+TEST_CASE("linear equals matmul then add bit for bit - values and all three gradients") {
+  // The oracle is the composed path nn::Linear used before: add(matmul(x, w^T), b). Both
+  // form each output and each gradient element as the same products summed in the same
+  // order, so f32 results must be identical, not merely close.
+  for (const Shape& xs : {Shape{3, 5, 7}, Shape{2, 67, 300}, Shape{130, 40}}) {
+    Generator gen(static_cast<uint64_t>(xs.size() + xs[0]));
+    const int64_t in = xs.back(), out = in == 7 ? 4 : in == 300 ? 70 : 33;
+    Tensor xv = randn(xs, gen), wv = randn({out, in}, gen), bv = randn({out}, gen);
+    Tensor gy = randn(
+        [&] {
+          Shape s = xs;
+          s.back() = out;
+          return s;
+        }(),
+        gen);
+    Tensor x1 = xv.detach().requires_grad_(), w1 = wv.detach().requires_grad_(),
+           b1 = bv.detach().requires_grad_();
+    Tensor x2 = xv.detach().requires_grad_(), w2 = wv.detach().requires_grad_(),
+           b2 = bv.detach().requires_grad_();
+    Tensor fused = linear(x1, w1, b1);
+    Tensor composed = add(matmul(x2, transpose(w2, 0, 1)), b2);
+    CHECK(test::bit_identical(fused, composed));
+    sum(mul(fused, gy)).backward();
+    sum(mul(composed, gy)).backward();
+    CHECK(test::bit_identical(x1.grad(), x2.grad()));
+    CHECK(test::bit_identical(w1.grad(), w2.grad()));
+    CHECK(test::bit_identical(b1.grad(), b2.grad()));
+    CHECK(w1.grad().is_contiguous());
+  }
+}
