@@ -145,6 +145,15 @@ void pack_a(int64_t M, int64_t kc, int64_t pc, MatrixRef<T> A, T* out, bool para
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       T* dst = out + p * kc * MR;
+      if (A.row_stride == 1 && p * MR + MR <= M) {
+        // A is a transposed view (a gradient's x^T or P^T): the panel's MR rows at one k
+        // are adjacent in memory, so copy them together, k by k (the row-by-row order
+        // below would stride across kc cache lines MR times).
+        const T* src = A.data + p * MR + pc * A.col_stride;
+        for (int64_t k = 0; k < kc; ++k)
+          for (int64_t i = 0; i < MR; ++i) dst[k * MR + i] = src[k * A.col_stride + i];
+        continue;
+      }
       for (int64_t i = 0; i < MR; ++i) {
         int64_t row = p * MR + i;
         if (row < M) {

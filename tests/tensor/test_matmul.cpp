@@ -73,3 +73,17 @@ TEST_CASE("matmul is bit-identical with 1 and 2 threads") {
   CHECK(test::bit_identical(c1, c2));
   CHECK(test::bit_identical(d1, d2));
 }
+
+TEST_CASE("a transposed A packs to the same panels: bit-identical to its contiguous copy") {
+  // pack_a copies a transposed view k by k (its panel rows are adjacent in memory), a
+  // contiguous A row by row; the packed panels, so the products, must be the same bits.
+  Generator g(14);
+  for (int64_t M : {5, 6, 301})
+    for (int64_t K : {7, 600}) {
+      CAPTURE(M);
+      CAPTURE(K);
+      Tensor base = randn({K, M}, g), b = randn({K, 37}, g);
+      Tensor at = k::transpose(base, 0, 1);  // (M, K), row stride 1
+      CHECK(test::bit_identical(k::matmul(at, b), k::matmul(k::contiguous(at), b)));
+    }
+}
