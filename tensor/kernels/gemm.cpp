@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <type_traits>
 
 #include "tensor/parallel.h"
 
@@ -171,6 +172,39 @@ void pack_a(int64_t M, int64_t kc, int64_t pc, MatrixRef<T> A, T* out, bool para
     body(0, panels);
 }
 
+// Eight k-rows of two 8-column halves from a B whose row stride is 1 (a transposed
+// weight, W^T: column j of B is row j of W): src points at B[k0, j0], column j at
+// src + j * cs. Writes dst[k * 16 + j] for k, j < 8 and the next 8 columns at + 8, an 8x8
+// transpose per half in registers (unpack, shuffle, permute), the same values as the
+// scalar copy.
+__attribute__((target("avx2"))) void pack_b_transposed_8x16(const float* src, int64_t cs,
+                                                            float* dst) {
+  for (int half = 0; half < 2; ++half) {
+    const float* s = src + half * 8 * cs;
+    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + cs), r2 = _mm256_loadu_ps(s + 2 * cs),
+           r3 = _mm256_loadu_ps(s + 3 * cs), r4 = _mm256_loadu_ps(s + 4 * cs),
+           r5 = _mm256_loadu_ps(s + 5 * cs), r6 = _mm256_loadu_ps(s + 6 * cs),
+           r7 = _mm256_loadu_ps(s + 7 * cs);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+           t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+           t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    float* d = dst + half * 8;
+    _mm256_storeu_ps(d + 0 * 16, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(d + 1 * 16, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(d + 2 * 16, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(d + 3 * 16, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(d + 4 * 16, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(d + 5 * 16, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(d + 6 * 16, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(d + 7 * 16, _mm256_permute2f128_ps(u3, u7, 0x31));
+  }
+}
+
 // B[pc:pc+kc, jc:jc+nc] -> ceil(nc/NR) panels, each kc x NR (k-major), zero-padded columns.
 template <typename T>
 void pack_b(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<T> B, T* out, bool parallel) {
@@ -180,7 +214,15 @@ void pack_b(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<T> B, T* o
     for (int64_t p = b; p < e; ++p) {
       T* dst = out + p * kc * NR;
       const int64_t cols = std::min(NR, nc - p * NR);
-      for (int64_t k = 0; k < kc; ++k) {
+      int64_t k = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (kHasAvx2 && B.row_stride == 1 && B.col_stride != 1 && cols == NR) {
+          // B = W^T: eight k at a time through 8x8 register transposes.
+          const T* src = B.data + pc + (jc + p * NR) * B.col_stride;
+          for (; k + 8 <= kc; k += 8) pack_b_transposed_8x16(src + k, B.col_stride, dst + k * NR);
+        }
+      }
+      for (; k < kc; ++k) {
         const T* src = B.data + (pc + k) * B.row_stride + (jc + p * NR) * B.col_stride;
         T* d = dst + k * NR;
         if (B.col_stride == 1) {

@@ -87,3 +87,17 @@ TEST_CASE("a transposed A packs to the same panels: bit-identical to its contigu
       CHECK(test::bit_identical(k::matmul(at, b), k::matmul(k::contiguous(at), b)));
     }
 }
+
+TEST_CASE("a transposed B (W^T) packs through 8x8 transposes: bit-identical to its copy") {
+  // x @ W^T, nn::Linear's product: pack_b moves whole 8 x 8 blocks through AVX2 registers
+  // where a panel is full, the rest (k % 8, columns past the last full panel) one by one.
+  Generator g(15);
+  for (int64_t N : {16, 33, 200})
+    for (int64_t K : {8, 13, 600}) {
+      CAPTURE(N);
+      CAPTURE(K);
+      Tensor w = randn({N, K}, g), x = randn({29, K}, g);
+      Tensor wt = k::transpose(w, 0, 1);  // (K, N), row stride 1
+      CHECK(test::bit_identical(k::matmul(x, wt), k::matmul(x, k::contiguous(wt))));
+    }
+}
