@@ -148,3 +148,23 @@ TEST_CASE("sum and softmax are bit-identical with 1 and 2 threads") {
     CHECK(test::bit_identical(one[i], two[i]));
   }
 }
+
+TEST_CASE("GELU and its gradient: vector lanes and the scalar remainder give the same bits") {
+  // The maps are vectorised; a tensor of one element runs the scalar loop. Every element
+  // must come out the same either way, or results would depend on how the elements are
+  // split between threads.
+  Generator g(21);
+  Tensor x = normal({1003}, 0.0, 4.0, g), gr = normal({1003}, 0.0, 1.0, g);
+  const Tensor y = kernel::unary(kernel::Unary::Gelu, x);
+  const Tensor dy = kernel::binary(kernel::Binary::GeluGrad, gr, x);
+  int differ = 0;
+  for (int64_t i = 0; i < 1003; ++i) {
+    const Tensor xi = kernel::contiguous(kernel::narrow(x, 0, i, 1));
+    const Tensor gi = kernel::contiguous(kernel::narrow(gr, 0, i, 1));
+    differ +=
+        !test::bit_identical(kernel::unary(kernel::Unary::Gelu, xi), kernel::narrow(y, 0, i, 1));
+    differ += !test::bit_identical(kernel::binary(kernel::Binary::GeluGrad, gi, xi),
+                                   kernel::narrow(dy, 0, i, 1));
+  }
+  CHECK(differ == 0);
+}
