@@ -139,6 +139,33 @@ void micro(int64_t kc, const T* a, const T* b, T* acc) {
 
 // ---- packing ---------------------------------------------------------------------------
 
+// Eight k of a full MR = 6 row panel of a row-major f32 A: rows[i] points at A[row i, k0].
+// The six rows and two zero rows go through an 8x8 register transpose; each k's six values
+// are stored as 4 + 2 floats, so nothing is written past dst[8 * MR) (a neighbouring panel
+// may belong to another thread). The same values as the scalar copy.
+__attribute__((target("avx2"))) void pack_a_rows_6x8(const float* const* rows, float* dst) {
+  const __m256 z = _mm256_setzero_ps();
+  const __m256 r0 = _mm256_loadu_ps(rows[0]), r1 = _mm256_loadu_ps(rows[1]),
+               r2 = _mm256_loadu_ps(rows[2]), r3 = _mm256_loadu_ps(rows[3]),
+               r4 = _mm256_loadu_ps(rows[4]), r5 = _mm256_loadu_ps(rows[5]);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+               t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+               t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(z, z), t7 = t6;
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+               u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+               u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+               u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  const __m256 c[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                       _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                       _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                       _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+  for (int j = 0; j < 8; ++j) {
+    _mm_storeu_ps(dst + j * 6, _mm256_castps256_ps128(c[j]));
+    _mm_storel_pi(reinterpret_cast<__m64*>(dst + j * 6 + 4), _mm256_extractf128_ps(c[j], 1));
+  }
+}
+
 // A[0:M, pc:pc+kc] -> ceil(M/MR) panels, each kc x MR (k-major), zero-padded rows.
 template <typename T>
 void pack_a(int64_t M, int64_t kc, int64_t pc, MatrixRef<T> A, T* out, bool parallel) {
@@ -154,6 +181,20 @@ void pack_a(int64_t M, int64_t kc, int64_t pc, MatrixRef<T> A, T* out, bool para
         for (int64_t k = 0; k < kc; ++k)
           for (int64_t i = 0; i < MR; ++i) dst[k * MR + i] = src[k * A.col_stride + i];
         continue;
+      }
+      if constexpr (std::is_same_v<T, float> && MR == 6) {
+        if (kHasAvx2 && A.col_stride == 1 && p * MR + MR <= M) {
+          const float* rows[MR];
+          for (int64_t i = 0; i < MR; ++i) rows[i] = A.data + (p * MR + i) * A.row_stride + pc;
+          int64_t k = 0;
+          for (; k + 8 <= kc; k += 8) {
+            pack_a_rows_6x8(rows, dst + k * MR);
+            for (auto& r : rows) r += 8;
+          }
+          for (const int64_t k8 = k; k < kc; ++k)  // the last kc % 8, one by one
+            for (int64_t i = 0; i < MR; ++i) dst[k * MR + i] = rows[i][k - k8];
+          continue;
+        }
       }
       for (int64_t i = 0; i < MR; ++i) {
         int64_t row = p * MR + i;

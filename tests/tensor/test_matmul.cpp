@@ -76,10 +76,11 @@ TEST_CASE("matmul is bit-identical with 1 and 2 threads") {
 
 TEST_CASE("a transposed A packs to the same panels: bit-identical to its contiguous copy") {
   // pack_a copies a transposed view k by k (its panel rows are adjacent in memory), a
-  // contiguous A row by row; the packed panels, so the products, must be the same bits.
+  // contiguous f32 A eight k at a time through register transposes (the rest one by one);
+  // the packed panels, so the products, must be the same bits.
   Generator g(14);
   for (int64_t M : {5, 6, 301})
-    for (int64_t K : {7, 600}) {
+    for (int64_t K : {7, 13, 600}) {
       CAPTURE(M);
       CAPTURE(K);
       Tensor base = randn({K, M}, g), b = randn({K, 37}, g);
