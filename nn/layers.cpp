@@ -1,5 +1,9 @@
 #include "nn/layers.h"
 
+#include <immintrin.h>
+
+#include <type_traits>
+
 #include "tensor/kernels.h"
 #include "tensor/parallel.h"
 
@@ -47,6 +51,27 @@ PhiloxCounter dropout_counter(uint64_t blk, uint64_t step, uint32_t index, uint3
                         (index << 16) | (micro_step & 0xffff), static_cast<uint32_t>(step >> 32));
 }
 
+namespace {
+
+const bool kMaskAvx2 = __builtin_cpu_supports("avx2");
+
+// 32 mask elements from eight Philox blocks' words (word w of block l is element 4l + w):
+// 0 where the word as a unit float is below p, else 1/(1-p). The scalar rule exactly:
+// (x >> 8) converts to float exactly and times 2^-24 is exact, and "not below" is ">=".
+__attribute__((target("avx2"))) void mask_32(const uint32_t* words, float threshold, float scale,
+                                             float* out) {
+  const __m256 thr = _mm256_set1_ps(threshold), keep = _mm256_set1_ps(scale),
+               unit = _mm256_set1_ps(0x1p-24f);
+  for (int q = 0; q < 32; q += 8) {
+    const __m256i x =
+        _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + q)), 8);
+    const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(x), unit);
+    _mm256_storeu_ps(out + q, _mm256_and_ps(_mm256_cmp_ps(u, thr, _CMP_GE_OQ), keep));
+  }
+}
+
+}  // namespace
+
 Tensor Dropout::mask(const Shape& shape, DType dtype) const {
   Tensor m = empty(shape, dtype);
   const int64_t n = m.numel();
@@ -72,6 +97,13 @@ Tensor Dropout::mask(const Shape& shape, DType dtype) const {
         for (int l = 0; l < 8; ++l)
           in[l] = dropout_counter(static_cast<uint64_t>(blk + l), step, index, micro);
         philox4x32_x8(in, r, key);
+        if constexpr (std::is_same_v<T, float>) {
+          if (kMaskAvx2 && (blk + 8) * 4 <= n) {  // 32 whole elements
+            static_assert(sizeof(r) == 32 * sizeof(uint32_t));
+            mask_32(r[0].data(), threshold, static_cast<float>(scale), out + blk * 4);
+            continue;
+          }
+        }
         for (int l = 0; l < 8; ++l) put(blk + l, r[l]);
       }
       for (; blk < e; ++blk)

@@ -1,5 +1,7 @@
 // Dropout: inverted, identity in eval, masks a pure function of (seed, step, index).
 #include "nn/layers.h"
+#include "tensor/kernels.h"
+#include "tensor/random.h"
 #include "test_util.h"
 
 using namespace attend;
@@ -56,4 +58,29 @@ TEST_CASE("gradient flows through the kept elements only") {
   Tensor y = d.forward(x);
   sum(y).backward();
   CHECK(test::bit_identical(x.grad(), d.mask({64}, DType::F64)));
+}
+
+TEST_CASE("the vectorised mask equals the rule computed one element at a time") {
+  // Element e: word e % 4 of Philox block dropout_counter(e / 4, ...) as a unit float,
+  // dropped below p. 1003 elements: whole groups of 32 (the AVX2 path), a partial group and
+  // a partial last block (the scalar path).
+  for (DType dt : {DType::F32, DType::F64}) {
+    Dropout d(0.37);
+    d.context->seed = 77;
+    d.context->step = 12;
+    d.context->micro_step = 3;
+    d.index = 5;
+    const std::vector<double> m = kernel::cast(d.mask({1003}, dt), DType::F64).to_vector<double>();
+    int wrong = 0;
+    for (int64_t e = 0; e < 1003; ++e) {
+      const PhiloxCounter r =
+          philox4x32(dropout_counter(static_cast<uint64_t>(e / 4), 12, 5, 3), philox_key(77));
+      const bool drop = u32_to_unit_float(r[static_cast<size_t>(e % 4)]) < 0.37f;
+      const double want =
+          drop ? 0.0
+               : (dt == DType::F32 ? static_cast<double>(static_cast<float>(1 / 0.63)) : 1 / 0.63);
+      wrong += m[static_cast<size_t>(e)] != want;
+    }
+    CHECK(wrong == 0);
+  }
 }
