@@ -3,10 +3,12 @@
 #include <atomic>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "tensor/kernels.h"
 #include "tensor/parallel.h"
+#include "train/adamw_update.h"
 
 namespace attend::train {
 
@@ -49,20 +51,9 @@ void AdamW::step(double lr, double grad_scale) {
       T* v = v_[i].data<T>();
       const T b1 = T(o_.beta1), b2 = T(o_.beta2), eps = T(o_.eps);
       const T decay = T(1.0 - lr * wd), step_size = T(lr / bc1), bc2_sqrt = T(std::sqrt(bc2));
-      const bool scaled = grad_scale != 1.0;
-      const T gs = static_cast<T>(grad_scale);
-      std::atomic<bool> bad{false};
-      parallel_for(p.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
-        bool ok = true;
-        for (int64_t j = b; j < e; ++j) {
-          const T gj = scaled ? gp[j] * gs : gp[j];
-          m[j] = b1 * m[j] + (T(1) - b1) * gj;
-          v[j] = b2 * v[j] + (T(1) - b2) * gj * gj;
-          pp[j] = pp[j] * decay - step_size * m[j] / (std::sqrt(v[j]) / bc2_sqrt + eps);
-          ok &= std::isfinite(pp[j]);
-        }
-        if (!ok) bad = true;
-      });
+      const bool bad =
+          !adamw_update<T>(pp, gp, m, v, p.numel(),
+                           {b1, b2, eps, decay, step_size, bc2_sqrt, static_cast<T>(grad_scale)});
       if (bad && non_finite_.empty()) non_finite_ = params_[i].first;
     });
   }
