@@ -709,3 +709,41 @@ TEST_CASE("the diagram's activations come from the model's own forward, stage by
   std::ofstream(page) << attention_html(m, {});
   CHECK(b.dom(page).find("id=\"diagramlink\" style=\"display:none\"") != std::string::npos);
 }
+
+TEST_CASE("a Tq x Tk cross-attention page in both conventions runs in Chromium") {
+  // 3 decoder queries, 5 encoder keys: the page's tables, sums and labels must follow the
+  // two lengths, not one T, in both conventions.
+  nn::Seq2Seq s2s({7, 8, 1, 2, 8}, 4);
+  s2s.eval();
+  const AttentionMap m = compute_seq2seq_attention(s2s, {1, 4, 0, 6, 2}, {"a", "b", "c", "d", "e"},
+                                                   {3, 5, 5}, {"X", "Y", "Z"}, "cross", "toy");
+  Browser b;
+  if (!b.ok) {
+    test::skip("Chromium not found at " + b.exe);
+    return;
+  }
+  for (const char* conv : {"row", "column"}) {
+    CAPTURE(conv);
+    AttentionSelection sel;
+    sel.convention = conv;
+    const fs::path page =
+        fs::path(ATTEND_BUILD_DIR) / (std::string("attention_cross_") + conv + ".html");
+    std::ofstream(page) << attention_html(m, sel);
+    const std::string dom = b.dom(page);
+    CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
+    CHECK(dom.find("Q is ") != std::string::npos);  // the formula gives both lengths
+    CHECK(dom.find("the weights are " +
+                   std::string(conv[0] == 'r' ? "3 \u00d7 5" : "5 \u00d7 3")) != std::string::npos);
+    // Every query's shown weights sum to 1.00: three sums, in the last column or row.
+    size_t sums = 0;
+    for (size_t at = 0; (at = dom.find("<td class=\"sum\">1.00</td>", at)) != std::string::npos;
+         ++at)
+      ++sums;
+    CHECK(sums == 3);
+    CHECK(dom.find(conv[0] == 'r' ? "key position j (column)" : "query position i (column)") !=
+          std::string::npos);
+    CHECK(dom.find("class=\"w\" data-i=\"2\" data-j=\"4\"") != std::string::npos);  // last cell
+  }
+  b.screenshot(fs::path(ATTEND_BUILD_DIR) / "attention_cross_column.html",
+               fs::path(ATTEND_BUILD_DIR) / "attention_cross_column.png", "1200,800");
+}
