@@ -57,13 +57,10 @@ viz::AttentionMap toy_map(const AttentionArgs& a) {
   for (char ch : a.prompt) src_tokens.emplace_back(1, ch);
   // Decoder position t reads the token before (the start symbol at t = 0) and writes
   // answer[t]: labelled "reads→writes".
-  std::vector<int32_t> tgt{static_cast<int32_t>(std::string(train::kToyAlphabet).size())};
-  for (size_t t = 0; t < answer.size(); ++t) {
-    const char in = t == 0 ? train::kToyStart : answer[t - 1];
-    tgt_tokens.push_back(std::string(1, in) + "\u2192" + answer[t]);
-    if (t + 1 < answer.size())
-      tgt.push_back(static_cast<int32_t>(std::string(train::kToyAlphabet).find(answer[t])));
-  }
+  const std::vector<int32_t> tgt = train::toy_decoder_input(answer);
+  for (size_t t = 0; t < answer.size(); ++t)
+    tgt_tokens.push_back(std::string(1, t == 0 ? train::kToyStart : answer[t - 1]) + "\u2192" +
+                         answer[t]);
   const nn::Seq2SeqConfig& c = toy.model->config;
   const std::string description = fmt::format(
       "toy encoder-decoder ({} task): {} encoder + {} decoder layers, {} heads, C {}, trained {} "
@@ -159,15 +156,23 @@ void add_attention(CLI::App& app, int& rc) {
                   "instead of a checkpoint: train a small encoder-decoder (~10 s) to copy or "
                   "reverse the letters a-l, and show its attention on --prompt (3-8 letters)")
       ->check(CLI::IsMember({"copy", "reverse"}));
-  cmd->add_option("--attention", a->attention,
-                  "with --toy: cross (decoder queries, encoder keys), encoder (bidirectional: no "
-                  "mask) or decoder (causal)")
-      ->check(CLI::IsMember({"cross", "encoder", "decoder"}))
-      ->capture_default_str();
-  cmd->add_option("--toy_steps", a->toy_steps, "with --toy: training steps")
-      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
-      ->capture_default_str();
-  cmd->callback([a, &rc] { rc = run_attention(*a); });
+  CLI::Option* attention =
+      cmd->add_option(
+             "--attention", a->attention,
+             "with --toy: cross (decoder queries, encoder keys), encoder (bidirectional: no "
+             "mask) or decoder (causal)")
+          ->check(CLI::IsMember({"cross", "encoder", "decoder"}))
+          ->capture_default_str();
+  CLI::Option* toy_steps =
+      cmd->add_option("--toy_steps", a->toy_steps, "with --toy: training steps")
+          ->check(CLI::Range(int64_t{0}, int64_t{100000}))
+          ->capture_default_str();
+  cmd->callback([a, &rc, attention, toy_steps] {
+    for (const CLI::Option* o : {attention, toy_steps})
+      ATTEND_CHECK(o->count() == 0 || !a->toy.empty(), "attention: ", o->get_name(),
+                   " is for --toy models only; add --toy copy|reverse or drop it");
+    rc = run_attention(*a);
+  });
 }
 
 }  // namespace attend::cli

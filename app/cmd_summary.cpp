@@ -117,10 +117,16 @@ void add_diagram(CLI::App& app, int& rc) {
   cmd->add_option("--out", a->out, "FILE.svg | FILE.html")->required();
   cmd->add_option("--prompt", a->prompt,
                   "with --checkpoint: this text's activations (shape, mean, std) in every box");
-  cmd->add_option("--layer", a->layer, "with --prompt: the block whose activations are shown")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->callback([a, &rc] { rc = run_diagram(*a); });
+  CLI::Option* layer =
+      cmd->add_option("--layer", a->layer, "with --prompt: the block whose activations are shown")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+  cmd->callback([a, &rc, layer] {
+    ATTEND_CHECK(
+        layer->count() == 0 || !a->prompt.empty(),
+        "diagram: --layer chooses the block whose activations --prompt shows; add --prompt");
+    rc = run_diagram(*a);
+  });
 }
 
 }  // namespace attend::cli

@@ -40,6 +40,17 @@ std::vector<int32_t> toy_encode(const std::string& s, const std::string& flag) {
   return ids;
 }
 
+std::vector<int32_t> toy_decoder_input(const std::string& answer) {
+  std::vector<int32_t> ids{kStartId};
+  for (size_t t = 0; t + 1 < answer.size(); ++t) {
+    const char* at = std::strchr(kToyAlphabet, answer[t]);
+    ATTEND_CHECK(answer[t] != '\0' && at != nullptr, "toy: '", std::string(1, answer[t]),
+                 "' is not one of the toy model's letters");
+    ids.push_back(static_cast<int32_t>(at - kToyAlphabet));
+  }
+  return ids;
+}
+
 ToyModel train_toy(const ToyOptions& o) {
   toy_answer(o.task, "abc");  // checks the task name
   ATTEND_CHECK(o.steps >= 0 && o.steps <= 100000, "--toy_steps: expected 0 to 100000, got ",
@@ -64,11 +75,11 @@ ToyModel train_toy(const ToyOptions& o) {
     for (int64_t b = 0; b < o.batch_size; ++b) {
       std::string s;
       for (int64_t t = 0; t < T; ++t) s += kToyAlphabet[p[b * T + t]];
-      const std::vector<int32_t> a = toy_encode(toy_answer(o.task, s), "toy");
-      const std::vector<int32_t> x = toy_encode(s, "toy");
+      const std::string answer = toy_answer(o.task, s);
+      const std::vector<int32_t> a = toy_encode(answer, "toy"), x = toy_encode(s, "toy"),
+                                 d = toy_decoder_input(answer);
       src.insert(src.end(), x.begin(), x.end());
-      tgt.push_back(kStartId);
-      tgt.insert(tgt.end(), a.begin(), a.end() - 1);
+      tgt.insert(tgt.end(), d.begin(), d.end());
       out.insert(out.end(), a.begin(), a.end());
     }
     toy.model->zero_grad();

@@ -46,6 +46,10 @@ std::string toy_answer(const std::string& task, const std::string& source);
 // alphabet or a length outside [kToyMinLength, kToyMaxLength].
 std::vector<int32_t> toy_encode(const std::string& source, const std::string& flag);
 
+// The decoder's input for an answer (teacher forcing): the start symbol, then every letter
+// of the answer but the last. Position t reads it and should write answer[t].
+std::vector<int32_t> toy_decoder_input(const std::string& answer);
+
 // Greedy decoding of as many letters as the source has.
 std::string toy_decode(const ToyModel& toy, const std::string& source);
 

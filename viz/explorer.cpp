@@ -95,8 +95,7 @@ AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
     const nn::Linear& proj = *(*model.transformer->h)[l].attn->c_proj;
     const Tensor heads = kernel::contiguous(kernel::select(trace[l].heads, 0, 0));  // (NH, T, HS)
     std::vector<double> norms, sums, diffs;
-    for (int64_t i = 0; i < T; ++i) {
-      const HeadSum hs = head_sum_at(kernel::contiguous(kernel::select(heads, 1, i)), proj, 0);
+    for (const HeadSum& hs : head_sums(heads, proj, 0)) {
       for (const HeadChange& hc : hs.heads) norms.push_back(hc.norm);
       double sn = 0;
       for (double x : hs.sum) sn += x * x;

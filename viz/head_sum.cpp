@@ -30,55 +30,62 @@ HeadSum head_sum(const nn::GPT& model, const data::Tokenizer& tok, const std::st
   const Tensor heads = kernel::contiguous(
       kernel::select(kernel::select(trace[static_cast<size_t>(layer)].heads, 0, 0), 1, position));
   const nn::Linear& proj = *(*model.transformer->h)[static_cast<size_t>(layer)].attn->c_proj;
-  HeadSum s = head_sum_at(heads, proj, top_k);
+  HeadSum s = head_sums(kernel::unsqueeze(heads, 1), proj, top_k)[0];
   s.layer = layer, s.position = position;
   s.token = display_token(tok.decode({ids[static_cast<size_t>(position)]}));
   return s;
 }
 
-HeadSum head_sum_at(const Tensor& heads, const nn::Linear& proj, int top_k) {
-  const int64_t NH = heads.size(0), HS = heads.size(1), C = NH * HS;
-  const std::vector<double> hv = kernel::cast(heads, DType::F64).to_vector<double>();
+std::vector<HeadSum> head_sums(const Tensor& heads, const nn::Linear& proj, int top_k) {
+  const int64_t NH = heads.size(0), T = heads.size(1), HS = heads.size(2), C = NH * HS;
+  // (T, NH, HS): position t's heads side by side, which is also its concatenation.
+  const Tensor by_position = kernel::contiguous(kernel::transpose(heads, 0, 1));
+  const std::vector<double> hv = kernel::cast(by_position, DType::F64).to_vector<double>();
   const std::vector<double> w =
-      kernel::cast(proj.weight, DType::F64).to_vector<double>();  // (C, C)
-
-  HeadSum s;
-  s.sum.assign(static_cast<size_t>(C), 0.0);
-  for (int64_t h = 0; h < NH; ++h) {
-    HeadChange hc;
-    hc.change.assign(static_cast<size_t>(C), 0.0);
-    for (int64_t o = 0; o < C; ++o) {
-      double acc = 0;
-      for (int64_t k = 0; k < HS; ++k)
-        acc += w[static_cast<size_t>(o * C + h * HS + k)] * hv[static_cast<size_t>(h * HS + k)];
-      hc.change[static_cast<size_t>(o)] = acc;
-      s.sum[static_cast<size_t>(o)] += acc;
-      hc.norm += acc * acc;
-    }
-    hc.norm = std::sqrt(hc.norm);
-    std::vector<int64_t> order(static_cast<size_t>(C));
-    for (int64_t o = 0; o < C; ++o) order[static_cast<size_t>(o)] = o;
-    const int64_t k = std::min<int64_t>(top_k, C);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-      return std::abs(hc.change[static_cast<size_t>(a)]) >
-             std::abs(hc.change[static_cast<size_t>(b)]);
-    });
-    for (int64_t i = 0; i < k; ++i)
-      hc.top.emplace_back(order[static_cast<size_t>(i)],
-                          hc.change[static_cast<size_t>(order[static_cast<size_t>(i)])]);
-    s.heads.push_back(std::move(hc));
-  }
-  // The model's own path: c_proj on the concatenated heads, minus its bias.
-  const Tensor concat = kernel::reshape(heads, {1, C});
-  const std::vector<double> y = kernel::cast(proj.forward(concat), DType::F64).to_vector<double>();
+      kernel::cast(proj.weight, DType::F64).to_vector<double>();  // (C, C), cast once
+  // The model's own path for every position in one product: c_proj on the concatenations.
+  const std::vector<double> y =
+      kernel::cast(proj.forward(kernel::reshape(by_position, {T, C})), DType::F64)
+          .to_vector<double>();
   std::vector<double> bias(static_cast<size_t>(C), 0.0);
   if (proj.bias.defined()) bias = kernel::cast(proj.bias, DType::F64).to_vector<double>();
-  for (int64_t o = 0; o < C; ++o) {
-    s.concat_cproj.push_back(y[static_cast<size_t>(o)] - bias[static_cast<size_t>(o)]);
-    s.max_abs_difference = std::max(
-        s.max_abs_difference, std::abs(s.concat_cproj.back() - s.sum[static_cast<size_t>(o)]));
+
+  std::vector<HeadSum> out(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    HeadSum& s = out[static_cast<size_t>(t)];
+    const double* ht = hv.data() + t * C;
+    s.sum.assign(static_cast<size_t>(C), 0.0);
+    for (int64_t h = 0; h < NH; ++h) {
+      HeadChange hc;
+      hc.change.assign(static_cast<size_t>(C), 0.0);
+      for (int64_t o = 0; o < C; ++o) {
+        double acc = 0;
+        for (int64_t k = 0; k < HS; ++k)
+          acc += w[static_cast<size_t>(o * C + h * HS + k)] * ht[h * HS + k];
+        hc.change[static_cast<size_t>(o)] = acc;
+        s.sum[static_cast<size_t>(o)] += acc;
+        hc.norm += acc * acc;
+      }
+      hc.norm = std::sqrt(hc.norm);
+      std::vector<int64_t> order(static_cast<size_t>(C));
+      for (int64_t o = 0; o < C; ++o) order[static_cast<size_t>(o)] = o;
+      const int64_t k = std::min<int64_t>(top_k, C);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+        return std::abs(hc.change[static_cast<size_t>(a)]) >
+               std::abs(hc.change[static_cast<size_t>(b)]);
+      });
+      for (int64_t i = 0; i < k; ++i)
+        hc.top.emplace_back(order[static_cast<size_t>(i)],
+                            hc.change[static_cast<size_t>(order[static_cast<size_t>(i)])]);
+      s.heads.push_back(std::move(hc));
+    }
+    for (int64_t o = 0; o < C; ++o) {  // c_proj(concat) minus its bias, against the sum
+      s.concat_cproj.push_back(y[static_cast<size_t>(t * C + o)] - bias[static_cast<size_t>(o)]);
+      s.max_abs_difference = std::max(
+          s.max_abs_difference, std::abs(s.concat_cproj.back() - s.sum[static_cast<size_t>(o)]));
+    }
   }
-  return s;
+  return out;
 }
 
 std::string head_sum_text(const HeadSum& s) {

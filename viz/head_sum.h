@@ -33,9 +33,10 @@ struct HeadSum {
 HeadSum head_sum(const nn::GPT& model, const data::Tokenizer& tokenizer, const std::string& prompt,
                  int64_t layer, int64_t position, int top_k = 5);
 
-// The same from one position's head outputs (NH, HS) and the layer's c_proj (layer,
-// position and token left for the caller). top_k 0: no top dimensions.
-HeadSum head_sum_at(const Tensor& heads, const nn::Linear& c_proj, int top_k);
+// The same for every position at once, from a layer's head outputs (NH, T, HS) and its
+// c_proj (layer, position and token left for the caller); c_proj's weights are read once.
+// top_k 0: no top dimensions.
+std::vector<HeadSum> head_sums(const Tensor& heads, const nn::Linear& c_proj, int top_k);
 
 std::string head_sum_text(const HeadSum& s);
 

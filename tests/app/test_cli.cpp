@@ -853,6 +853,10 @@ TEST_CASE("heads: a layer x head table of ablation losses on stdout, CSV and SVG
   CHECK(e.code == 1);
   CAPTURE(e.out);
   CHECK(e.out.find("--layer 2: the model has 2 layers") != std::string::npos);
+  Run g = attend_cmd("diagram --preset gpt2 --layer 1 --out " + (dir / "m.svg").string());
+  CHECK(g.code == 1);
+  CHECK(g.out.find("--layer chooses the block whose activations --prompt shows") !=
+        std::string::npos);
   Run f = attend_cmd("diagram --preset gpt2 --prompt x --out " + (dir / "m.svg").string());
   CHECK(f.code == 1);
   CHECK(f.out.find("--prompt needs --checkpoint") != std::string::npos);
@@ -920,6 +924,10 @@ TEST_CASE("attention --toy: an encoder-decoder's cross-attention from the comman
                         (dir / "x.json").string());
   CHECK(both.code == 1);
   CHECK(both.out.find("--toy trains its own model; drop --checkpoint") != std::string::npos);
+  Run stray = attend_cmd("attention --checkpoint runs/x --prompt abc --attention encoder --out " +
+                         (dir / "x.json").string());
+  CHECK(stray.code == 1);
+  CHECK(stray.out.find("--attention is for --toy models only") != std::string::npos);
   Run none = attend_cmd("attention --prompt abc --out " + (dir / "x.json").string());
   CHECK(none.code == 1);
   CHECK(none.out.find("--checkpoint is required (or --toy copy|reverse)") != std::string::npos);

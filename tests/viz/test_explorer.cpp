@@ -522,14 +522,25 @@ TEST_CASE("what each head adds at every position equals head_sum's, and sums to 
   CHECK(j["layers"][1]["heads"][0]["change_norm"].size() == static_cast<size_t>(m.T()));
 }
 
+namespace {
+
+// An untrained encoder-decoder with a 5-token source and a 3-token target: the views must
+// not assume a square map.
+struct CrossFixture {
+  nn::Seq2Seq s2s{{7, 8, 1, 2, 8}, 4};
+  std::vector<int32_t> src{1, 4, 0, 6, 2}, tgt{3, 5, 5};
+  std::vector<std::string> st{"a", "b", "c", "d", "e"}, tt{"X", "Y", "Z"};
+  CrossFixture() { s2s.eval(); }
+  AttentionMap map(const std::string& which) const {
+    return compute_seq2seq_attention(s2s, src, st, tgt, tt, which, "toy");
+  }
+};
+
+}  // namespace
+
 TEST_CASE("cross-attention maps are Tq x Tk: rows sum to 1, no mask, transposition exact") {
-  // An untrained encoder-decoder with a 5-token source and a 3-token target: the views
-  // must not assume a square map.
-  nn::Seq2Seq s2s({7, 8, 1, 2, 8}, 4);
-  s2s.eval();
-  const std::vector<int32_t> src{1, 4, 0, 6, 2}, tgt{3, 5, 5};
-  const std::vector<std::string> st{"a", "b", "c", "d", "e"}, tt{"X", "Y", "Z"};
-  const AttentionMap m = compute_seq2seq_attention(s2s, src, st, tgt, tt, "cross", "toy");
+  const CrossFixture f;
+  const AttentionMap m = f.map("cross");
   CHECK(m.kind == "cross-attention");
   CHECK_FALSE(m.causal);
   CHECK(m.T() == 3);
@@ -548,7 +559,7 @@ TEST_CASE("cross-attention maps are Tq x Tk: rows sum to 1, no mask, transpositi
   col.convention = "column";
   const auto jr = nlohmann::json::parse(attention_json(m, row));
   const auto jc = nlohmann::json::parse(attention_json(m, col));
-  CHECK(jr["key_tokens"] == nlohmann::json(st));
+  CHECK(jr["key_tokens"] == nlohmann::json(f.st));
   CHECK(jr["kind"] == "cross-attention");
   CHECK(jr["formula"].get<std::string>().find("weights (3 x 5)") != std::string::npos);
   CHECK(jc["formula"].get<std::string>().find("weights (5 x 3)") != std::string::npos);
@@ -572,14 +583,14 @@ TEST_CASE("cross-attention maps are Tq x Tk: rows sum to 1, no mask, transpositi
     CHECK(svg.find("cross-attention") != std::string::npos);
   }
   // The encoder's self-attention is bidirectional: weight above the diagonal.
-  const AttentionMap e = compute_seq2seq_attention(s2s, src, st, tgt, tt, "encoder", "toy");
+  const AttentionMap e = f.map("encoder");
   CHECK(e.kind == "bidirectional self-attention");
   CHECK(e.T() == 5);
   CHECK(e.weights[0][0][0 * 5 + 4] > 0);
-  const AttentionMap d = compute_seq2seq_attention(s2s, src, st, tgt, tt, "decoder", "toy");
+  const AttentionMap d = f.map("decoder");
   CHECK(d.causal);
   CHECK(d.weights[0][0][0 * 3 + 2] == 0.0);  // the future is exactly 0
-  test::check_error([&] { compute_seq2seq_attention(s2s, src, st, tgt, tt, "both", "toy"); },
+  test::check_error([&] { f.map("both"); },
                     "--attention: expected encoder, decoder or cross, got 'both'");
 }
 
@@ -602,9 +613,7 @@ TEST_CASE(
   const std::string src = "gabled";
   const std::vector<int32_t> ids = train::toy_encode(src, "--prompt");
   const std::string answer = train::toy_decode(toy, src);
-  std::vector<int32_t> tgt{12};
-  for (size_t t = 0; t + 1 < answer.size(); ++t)
-    tgt.push_back(static_cast<int32_t>(std::string(train::kToyAlphabet).find(answer[t])));
+  const std::vector<int32_t> tgt = train::toy_decoder_input(answer);
   std::vector<std::string> st, tt;
   for (char ch : src) st.emplace_back(1, ch);
   for (size_t t = 0; t < tgt.size(); ++t) tt.push_back(std::to_string(t));
@@ -713,10 +722,7 @@ TEST_CASE("the diagram's activations come from the model's own forward, stage by
 TEST_CASE("a Tq x Tk cross-attention page in both conventions runs in Chromium") {
   // 3 decoder queries, 5 encoder keys: the page's tables, sums and labels must follow the
   // two lengths, not one T, in both conventions.
-  nn::Seq2Seq s2s({7, 8, 1, 2, 8}, 4);
-  s2s.eval();
-  const AttentionMap m = compute_seq2seq_attention(s2s, {1, 4, 0, 6, 2}, {"a", "b", "c", "d", "e"},
-                                                   {3, 5, 5}, {"X", "Y", "Z"}, "cross", "toy");
+  const AttentionMap m = CrossFixture().map("cross");
   Browser b;
   if (!b.ok) {
     test::skip("Chromium not found at " + b.exe);
