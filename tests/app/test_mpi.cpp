@@ -34,7 +34,7 @@ void require_mpi() {
 // memory copies through its own buffers: the single-copy mechanism (CMA) needs ptrace
 // rights between sibling processes, which containers and Yama often withhold.
 std::string mpirun(int np) {
-  return "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) +
+  return "timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) +
          " -x OMP_NUM_THREADS=1 --mca btl_vader_single_copy_mechanism none ";
 }
 
@@ -244,7 +244,7 @@ TEST_CASE("a rank that cannot read the data fails the job with its own error") {
   // MPMD: rank 0 works in dir (where data/ is), rank 1 in dir/elsewhere (where it is not).
   const std::string f = flags("data") + " --max_iters 4 --out run";
   const Run r = shell(
-      "timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1"
+      "timeout -k 10 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1"
       " --mca btl_vader_single_copy_mechanism none -np 1 -wdir " +
       dir.string() + " " + ATTEND_BIN + f + " : -np 1 -wdir " + (dir / "elsewhere").string() + " " +
       ATTEND_BIN + f);
