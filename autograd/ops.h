@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "tensor/random.h"
 #include "tensor/tensor.h"
 
 namespace attend {
@@ -90,6 +91,17 @@ Tensor log_softmax(const Tensor& x);  // over the last dim
 // masked (weight exactly 0) when j > i + offset; offset < 0: no mask. Attention's fused
 // mul + masked_fill + softmax, equal to them bit for bit (tests/autograd).
 Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset);
+// Fused attention, one node (kernel::attention_forward; no (Tq, Tk) tensor is made or
+// kept): for each batch and query head h,
+//   dropout(scaled_softmax(q k^T, scale, offset)) v  with k, v of key/value head h / G,
+// q (B, NH, Tq, HS), k and v (B, KVH, Tk, HS) -> (B, NH, Tq, HS). The dropout masks are
+// drop's (drop.p = 0: none), the same as nn::Dropout would draw for the composed weights.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t offset,
+                 const DropoutStream& drop);
+// The same from self-attention's packed projections qkv (B, T, NH HS + 2 KVH HS), q then k
+// then v: (B, T, NH HS), heads concatenated, and qkv's gradient in one tensor.
+Tensor attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, double scale,
+                     int64_t offset, const DropoutStream& drop);
 // Over the last dim; bias may be an undefined Tensor (no bias).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // logits (..., V), targets (...) integer: mean over targets != ignore_index (PyTorch's

@@ -52,6 +52,15 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
   ATTEND_CHECK(x.dim() == 3 && x.size(2) == C, "Attention: expected x of shape (B, T, ", C,
                "), got ", shape_str(x.shape()));
   const int64_t B = x.size(0), Tq = x.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  const bool use_fused = fused && trace == nullptr && replace_head.empty();
+
+  if (use_fused && !context.defined() && cache == nullptr) {
+    // Self-attention in training and evaluation: straight from the packed projections.
+    Tensor heads = attention_qkv(c_attn->forward(x), NH, KVH, scale, config.causal ? 0 : -1,
+                                 attn_dropout->stream());  // (B, Tq, C)
+    return {resid_dropout->forward(c_proj->forward(heads))};
+  }
 
   Tensor q, k, v;
   if (!context.defined()) {
@@ -84,6 +93,16 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
     cache->v = v;
   }
   const int64_t Tk = k.size(2);
+  if (config.causal)
+    ATTEND_CHECK(Tk >= Tq,
+                 "Attention: causal attention needs at least as many keys as queries, got ", Tk,
+                 " keys for ", Tq, " queries");
+  const int64_t offset = config.causal ? Tk - Tq : -1;
+  if (use_fused) {  // cross-attention, or self-attention with a cache
+    Tensor out = attention(q, k, v, scale, offset, attn_dropout->stream());  // (B, NH, Tq, HS)
+    out = reshape(transpose(out, 1, 2), {B, Tq, C});  // a view: the kernel's layout
+    return {resid_dropout->forward(c_proj->forward(out))};
+  }
 
   // Query heads grouped by the key/value head they read: (B, KVH, G, Tq, HS) against
   // (B, KVH, 1, Tk, HS), the 1 broadcast over the group.
@@ -95,14 +114,9 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
     trace->q = q;
     trace->k = k;
   }
-  if (config.causal)
-    ATTEND_CHECK(Tk >= Tq,
-                 "Attention: causal attention needs at least as many keys as queries, got ", Tk,
-                 " keys for ", Tq, " queries");
   // softmax(scores / sqrt(HS)) with the future masked (query i sees keys j <= i + Tk - Tq),
   // fused: one pass instead of mul, masked_fill and softmax (its oracle in the tests).
-  Tensor weights = scaled_softmax(scores, 1.0 / std::sqrt(static_cast<double>(HS)),
-                                  config.causal ? Tk - Tq : -1);  // (B, NH, Tq, Tk), rows sum to 1
+  Tensor weights = scaled_softmax(scores, scale, offset);  // (B, NH, Tq, Tk), rows sum to 1
   if (trace) trace->weights = weights;
   Tensor dropped = attn_dropout->forward(weights);
   Tensor out =

@@ -79,6 +79,11 @@ class Attention : public Module {
   // output over some data: the head reduced to a constant). Empty: the plain forward.
   std::map<int64_t, Tensor> replace_head;
 
+  // The fused kernel (attend::attention: no (Tq, Tk) scores or weights are made or kept)
+  // whenever nobody asks for them, i.e. without a trace or replace_head. false: always the
+  // composed ops (matmul, scaled_softmax, Dropout, matmul), the fused kernel's oracle.
+  bool fused = true;
+
   AttentionConfig config;
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;

@@ -65,13 +65,14 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) const;
   // The mask this module would apply to a tensor of `shape` now (values 0 or 1/(1-p)).
   Tensor mask(const Shape& shape, DType dtype) const;
+  // The stream mask() draws from now; p = 0 when the module is off (eval mode or p = 0).
+  // Fused kernels take it to draw the same masks themselves.
+  DropoutStream stream() const;
   double p;
   std::shared_ptr<DropoutContext> context = std::make_shared<DropoutContext>();
   uint32_t index = 0;  // distinct per dropout in a model (assigned by the model)
 };
 
-// The Philox counter of mask block blk (elements 4 blk .. 4 blk + 3); see Note [Random streams].
-PhiloxCounter dropout_counter(uint64_t blk, uint64_t step, uint32_t index, uint32_t micro_step);
 
 // Gives every Dropout under `root` the shared context and its index (in module order).
 void attach_dropout_context(Module& root, const std::shared_ptr<DropoutContext>& ctx);

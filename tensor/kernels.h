@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/random.h"
 #include "tensor/tensor.h"
 
 namespace attend::kernel {
@@ -87,6 +88,21 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g);  // y = softmax(x)
 // query row i masked when j > i + offset (offset < 0: no mask); tensor/kernels/nn.cpp.
 Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset);
 Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, int64_t offset);
+// Fused attention (tensor/kernels/attention.cpp): for every batch b and query head h,
+//   out[b, h] = dropout(scaled_softmax(q[b, h] k[b, h / G]^T, scale, offset)) v[b, h / G]
+// with q (B, NH, Tq, HS), k and v (B, KVH, Tk, HS), G = NH / KVH, without a (Tq, Tk)
+// tensor: scores live in a per-thread block of query rows, keys past a causal block's
+// last visible one are never computed. The dropout masks are `drop`'s, element
+// ((b NH + h) Tq + i) Tk + j, so the same as nn::Dropout on the composed weights. Every
+// operand is read through its strides (the last one 1); `out` (q's shape, last stride 1)
+// is written.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                       int64_t offset, const DropoutStream& drop, const Tensor& out);
+// Gradients from the output gradient g (q's shape): dq, dk, dv (the shapes of q, k, v,
+// last stride 1, possibly views into one buffer) are written. The weights are recomputed.
+void attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                        double scale, int64_t offset, const DropoutStream& drop, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv);
 Tensor log_softmax(const Tensor& x);
 Tensor log_softmax_backward(const Tensor& y, const Tensor& g);  // y = log_softmax(x)
 

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "tensor/parallel.h"
 
@@ -104,6 +105,69 @@ void philox4x32_x8(const PhiloxCounter* in, PhiloxCounter* out, PhiloxKey k) {
   }
   for (int l = 0; l < 8; ++l) out[l] = {c0[l], c1[l], c2[l], c3[l]};
 }
+
+namespace {
+
+const bool kMaskAvx2 = __builtin_cpu_supports("avx2");
+
+// 32 mask elements from eight Philox blocks' words (word w of block l is element 4l + w):
+// 0 where the word as a unit float is below p, else 1/(1-p). The scalar rule exactly:
+// (x >> 8) converts to float exactly and times 2^-24 is exact, and "not below" is ">=".
+__attribute__((target("avx2"))) void mask_32(const uint32_t* words, float threshold, float scale,
+                                             float* out) {
+  const __m256 thr = _mm256_set1_ps(threshold), keep = _mm256_set1_ps(scale),
+               unit = _mm256_set1_ps(0x1p-24f);
+  for (int q = 0; q < 32; q += 8) {
+    const __m256i x =
+        _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + q)), 8);
+    const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(x), unit);
+    _mm256_storeu_ps(out + q, _mm256_and_ps(_mm256_cmp_ps(u, thr, _CMP_GE_OQ), keep));
+  }
+}
+
+}  // namespace
+
+void check_dropout_range(const DropoutStream& d, int64_t n) {
+  ATTEND_CHECK(
+      d.index < 65536 && d.micro_step < 65536 && d.step < (1ull << 56) && n / 4 < (1ll << 32),
+      "dropout: index ", d.index, ", micro-step ", d.micro_step, ", step ", d.step, " or ", n,
+      " elements outside the dropout stream's ranges (2^16, 2^16, 2^56, 2^34)");
+}
+
+template <typename T>
+void dropout_fill(const DropoutStream& d, uint64_t first, int64_t len, T* out) {
+  const float threshold = static_cast<float>(d.p);
+  const double scale = 1.0 / (1.0 - d.p);
+  const T keep = static_cast<T>(scale);
+  // Element first + i is word (first + i) % 4 of block (first + i) / 4; o is the output
+  // index of word 0 of block blk (negative for a block that starts before `first`).
+  uint64_t blk = first / 4;
+  int64_t o = -static_cast<int64_t>(first % 4);
+  PhiloxCounter in[8], r[8];
+  while (o < len) {
+    for (int l = 0; l < 8; ++l) in[l] = dropout_counter(blk + l, d.step, d.index, d.micro_step);
+    philox4x32_x8(in, r, d.key);
+    bool done = false;
+    if constexpr (std::is_same_v<T, float>) {
+      if (kMaskAvx2 && o >= 0 && o + 32 <= len) {  // 32 whole elements
+        static_assert(sizeof(r) == 32 * sizeof(uint32_t));
+        mask_32(r[0].data(), threshold, static_cast<float>(scale), out + o);
+        done = true;
+      }
+    }
+    if (!done)
+      for (int l = 0; l < 8; ++l)
+        for (int w = 0; w < 4; ++w) {
+          const int64_t i = o + 4 * l + w;
+          if (i >= 0 && i < len) out[i] = u32_to_unit_float(r[l][w]) < threshold ? T(0) : keep;
+        }
+    blk += 8;
+    o += 32;
+  }
+}
+
+template void dropout_fill<float>(const DropoutStream&, uint64_t, int64_t, float*);
+template void dropout_fill<double>(const DropoutStream&, uint64_t, int64_t, double*);
 
 PhiloxCounter Generator::block(uint64_t i) const {
   return philox4x32(generator_counter(i), philox_key(state_.seed));

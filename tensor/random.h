@@ -68,6 +68,29 @@ inline PhiloxCounter generator_counter(uint64_t offset) {
                         static_cast<uint32_t>(offset >> 32), 0, 0);
 }
 
+// Dropout's layout: mask block blk (elements 4 blk .. 4 blk + 3) of dropout `index` at a
+// training step and micro-step.
+inline PhiloxCounter dropout_counter(uint64_t blk, uint64_t step, uint32_t index,
+                                     uint32_t micro_step) {
+  return stream_counter(Stream::Dropout, static_cast<uint32_t>(blk), static_cast<uint32_t>(step),
+                        (index << 16) | (micro_step & 0xffff), static_cast<uint32_t>(step >> 32));
+}
+
+// One dropout's masks at one (step, micro-step): element e is 0 when word e % 4 of block
+// dropout_counter(e / 4, ...) as a unit float is below p, else 1/(1-p). nn::Dropout draws
+// a whole mask from it; fused kernels (attention) draw the elements they need, the same ones.
+struct DropoutStream {
+  double p = 0;  // 0: no dropout
+  PhiloxKey key{};
+  uint64_t step = 0;
+  uint32_t index = 0, micro_step = 0;
+};
+// Checks the stream's ranges for a mask of n elements (throws naming them).
+void check_dropout_range(const DropoutStream& d, int64_t n);
+// out[i] = mask element first + i, for i < len (f32 or f64).
+template <typename T>
+void dropout_fill(const DropoutStream& d, uint64_t first, int64_t len, T* out);
+
 // Uniform in [0, 1) from the top 24 (float) or 53 (double) bits.
 inline float u32_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * 0x1p-24f; }
 inline double u64_to_unit_double(uint32_t hi, uint32_t lo) {

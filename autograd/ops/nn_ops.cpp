@@ -26,6 +26,72 @@ Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
   return out;
 }
 
+namespace {
+
+// x itself when its last stride is 1 (what the attention kernel reads), else a copy.
+Tensor unit_last(const Tensor& x) {
+  return x.dim() >= 1 && x.size(-1) > 1 && x.strides().back() != 1 ? kernel::contiguous(x) : x;
+}
+
+// Heads [start / HS, start / HS + H) of a contiguous (B, T, W) tensor as (B, H, T, HS).
+Tensor heads_view(const Tensor& x, int64_t start, int64_t H, int64_t HS) {
+  const int64_t B = x.size(0), T = x.size(1), W = x.size(2);
+  return make_view(x, {B, H, T, HS}, {T * W, HS, W, 1}, x.offset() + start);
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t offset,
+                 const DropoutStream& drop) {
+  ATTEND_CHECK(q.dim() == 4, "attention: expected q of shape (B, NH, Tq, HS), got ",
+               shape_str(q.shape()));
+  Tensor qc = unit_last(q), kc = unit_last(k), vc = unit_last(v);
+  // out is (B, NH, Tq, HS) over a (B, Tq, NH, HS) buffer: concatenating the heads is a view.
+  Tensor out =
+      kernel::transpose(empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.dtype()), 1, 2);
+  kernel::attention_forward(qc, kc, vc, scale, offset, drop, out);
+  // saves: q, k, v (the weights are recomputed in backward)
+  autograd::record("attention", {q, k, v}, out,
+                   [qc = qc.detach(), kc = kc.detach(), vc = vc.detach(), scale, offset, drop](
+                       const Tensor& g, const Needs&) {
+                     Tensor dq = empty(qc.shape(), qc.dtype()), dk = empty(kc.shape(), kc.dtype()),
+                            dv = empty(vc.shape(), vc.dtype());
+                     kernel::attention_backward(unit_last(g), qc, kc, vc, scale, offset, drop, dq,
+                                                dk, dv);
+                     return std::vector<Tensor>{dq, dk, dv};
+                   });
+  return out;
+}
+
+Tensor attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, double scale,
+                     int64_t offset, const DropoutStream& drop) {
+  ATTEND_CHECK(qkv.dim() == 3 && n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 &&
+                   qkv.size(2) % (n_head + 2 * n_kv_head) == 0,
+               "attention_qkv: expected qkv of shape (B, T, (NH + 2 KVH) HS) with NH ", n_head,
+               " a multiple of KVH ", n_kv_head, ", got ", shape_str(qkv.shape()));
+  const int64_t B = qkv.size(0), T = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+  const int64_t C = n_head * HS, kv = n_kv_head * HS;
+  Tensor x = kernel::contiguous(qkv);
+  Tensor o = empty({B, T, C}, qkv.dtype());
+  kernel::attention_forward(heads_view(x, 0, n_head, HS), heads_view(x, C, n_kv_head, HS),
+                            heads_view(x, C + kv, n_kv_head, HS), scale, offset, drop,
+                            heads_view(o, 0, n_head, HS));
+  // saves: qkv (the weights are recomputed in backward)
+  autograd::record("attention_qkv", {qkv}, o,
+                   [x = x.detach(), n_head, n_kv_head, HS, C, kv, scale, offset, drop](
+                       const Tensor& g, const Needs&) {
+                     Tensor gc = kernel::contiguous(g);
+                     Tensor dx = empty(x.shape(), x.dtype());
+                     kernel::attention_backward(
+                         heads_view(gc, 0, n_head, HS), heads_view(x, 0, n_head, HS),
+                         heads_view(x, C, n_kv_head, HS), heads_view(x, C + kv, n_kv_head, HS),
+                         scale, offset, drop, heads_view(dx, 0, n_head, HS),
+                         heads_view(dx, C, n_kv_head, HS), heads_view(dx, C + kv, n_kv_head, HS));
+                     return std::vector<Tensor>{dx};
+                   });
+  return o;
+}
+
 Tensor log_softmax(const Tensor& x) {
   Tensor out = kernel::log_softmax(x);
   // saves: the output y

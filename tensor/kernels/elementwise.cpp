@@ -19,6 +19,7 @@
 
 #include "tensor/kernels.h"
 #include "tensor/kernels/iter.h"
+#include "tensor/kernels/rowmath.h"
 
 namespace attend::kernel {
 
@@ -26,32 +27,6 @@ namespace {
 
 constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluA = 0.044715;
-
-// e^x for f32 within about 2 ulp: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two
-// parts for exactness), e^r by its degree-6 Taylor polynomial (remainder < 1.3e-7
-// relative), 2^n through the exponent bits. Inputs are clamped to [-87.3, 88.3], so
-// 2^n stays a normal float.
-[[gnu::always_inline]] inline float exp_f32(float x) {
-  x = std::min(std::max(x, -87.3f), 88.3f);
-  const float n = std::floor(x * 1.44269504f + 0.5f);
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  const float p =
-      1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 +
-                                          r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
-template <typename T>
-[[gnu::always_inline]] inline T exp_fast(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return exp_f32(x);
-  } else {
-    return std::exp(x);
-  }
-}
 
 template <typename T>
 [[gnu::always_inline]] inline T gelu(T x) {

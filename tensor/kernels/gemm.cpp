@@ -287,10 +287,11 @@ bool gemm_uses_avx2() { return kHasAvx2; }
 
 template <typename T>
 void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
-          bool parallel) {
+          bool parallel, bool accumulate) {
   constexpr int64_t NR = nr<T>();
   if (M == 0 || N == 0) return;
   if (K == 0) {
+    if (accumulate) return;
     for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
     return;
   }
@@ -308,7 +309,7 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
       const int64_t kc = std::min(KC, K - pc);
       pack_b(nc, kc, pc, jc, B, b_pack, parallel);
       pack_a(M, kc, pc, A, a_pack, parallel);
-      const bool first = pc == 0;
+      const bool first = pc == 0 && !accumulate;
       // Tiles in row-panel-major order: a thread's contiguous range covers whole row
       // panels (its A panel stays in L1 across the B panels) and threads write disjoint
       // rows of C.
@@ -352,9 +353,9 @@ void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B,
 }
 
 template void gemm<float>(int64_t, int64_t, int64_t, MatrixRef<float>, MatrixRef<float>, float*,
-                          int64_t, bool);
+                          int64_t, bool, bool);
 template void gemm<double>(int64_t, int64_t, int64_t, MatrixRef<double>, MatrixRef<double>, double*,
-                           int64_t, bool);
+                           int64_t, bool, bool);
 template void gemm_naive<float>(int64_t, int64_t, int64_t, MatrixRef<float>, MatrixRef<float>,
                                 float*, int64_t);
 template void gemm_naive<double>(int64_t, int64_t, int64_t, MatrixRef<double>, MatrixRef<double>,

@@ -17,9 +17,10 @@ struct MatrixRef {
 // Cache-blocked with packed panels and a register-tiled micro-kernel (AVX2/FMA when the CPU
 // has it, checked at run time; a portable one otherwise). Every output element sums its K
 // products in the same order whatever the thread count: threads split M and N, never K.
+// With `accumulate`, C += A @ B (each element adds its finished sum once).
 template <typename T>
 void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
-          bool parallel);
+          bool parallel, bool accumulate = false);
 
 // The plain triple loop, accumulating in double: the test oracle.
 template <typename T>

@@ -7,8 +7,8 @@
 //               z_j = scale x_j for j <= i + offset (all j when offset < 0), else -inf,
 //               y = softmax(z): masked keys get exactly 0 and are never exponentiated
 //   backward:   dx_j = (y_j (g_j - sum_k g_k y_k)) scale, 0 on masked keys
-//   The same roundings in the same order as mul + masked_fill + softmax, so the composed
-//   ops are its oracle bit for bit (up to the sign of zeros).
+//   The rows are kernels/rowmath.h's (vectorised: exp_f32 in f32, sums over 8 lanes),
+//   shared with the fused attention kernel, which therefore computes the same weights.
 // log_softmax:  y_i = x_i - m - log sum_j exp(x_j - m)
 //   backward:   dx_i = g_i - exp(y_i) sum_j g_j
 // layer_norm:   xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) (biased var),
@@ -24,6 +24,7 @@
 #include <limits>
 
 #include "tensor/kernels.h"
+#include "tensor/kernels/rowmath.h"
 #include "tensor/parallel.h"
 
 namespace attend::kernel {
@@ -68,22 +69,8 @@ Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
     T* out = y.data<T>();
     const T ts = static_cast<T>(scale);
     for_rows(x.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
-      const T* xr = in + r * n;
-      T* yr = out + r * n;
       const int64_t valid = offset < 0 ? n : std::min(n, r % tq + offset + 1);
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t i = 0; i < valid; ++i) {
-        yr[i] = xr[i] * ts;
-        m = std::max(m, yr[i]);
-      }
-      double s = 0;
-      for (int64_t i = 0; i < valid; ++i) {
-        yr[i] = std::exp(yr[i] - m);
-        s += yr[i];
-      }
-      const T inv = static_cast<T>(1.0 / s);
-      for (int64_t i = 0; i < valid; ++i) yr[i] *= inv;
-      for (int64_t i = valid; i < n; ++i) yr[i] = T(0);
+      softmax_row(in + r * n, out + r * n, valid, n, ts);
     });
   });
   return y;
@@ -100,14 +87,8 @@ Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, i
     T* dp = dx.data<T>();
     const T ts = static_cast<T>(scale);
     for_rows(y.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
-      const T *yr = yp + r * n, *gr = gp + r * n;
-      T* dr = dp + r * n;
       const int64_t valid = offset < 0 ? n : std::min(n, r % tq + offset + 1);
-      double dot = 0;
-      for (int64_t i = 0; i < valid; ++i) dot += static_cast<double>(gr[i]) * yr[i];
-      const T tdot = static_cast<T>(dot);
-      for (int64_t i = 0; i < valid; ++i) dr[i] = (yr[i] * (gr[i] - tdot)) * ts;
-      for (int64_t i = valid; i < n; ++i) dr[i] = T(0);
+      softmax_grad_row(yp + r * n, gp + r * n, dp + r * n, valid, n, ts);
     });
   });
   return dx;

@@ -188,3 +188,144 @@ TEST_CASE("linear equals matmul then add bit for bit - values and all three grad
     CHECK(w1.grad().is_contiguous());
   }
 }
+
+namespace {
+
+// The composed attention the fused op replaces (nn::Attention with fused = false): scores
+// by matmul, scaled_softmax, the dropout mask as a tensor, matmul.
+Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                          int64_t offset, const DropoutStream& drop) {
+  const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2), HS = q.size(3);
+  const int64_t KVH = k.size(1), Tk = k.size(2), G = NH / KVH;
+  Tensor s = matmul(reshape(q, {B, KVH, G, Tq, HS}), transpose(unsqueeze(k, 2), -1, -2));
+  Tensor w = scaled_softmax(reshape(s, {B, NH, Tq, Tk}), scale, offset);
+  if (drop.p > 0) {
+    Tensor mask = empty(w.shape(), w.dtype());
+    dispatch_float(w.dtype(), "mask",
+                   [&]<typename T>() { dropout_fill(drop, 0, mask.numel(), mask.data<T>()); });
+    w = mul(w, mask);
+  }
+  return reshape(matmul(reshape(w, {B, KVH, G, Tq, Tk}), unsqueeze(v, 2)), {B, NH, Tq, HS});
+}
+
+}  // namespace
+
+TEST_CASE(
+    "fused attention equals the composed ops: values and dq bit for bit and dk dv within "
+    "rounding") {
+  // Causal square (rows past one 32-row block, Tk not a multiple of 8), causal with a key
+  // cache (Tk > Tq), cross (no mask), GQA and MQA, with and without dropout, f32 and f64,
+  // and Tk past the GEMM's 256-wide shared-dim block. The forward computes the same scores
+  // (same GEMM, same K), the same softmax rows (kernels/rowmath.h) and the same masks, and
+  // skips only keys whose weight is exactly 0, so it gives the composed bits; dq the same.
+  // dk and dv sum the query rows in blocks (the composed path in one product), so they
+  // agree to rounding: relative to the largest gradient, 1e-5 in f32 and 1e-13 in f64.
+  struct Case {
+    const char* what;
+    int64_t B, NH, KVH, Tq, Tk, HS, offset;
+    double p;
+  };
+  const Case cases[] = {
+      {"causal, 70 rows", 2, 3, 3, 70, 70, 16, 0, 0.0},
+      {"causal, dropout", 2, 2, 2, 45, 45, 8, 0, 0.25},
+      {"cache: 5 new of 12", 1, 2, 2, 5, 12, 8, 7, 0.0},
+      {"cross, no mask, dropout", 2, 2, 2, 9, 40, 8, -1, 0.1},
+      {"GQA 4 on 2, dropout", 1, 4, 2, 33, 33, 8, 0, 0.2},
+      {"MQA 3 on 1", 2, 3, 1, 17, 17, 4, 0, 0.0},
+      {"causal, 300 keys", 1, 1, 1, 300, 300, 8, 0, 0.1},
+  };
+  for (const DType dt : {DType::F32, DType::F64})
+    for (const Case& c : cases) {
+      const std::string dtype = dtype_name(dt);
+      CAPTURE(dtype);
+      CAPTURE(c.what);
+      Generator g(21);
+      const Tensor q = randn({c.B, c.NH, c.Tq, c.HS}, g, dt),
+                   k = randn({c.B, c.KVH, c.Tk, c.HS}, g, dt),
+                   v = randn({c.B, c.KVH, c.Tk, c.HS}, g, dt),
+                   up = randn({c.B, c.NH, c.Tq, c.HS}, g, dt);
+      const DropoutStream drop{c.p, philox_key(5), 3, 1, 0};
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.HS));
+      std::vector<Tensor> res[2];
+      for (int path = 0; path < 2; ++path) {
+        Tensor a = kernel::clone(q).requires_grad_(), b = kernel::clone(k).requires_grad_(),
+               d = kernel::clone(v).requires_grad_();
+        Tensor out = path == 0 ? attention(a, b, d, scale, c.offset, drop)
+                               : attention_composed(a, b, d, scale, c.offset, drop);
+        out.backward(up);
+        res[path] = {out.detach(), a.grad(), b.grad(), d.grad()};
+      }
+      CHECK(res[0][0].to_vector<double>() == res[1][0].to_vector<double>());
+      CHECK(res[0][1].to_vector<double>() == res[1][1].to_vector<double>());
+      for (int i = 2; i < 4; ++i) {
+        const std::vector<double> fa = res[0][i].to_vector<double>(),
+                                  co = res[1][i].to_vector<double>();
+        double worst = 0, largest = 0;
+        for (size_t e = 0; e < fa.size(); ++e) {
+          worst = std::max(worst, std::abs(fa[e] - co[e]));
+          largest = std::max(largest, std::abs(co[e]));
+        }
+        CAPTURE(i);
+        CAPTURE(worst);
+        CHECK(largest > 0.1);
+        CHECK(worst <= (dt == DType::F32 ? 1e-5 : 1e-13) * largest);
+      }
+    }
+}
+
+TEST_CASE("fused attention: rows of weights sum to 1 and the future is hidden") {
+  // Properties that hold exactly, on the fused path alone: with v = one-hot rows
+  // (v[j] = e_j), out[i] is row i of the weights itself.
+  const int64_t T = 40;
+  Generator g(4);
+  Tensor q = randn({1, 1, T, T}, g, DType::F64), k = randn({1, 1, T, T}, g, DType::F64);
+  Tensor v = zeros({1, 1, T, T}, DType::F64);
+  for (int64_t j = 0; j < T; ++j) v.set({0, 0, j, j}, 1.0);
+  Tensor w = attention(q, k, v, 0.3, 0, DropoutStream{});
+  for (int64_t i = 0; i < T; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      const double x = w.at({0, 0, i, j});
+      if (j > i) {
+        CHECK(x == 0.0);  // exactly: masked keys are never exponentiated
+      } else {
+        CHECK(x > 0.0);
+      }
+      s += x;
+    }
+    CHECK(std::abs(s - 1.0) < 1e-14);
+  }
+  // An attention with a cache that sees everything: offset Tk - Tq.
+  Tensor w2 = attention(narrow(q, 2, T - 3, 3), k, v, 0.3, T - 3, DropoutStream{});
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < T; ++j) CHECK(w2.at({0, 0, i, j}) == w.at({0, 0, T - 3 + i, j}));
+}
+
+TEST_CASE("attention_qkv equals attention on views of the packed projections") {
+  Generator g(8);
+  const int64_t B = 2, T = 37, NH = 4, KVH = 2, HS = 8, C = NH * HS, kv = KVH * HS;
+  const Tensor x = randn({B, T, C + 2 * kv}, g, DType::F32), up = randn({B, T, C}, g, DType::F32);
+  const DropoutStream drop{0.2, philox_key(3), 1, 4, 0};
+  Tensor a = kernel::clone(x).requires_grad_(), b = kernel::clone(x).requires_grad_();
+  Tensor ya = attention_qkv(a, NH, KVH, 0.35, 0, drop);
+  auto heads = [&](int64_t start, int64_t H) {
+    return transpose(reshape(narrow(b, 2, start, H * HS), {B, T, H, HS}), 1, 2);
+  };
+  Tensor yb = reshape(
+      transpose(attention(heads(0, NH), heads(C, KVH), heads(C + kv, KVH), 0.35, 0, drop), 1, 2),
+      {B, T, C});
+  ya.backward(up);
+  yb.backward(up);
+  CHECK(ya.detach().to_vector<float>() == yb.detach().to_vector<float>());
+  CHECK(a.grad().to_vector<float>() == b.grad().to_vector<float>());
+}
+
+TEST_CASE("fused attention refuses shapes that do not fit and names them") {
+  Tensor q = zeros({1, 3, 4, 8}), k = zeros({1, 2, 4, 8});
+  CHECK_THROWS_WITH(attention(q, k, k, 1.0, 0, DropoutStream{}), doctest::Contains("do not fit"));
+  Tensor k2 = zeros({1, 1, 3, 8});
+  CHECK_THROWS_WITH(attention(q, k2, k2, 1.0, 0, DropoutStream{}),
+                    doctest::Contains("at least as many keys as queries"));
+  CHECK_THROWS_WITH(attention_qkv(zeros({1, 4, 10}), 2, 1, 1.0, 0, DropoutStream{}),
+                    doctest::Contains("attention_qkv"));
+}

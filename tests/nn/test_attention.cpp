@@ -206,3 +206,75 @@ TEST_CASE("decoding with the key/value cache equals the full forward") {
   }
   CHECK(caches[0].length() == 9);
 }
+
+namespace {
+
+void set_fused(Module& m, bool on) {
+  for (auto& [_, mod] : m.named_modules())
+    if (auto* a = dynamic_cast<Attention*>(mod)) a->fused = on;
+}
+
+}  // namespace
+
+TEST_CASE("cross-attention on the fused path equals the independent reference") {
+  Generator g(7);
+  Attention a({8, 2, 2, false, false, 0.0});
+  randomize(a, g, DType::F64);
+  Tensor x = randn({2, 3, 8}, g, DType::F64), ctx = randn({2, 5, 8}, g, DType::F64);
+  const Tensor& W = a.c_attn->weight;
+  Tensor want = reference_attention(x, ctx, narrow(W, 0, 0, 8), narrow(W, 0, 8, 8),
+                                    narrow(W, 0, 16, 8), a.c_proj->weight, 2, false);
+  REQUIRE(a.fused);
+  test::check_close(a.forward(x, ctx).y, want, 1e-12, 1e-12);
+}
+
+TEST_CASE(
+    "a GPT training step with dropout: the fused path gives the composed logits bit for bit") {
+  // Same masks (drawn by the kernel from the dropout's stream), same scores and softmax
+  // rows: the forward is identical; the gradients sum dk and dv in another order, so they
+  // agree to f32 rounding (relative to each parameter's largest gradient).
+  Generator g(5);
+  GPT m(GPTConfig{23, 40, 2, 4, 2, 32, 0.2, true}, 3);
+  m.dropout_context->seed = 11;
+  m.dropout_context->step = 4;
+  Tensor idx = randint({3, 40}, 0, 23, g), tgt = randint({3, 40}, 0, 23, g);
+  std::vector<Tensor> logits;
+  std::vector<std::vector<std::vector<double>>> grads(2);
+  for (int path = 0; path < 2; ++path) {
+    set_fused(m, path == 0);
+    m.zero_grad();
+    GPTOutput out = m.forward(idx, tgt);
+    out.loss.backward();
+    logits.push_back(out.logits.detach());
+    for (const Tensor& p : m.parameters()) grads[path].push_back(p.grad().to_vector<double>());
+  }
+  set_fused(m, true);
+  CHECK(test::bit_identical(logits[0], logits[1]));
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    double worst = 0, largest = 0;
+    for (size_t e = 0; e < grads[0][i].size(); ++e) {
+      worst = std::max(worst, std::abs(grads[0][i][e] - grads[1][i][e]));
+      largest = std::max(largest, std::abs(grads[1][i][e]));
+    }
+    CAPTURE(i);
+    CHECK(worst <= 1e-4 * largest);
+  }
+}
+
+TEST_CASE("the key/value cache on the fused path equals the composed path") {
+  Generator g(8);
+  GPT m(GPTConfig{19, 16, 2, 4, 2, 16, 0.0, true}, 9);
+  m.eval();
+  Tensor idx = randint({1, 9}, 0, 19, g);
+  NoGradGuard no_grad;
+  std::vector<Tensor> last(2);
+  for (int path = 0; path < 2; ++path) {
+    set_fused(m, path == 0);
+    std::vector<KVCache> caches;
+    m.forward(k::narrow(idx, 1, 0, 4), Tensor(), nullptr, &caches);
+    for (int64_t t = 4; t < 9; ++t)
+      last[path] = m.forward(k::narrow(idx, 1, t, 1), Tensor(), nullptr, &caches).logits;
+  }
+  set_fused(m, true);
+  CHECK(test::bit_identical(last[0], last[1]));
+}

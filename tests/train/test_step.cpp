@@ -129,7 +129,7 @@ TEST_CASE("random streams: no two consumers draw the same Philox block") {
         add(batch_counter(Stream::EvalTrain, b, m, step), "eval train");
         add(batch_counter(Stream::EvalVal, b, m, step), "eval val");
         for (uint32_t index = 0; index < 3; ++index)
-          add(nn::dropout_counter(b, step, index, m), "dropout");
+          add(dropout_counter(b, step, index, m), "dropout");
       }
     }
   }

@@ -1,0 +1,206 @@
+// Fused attention, forward and backward (declared in tensor/kernels.h).
+//
+// Per (batch, query head) and block of kRows query rows [r0, r1), with nk keys visible to
+// the block (all Tk, or r1 - 1 + offset + 1 under the causal mask):
+//   forward   S = Q_blk K[:nk]^T                 (gemm, rows x nk, in a per-thread buffer)
+//             P = scaled_softmax(S) row by row     (kernels/rowmath.h, as the composed op)
+//             Pd = P * mask                        (dropout, drawn from the same stream)
+//             O_blk = Pd V[:nk]                    (gemm, written into out)
+//   backward  per (batch, key/value head), which owns dK and dV of that head, over its G
+//             query heads and their blocks:
+//             S, P recomputed as above; dPd = dO_blk V[:nk]^T; dP = dPd * mask
+//             dS = (P (dP - sum_j dP_j P_j)) scale  (rowmath.h, as scaled_softmax_backward)
+//             dV[:nk] += Pd^T dO_blk;  dQ_blk = dS K[:nk];  dK[:nk] += dS^T Q_blk
+// Keys past nk get no work; masked keys inside a block have P = 0 and dS = 0. Tasks
+// write disjoint outputs and each sums in a fixed order, so the result does not depend on
+// the thread count. With the same gemm K-blocking as the composed path the forward gives
+// its bits; the gradients sum in another order (tests compare them with a tolerance and
+// gradcheck in f64).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
+#include "tensor/kernels/rowmath.h"
+#include "tensor/parallel.h"
+
+namespace attend::kernel {
+
+namespace {
+
+constexpr int64_t kRows = 32;  // query rows per block
+
+// (B, H, T, HS) through its strides; the last stride is 1.
+struct Heads {
+  int64_t B, H, T, HS, sb, sh, st;
+};
+
+Heads heads_of(const Tensor& x, const char* op, const char* name) {
+  ATTEND_CHECK(x.dim() == 4, op, ": expected ", name, " of shape (B, H, T, HS), got ",
+               shape_str(x.shape()));
+  ATTEND_CHECK(x.size(3) <= 1 || x.strides()[3] == 1, op, ": ", name,
+               " must have a last stride of 1, got ", x.strides()[3]);
+  return {x.size(0),      x.size(1),      x.size(2),     x.size(3),
+          x.strides()[0], x.strides()[1], x.strides()[2]};
+}
+
+struct Plan {
+  Heads q, k, v;
+  int64_t G, nblk;
+};
+
+Plan plan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, int64_t offset,
+          const DropoutStream& drop) {
+  Plan p{heads_of(q, op, "q"), heads_of(k, op, "k"), heads_of(v, op, "v"), 0, 0};
+  ATTEND_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && is_floating(q.dtype()), op,
+               ": expected q, k, v of one floating dtype");
+  ATTEND_CHECK(p.k.B == p.q.B && p.v.B == p.q.B && p.k.H == p.v.H && p.k.T == p.v.T &&
+                   p.k.HS == p.q.HS && p.v.HS == p.q.HS && p.k.H > 0 && p.q.H % p.k.H == 0,
+               op, ": q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ",
+               shape_str(v.shape()), " do not fit (B, NH, Tq, HS), (B, KVH, Tk, HS) twice");
+  ATTEND_CHECK(offset < 0 || p.k.T >= p.q.T, op,
+               ": causal attention needs at least as many keys as queries, got ", p.k.T,
+               " keys for ", p.q.T, " queries");
+  if (drop.p > 0) check_dropout_range(drop, p.q.B * p.q.H * p.q.T * p.k.T);
+  ATTEND_CHECK(p.k.T > 0, op, ": expected at least one key");
+  p.G = p.q.H / p.k.H;
+  p.nblk = (p.q.T + kRows - 1) / kRows;
+  return p;
+}
+
+// Keys row i may see.
+inline int64_t visible(int64_t i, int64_t Tk, int64_t offset) {
+  return offset < 0 ? Tk : std::min(Tk, i + offset + 1);
+}
+
+// A per-thread buffer that only grows (slot 0..3).
+template <typename T>
+T* scratch(int slot, int64_t n) {
+  thread_local std::vector<T> buffers[4];
+  auto& b = buffers[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+template <typename T>
+void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t offset,
+                  const DropoutStream& drop, const Tensor& out) {
+  const Plan p = plan("attention", q, k, v, offset, drop);
+  const Heads ho = heads_of(out, "attention", "out");
+  ATTEND_CHECK(out.shape() == q.shape() && out.dtype() == q.dtype(),
+               "attention: out must have q's shape and dtype");
+  const int64_t NH = p.q.H, Tq = p.q.T, Tk = p.k.T, HS = p.q.HS;
+  const T *Q = q.data<T>(), *K = k.data<T>(), *V = v.data<T>();
+  T* O = out.data<T>();
+  const T ts = static_cast<T>(scale);
+  const bool dropping = drop.p > 0;
+  parallel_for(p.q.B * NH * p.nblk, 1, [&](int64_t s, int64_t e) {
+    T* S = scratch<T>(0, kRows * Tk);
+    T* M = dropping ? scratch<T>(1, Tk) : nullptr;
+    for (int64_t task = s; task < e; ++task) {
+      const int64_t blk = task % p.nblk, bh = task / p.nblk, h = bh % NH, b = bh / NH;
+      const int64_t kvh = h / p.G, r0 = blk * kRows, rows = std::min(kRows, Tq - r0);
+      const int64_t nk = visible(r0 + rows - 1, Tk, offset);
+      const T* qb = Q + b * p.q.sb + h * p.q.sh + r0 * p.q.st;
+      const T* kb = K + b * p.k.sb + kvh * p.k.sh;
+      const T* vb = V + b * p.v.sb + kvh * p.v.sh;
+      gemm<T>(rows, nk, HS, {qb, p.q.st, 1}, {kb, 1, p.k.st}, S, nk, false);
+      for (int64_t i = 0; i < rows; ++i) {
+        T* y = S + i * nk;
+        const int64_t valid = visible(r0 + i, Tk, offset);
+        softmax_row(y, y, valid, nk, ts);
+        if (dropping) {
+          dropout_fill(drop, static_cast<uint64_t>((bh * Tq + r0 + i) * Tk), valid, M);
+          for (int64_t j = 0; j < valid; ++j) y[j] *= M[j];
+        }
+      }
+      gemm<T>(rows, HS, nk, {S, nk, 1}, {vb, p.v.st, 1}, O + b * ho.sb + h * ho.sh + r0 * ho.st,
+              ho.st, false);
+    }
+  });
+}
+
+template <typename T>
+void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                   int64_t offset, const DropoutStream& drop, const Tensor& dq, const Tensor& dk,
+                   const Tensor& dv) {
+  const Plan p = plan("attention_backward", q, k, v, offset, drop);
+  const Heads hg = heads_of(g, "attention_backward", "g"),
+              hdq = heads_of(dq, "attention_backward", "dq"),
+              hdk = heads_of(dk, "attention_backward", "dk"),
+              hdv = heads_of(dv, "attention_backward", "dv");
+  ATTEND_CHECK(g.shape() == q.shape() && dq.shape() == q.shape() && dk.shape() == k.shape() &&
+                   dv.shape() == v.shape() && g.dtype() == q.dtype() && dq.dtype() == q.dtype() &&
+                   dk.dtype() == q.dtype() && dv.dtype() == q.dtype(),
+               "attention_backward: g, dq, dk, dv must have the shapes and dtype of q, q, k, v");
+  const int64_t NH = p.q.H, KVH = p.k.H, Tq = p.q.T, Tk = p.k.T, HS = p.q.HS;
+  const T *Q = q.data<T>(), *K = k.data<T>(), *V = v.data<T>(), *GO = g.data<T>();
+  T *DQ = dq.data<T>(), *DK = dk.data<T>(), *DV = dv.data<T>();
+  const T ts = static_cast<T>(scale);
+  const bool dropping = drop.p > 0;
+  parallel_for(p.q.B * KVH, 1, [&](int64_t s, int64_t e) {
+    T* P = scratch<T>(0, kRows * Tk);
+    T* D = scratch<T>(2, kRows * Tk);
+    T* M = dropping ? scratch<T>(1, Tk) : nullptr;
+    for (int64_t task = s; task < e; ++task) {
+      const int64_t b = task / KVH, kvh = task % KVH;
+      const T* kb = K + b * p.k.sb + kvh * p.k.sh;
+      const T* vb = V + b * p.v.sb + kvh * p.v.sh;
+      T* dkb = DK + b * hdk.sb + kvh * hdk.sh;
+      T* dvb = DV + b * hdv.sb + kvh * hdv.sh;
+      for (int64_t t = 0; t < Tk; ++t) {
+        std::fill(dkb + t * hdk.st, dkb + t * hdk.st + HS, T(0));
+        std::fill(dvb + t * hdv.st, dvb + t * hdv.st + HS, T(0));
+      }
+      for (int64_t h = kvh * p.G; h < (kvh + 1) * p.G; ++h) {
+        const int64_t bh = b * NH + h;
+        for (int64_t blk = 0; blk < p.nblk; ++blk) {
+          const int64_t r0 = blk * kRows, rows = std::min(kRows, Tq - r0);
+          const int64_t nk = visible(r0 + rows - 1, Tk, offset);
+          const T* qb = Q + b * p.q.sb + h * p.q.sh + r0 * p.q.st;
+          const T* gb = GO + b * hg.sb + h * hg.sh + r0 * hg.st;
+          gemm<T>(rows, nk, HS, {qb, p.q.st, 1}, {kb, 1, p.k.st}, P, nk, false);
+          gemm<T>(rows, nk, HS, {gb, hg.st, 1}, {vb, 1, p.v.st}, D, nk, false);
+          for (int64_t i = 0; i < rows; ++i) {
+            T* y = P + i * nk;
+            T* d = D + i * nk;
+            const int64_t valid = visible(r0 + i, Tk, offset);
+            softmax_row(y, y, valid, nk, ts);
+            if (dropping) {
+              dropout_fill(drop, static_cast<uint64_t>((bh * Tq + r0 + i) * Tk), valid, M);
+              for (int64_t j = 0; j < valid; ++j) d[j] *= M[j];
+            }
+            softmax_grad_row(y, d, d, valid, nk, ts);
+            if (dropping)
+              for (int64_t j = 0; j < valid; ++j) y[j] *= M[j];
+          }
+          // dV[:nk] += Pd^T dO_blk, dQ_blk = dS K[:nk], dK[:nk] += dS^T Q_blk
+          gemm<T>(nk, HS, rows, {P, 1, nk}, {gb, hg.st, 1}, dvb, hdv.st, false, true);
+          gemm<T>(rows, HS, nk, {D, nk, 1}, {kb, p.k.st, 1},
+                  DQ + b * hdq.sb + h * hdq.sh + r0 * hdq.st, hdq.st, false);
+          gemm<T>(nk, HS, rows, {D, 1, nk}, {qb, p.q.st, 1}, dkb, hdk.st, false, true);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                       int64_t offset, const DropoutStream& drop, const Tensor& out) {
+  dispatch_float(q.dtype(), "attention",
+                 [&]<typename T>() { forward_impl<T>(q, k, v, scale, offset, drop, out); });
+}
+
+void attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                        double scale, int64_t offset, const DropoutStream& drop, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv) {
+  dispatch_float(q.dtype(), "attention_backward", [&]<typename T>() {
+    backward_impl<T>(g, q, k, v, scale, offset, drop, dq, dk, dv);
+  });
+}
+
+}  // namespace attend::kernel
