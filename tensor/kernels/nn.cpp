@@ -45,10 +45,17 @@ void for_rows(int64_t rows, int64_t len, F f) {
                });
 }
 
+// The max is exact in any order: kLanes lanes, so it vectorises.
 template <typename T>
 T row_max(const T* x, int64_t n) {
+  T lane[kLanes];
+  std::fill(lane, lane + kLanes, -std::numeric_limits<T>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = lane[l] > x[i + l] ? lane[l] : x[i + l];
   T m = -std::numeric_limits<T>::infinity();
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  for (int64_t l = 0; l < kLanes; ++l) m = std::max(m, lane[l]);
+  for (; i < n; ++i) m = std::max(m, x[i]);
   return m;
 }
 
@@ -159,10 +166,11 @@ LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bia
     T *yp = o.y.data<T>(), *mp = o.mean.data<T>(), *rp = o.rstd.data<T>();
     for_rows(rows, C, [&](int64_t r) {
       const T* xr = xp + r * C;
-      double s = 0, ss = 0;
-      for (int64_t i = 0; i < C; ++i) s += xr[i];
-      const double mean = s / C;
-      for (int64_t i = 0; i < C; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+      const double mean = lane_sum(C, [&](int64_t i) { return static_cast<double>(xr[i]); }) / C;
+      const double ss = lane_sum(C, [&](int64_t i) {
+        const double d = xr[i] - mean;
+        return d * d;
+      });
       const double rstd = 1.0 / std::sqrt(ss / C + eps);
       mp[r] = static_cast<T>(mean);
       rp[r] = static_cast<T>(rstd);
@@ -190,14 +198,20 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
     for_rows(rows, C, [&](int64_t r) {
       const T *gr = gp + r * C, *xr = xp + r * C;
       const T m = mp[r], rs = rp[r];
-      double sum_d = 0, sum_dx = 0;
-      for (int64_t i = 0; i < C; ++i) {
+      double sum_d_lane[kLanes] = {}, sum_dx_lane[kLanes] = {};
+      auto term = [&](int64_t i, int64_t l) {
         const T xhat = (xr[i] - m) * rs;
         const T d = gr[i] * w[i];
-        sum_d += d;
-        sum_dx += static_cast<double>(d) * xhat;
+        sum_d_lane[l] += d;
+        sum_dx_lane[l] += static_cast<double>(d) * xhat;
         gx[r * C + i] = gr[i] * xhat;
-      }
+      };
+      int64_t i0 = 0;
+      for (; i0 + kLanes <= C; i0 += kLanes)
+        for (int64_t l = 0; l < kLanes; ++l) term(i0 + l, l);
+      for (; i0 < C; ++i0) term(i0, i0 % kLanes);
+      double sum_d = 0, sum_dx = 0;
+      for (int64_t l = 0; l < kLanes; ++l) sum_d += sum_d_lane[l], sum_dx += sum_dx_lane[l];
       const T mean_d = static_cast<T>(sum_d / C), mean_dx = static_cast<T>(sum_dx / C);
       for (int64_t i = 0; i < C; ++i) {
         const T xhat = (xr[i] - m) * rs;
@@ -235,8 +249,8 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
     for_rows(N, V, [&](int64_t r) {
       const T* xr = lp + r * V;
       const T m = row_max(xr, V);
-      double s = 0;
-      for (int64_t i = 0; i < V; ++i) s += std::exp(static_cast<double>(xr[i] - m));
+      const double s =
+          lane_sum(V, [&](int64_t i) { return static_cast<double>(exp_fast<T>(xr[i] - m)); });
       lse[r] = m + static_cast<T>(std::log(s));
     });
     double total = 0;
@@ -267,7 +281,8 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
         return;
       }
       const T* xr = lp + r * V;
-      for (int64_t i = 0; i < V; ++i) dr[i] = std::exp(xr[i] - ls[r]) * scale;
+      const T l = ls[r];
+      for (int64_t i = 0; i < V; ++i) dr[i] = exp_fast<T>(xr[i] - l) * scale;
       dr[t] -= scale;
     });
   });

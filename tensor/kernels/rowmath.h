@@ -45,6 +45,19 @@ template <typename T>
 
 inline constexpr int64_t kLanes = 8;
 
+// sum_{i < n} term(i) in double, term i in lane i % kLanes, lanes added in order.
+template <typename F>
+[[gnu::always_inline]] inline double lane_sum(int64_t n, F term) {
+  double lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] += term(i + l);
+  for (; i < n; ++i) lane[i % kLanes] += term(i);
+  double s = 0;
+  for (int64_t l = 0; l < kLanes; ++l) s += lane[l];
+  return s;
+}
+
 // One row of attention's softmax: y[:valid] = softmax(ts x[:valid]), y[valid:n] = 0
 // (y may be x). The max is exact in any order; the sum of the exponentials runs in double
 // in kLanes lanes, element j in lane j % kLanes: so keys past `valid` that are 0 (a mask
