@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tensor/kernels.h"
+#include "tensor/kernels/rowmath.h"
 #include "tensor/parallel.h"
 #include "train/adamw_update.h"
 
@@ -169,9 +170,10 @@ double sum_squares(const T* g, int64_t n) {
   parallel_for(chunks, kElementwiseGrain / kReduceChunk, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
       const int64_t lo = c * kReduceChunk, hi = std::min(n, lo + kReduceChunk);
-      double s = 0;
-      for (int64_t j = lo; j < hi; ++j) s += static_cast<double>(g[j]) * g[j];
-      part[static_cast<size_t>(c)] = s;
+      const T* x = g + lo;
+      part[static_cast<size_t>(c)] = kernel::lane_sum(hi - lo, [&](int64_t j) {
+        return static_cast<double>(x[j]) * static_cast<double>(x[j]);
+      });
     }
   });
   double total = 0;

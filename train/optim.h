@@ -84,7 +84,7 @@ struct LrSchedule {
   double at(int64_t it) const;
 };
 
-// The global L2 norm of the gradients: squares summed in double, in fixed chunks combined
+// The global L2 norm of the gradients: squares summed in double (8 lanes), in fixed chunks combined
 // in parameter order (the same bits at any thread count).
 double grad_norm(const std::vector<Tensor>& params);
 // The factor clipping multiplies the gradients by: max_norm / (norm + 1e-6) when
