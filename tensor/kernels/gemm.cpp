@@ -4,7 +4,7 @@
 //       pack A[:, pc:] into MR-tall panels (k-major)
 //       for each (MR x NR) tile of C, in parallel over tiles:
 //         micro-kernel: acc = sum_k a_panel[k] (outer) b_panel[k], kc rank-1 updates
-//         C_tile = acc (first pc block) or C_tile += acc
+//         C_tile = acc (first pc block) or C_tile += acc, from registers for whole tiles
 // Panels are zero-padded to MR/NR, so edge tiles run the same micro-kernel and only the
 // write-back is clipped.
 #include "tensor/kernels/gemm.h"
@@ -51,21 +51,22 @@ struct PackBuffer {
 };
 thread_local PackBuffer a_buffer, b_buffer;
 
-// ---- micro-kernels: acc (MR x NR, row-major) = sum_k a[k*MR + i] * b[k*NR + j] ----------
+// ---- micro-kernels: the MR x NR tile at out (leading dimension ld) = sum_k a[k*MR + i] *
+// b[k*NR + j], or out += that sum when add (the sum finished first, then added once) ----
 
 template <typename T>
-void micro_portable(int64_t kc, const T* a, const T* b, T* acc) {
+void micro_portable(int64_t kc, const T* a, const T* b, T* out, int64_t ld, bool add) {
   constexpr int64_t NR = nr<T>();
   T c[MR][NR] = {};
   for (int64_t k = 0; k < kc; ++k, a += MR, b += NR)
     for (int64_t i = 0; i < MR; ++i)
       for (int64_t j = 0; j < NR; ++j) c[i][j] += a[i] * b[j];
   for (int64_t i = 0; i < MR; ++i)
-    for (int64_t j = 0; j < NR; ++j) acc[i * NR + j] = c[i][j];
+    for (int64_t j = 0; j < NR; ++j) out[i * ld + j] = add ? out[i * ld + j] + c[i][j] : c[i][j];
 }
 
 __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, const float* b,
-                                                    float* acc) {
+                                                    float* out, int64_t ld, bool add) {
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
   __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
   __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -87,16 +88,21 @@ __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* a, 
     ai = _mm256_broadcast_ss(a + 5);
     c50 = _mm256_fmadd_ps(ai, b0, c50), c51 = _mm256_fmadd_ps(ai, b1, c51);
   }
-  _mm256_storeu_ps(acc + 0, c00), _mm256_storeu_ps(acc + 8, c01);
-  _mm256_storeu_ps(acc + 16, c10), _mm256_storeu_ps(acc + 24, c11);
-  _mm256_storeu_ps(acc + 32, c20), _mm256_storeu_ps(acc + 40, c21);
-  _mm256_storeu_ps(acc + 48, c30), _mm256_storeu_ps(acc + 56, c31);
-  _mm256_storeu_ps(acc + 64, c40), _mm256_storeu_ps(acc + 72, c41);
-  _mm256_storeu_ps(acc + 80, c50), _mm256_storeu_ps(acc + 88, c51);
+  const __m256 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int64_t i = 0; i < MR; ++i) {
+    float* o = out + i * ld;
+    if (add) {
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), c[i][0]));
+      _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), c[i][1]));
+    } else {
+      _mm256_storeu_ps(o, c[i][0]);
+      _mm256_storeu_ps(o + 8, c[i][1]);
+    }
+  }
 }
 
 __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const double* a, const double* b,
-                                                    double* acc) {
+                                                    double* out, int64_t ld, bool add) {
   __m256d c00 = _mm256_setzero_pd(), c01 = _mm256_setzero_pd();
   __m256d c10 = _mm256_setzero_pd(), c11 = _mm256_setzero_pd();
   __m256d c20 = _mm256_setzero_pd(), c21 = _mm256_setzero_pd();
@@ -118,22 +124,27 @@ __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const double* a,
     ai = _mm256_broadcast_sd(a + 5);
     c50 = _mm256_fmadd_pd(ai, b0, c50), c51 = _mm256_fmadd_pd(ai, b1, c51);
   }
-  _mm256_storeu_pd(acc + 0, c00), _mm256_storeu_pd(acc + 4, c01);
-  _mm256_storeu_pd(acc + 8, c10), _mm256_storeu_pd(acc + 12, c11);
-  _mm256_storeu_pd(acc + 16, c20), _mm256_storeu_pd(acc + 20, c21);
-  _mm256_storeu_pd(acc + 24, c30), _mm256_storeu_pd(acc + 28, c31);
-  _mm256_storeu_pd(acc + 32, c40), _mm256_storeu_pd(acc + 36, c41);
-  _mm256_storeu_pd(acc + 40, c50), _mm256_storeu_pd(acc + 44, c51);
+  const __m256d c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int64_t i = 0; i < MR; ++i) {
+    double* o = out + i * ld;
+    if (add) {
+      _mm256_storeu_pd(o, _mm256_add_pd(_mm256_loadu_pd(o), c[i][0]));
+      _mm256_storeu_pd(o + 4, _mm256_add_pd(_mm256_loadu_pd(o + 4), c[i][1]));
+    } else {
+      _mm256_storeu_pd(o, c[i][0]);
+      _mm256_storeu_pd(o + 4, c[i][1]);
+    }
+  }
 }
 
 const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 
 template <typename T>
-void micro(int64_t kc, const T* a, const T* b, T* acc) {
+void micro(int64_t kc, const T* a, const T* b, T* out, int64_t ld, bool add) {
   if (kHasAvx2) {
-    micro_avx2(kc, a, b, acc);
+    micro_avx2(kc, a, b, out, ld, add);
   } else {
-    micro_portable(kc, a, b, acc);
+    micro_portable(kc, a, b, out, ld, add);
   }
 }
 
@@ -317,9 +328,13 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
         alignas(64) T acc[MR * NR];
         for (int64_t t = b; t < e; ++t) {
           const int64_t ip = t / n_panels, jp = t % n_panels;
-          micro(kc, a_pack + ip * kc * MR, b_pack + jp * kc * NR, acc);
           const int64_t i0 = ip * MR, j0 = jc + jp * NR;
           const int64_t rows = std::min(MR, M - i0), cols = std::min(NR, N - j0);
+          if (rows == MR && cols == NR) {  // a whole tile: straight into C
+            micro(kc, a_pack + ip * kc * MR, b_pack + jp * kc * NR, C + i0 * ldc + j0, ldc, !first);
+            continue;
+          }
+          micro(kc, a_pack + ip * kc * MR, b_pack + jp * kc * NR, acc, NR, false);
           for (int64_t i = 0; i < rows; ++i) {
             T* c = C + (i0 + i) * ldc + j0;
             const T* s = acc + i * NR;
