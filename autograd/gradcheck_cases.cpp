@@ -125,6 +125,10 @@ std::vector<GradcheckCase> make_cases() {
           cross_entropy(x[0], tensor({0, 4, 2, 1, 3, 3}, {2, 3}, DType::I64))),
       ROW("cross_entropy.ignore", "(4,5), one target ignored", (In{rn(g, {4, 5})}),
           cross_entropy(x[0], tensor({1, -100, 4, 0}, {4}, DType::I64))),
+      ROW("linear_cross_entropy", "x (2,3,4), w (5,4), chunks of 2 rows, one ignored",
+          (In{rn(g, {2, 3, 4}), rn(g, {5, 4})}),
+          linear_cross_entropy(x[0], x[1], tensor({0, 4, -100, 1, 3, 3}, {2, 3}, DType::I64), -100,
+                               2)),
       ROW("embedding", "w (6,3), ids (2,3) with repeats", (In{rn(g, {6, 3})}),
           embedding(x[0], tensor({1, 5, 1, 0, 5, 5}, {2, 3}, DType::I64))),
       // views

@@ -107,6 +107,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // logits (..., V), targets (...) integer: mean over targets != ignore_index (PyTorch's
 // default ignore_index is -100).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// cross_entropy(linear(x, w, no bias), targets) in one node, x (..., C), w (V, C), targets
+// (...): the logits exist only a chunk of rows at a time (kernel::linear_cross_entropy)
+// and the gradients are formed in the forward (for an upstream gradient of 1, scaled in
+// backward). chunk_rows 0: up to 2^24 logits at once, in multiples of 256 rows. The
+// backward hands its gradients out once: retain_graph is refused.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
+                            int64_t ignore_index = -100, int64_t chunk_rows = 0);
 // weight (V, C), ids (...) integer -> (..., C)
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 

@@ -176,12 +176,16 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
   }
   x = t.ln_f->forward(x);
   GPTOutput out;
-  out.logits = lm_head->forward(x);  // (B, T, V)
   if (targets.defined()) {
     ATTEND_CHECK(targets.shape() == Shape({B, T}), "GPT: expected targets of shape ",
                  shape_str({B, T}), ", got ", shape_str(targets.shape()));
-    out.loss = cross_entropy(out.logits, targets);
+    if (!keep_logits) {
+      out.loss = linear_cross_entropy(x, lm_head->weight, targets);  // no (B, T, V) logits
+      return out;
+    }
   }
+  out.logits = lm_head->forward(x);  // (B, T, V)
+  if (targets.defined()) out.loss = cross_entropy(out.logits, targets);
   return out;
 }
 

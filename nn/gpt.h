@@ -83,7 +83,7 @@ class Block : public Module {
 };
 
 struct GPTOutput {
-  Tensor logits;  // (B, T, V)
+  Tensor logits;  // (B, T, V); with targets, only when GPT::keep_logits
   Tensor loss;    // 0-dim; defined when targets were given
 };
 
@@ -102,6 +102,11 @@ class GPT : public Module {
   // GPT-2 initialisation: N(0, 0.02) for Linear and Embedding weights,
   // N(0, 0.02 / sqrt(2 n_layer)) for every c_proj weight, zero biases, LayerNorm 1 and 0.
   void init_weights(Generator& gen);
+
+  // With targets, forward computes the LM head and the loss in one chunked op
+  // (linear_cross_entropy): the (B, T, V) logits are never made, and out.logits stays
+  // undefined. true: the logits (lm_head) and cross_entropy as two ops, logits returned.
+  bool keep_logits = false;
 
   const GPTConfig config;
   std::shared_ptr<DropoutContext> dropout_context = std::make_shared<DropoutContext>();

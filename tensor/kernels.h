@@ -125,6 +125,19 @@ struct CrossEntropyOut {
 CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
 Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, int64_t count, int64_t ignore_index);
+// The LM head and the loss in one: cross_entropy(x w^T, targets) for x (N, C), w (V, C),
+// over chunks of `chunk_rows` rows, so at most (chunk_rows, V) logits exist at a time.
+// With grads, also the loss's gradients for an upstream gradient of 1: dx (N, C) and dw
+// (V, C), each chunk's logits turned into their gradient in place and multiplied out at
+// once. The same GEMMs, rows and sums as linear + cross_entropy + their backward: with
+// chunk_rows a multiple of 256 (the GEMM's K block) or >= N, the same bits.
+struct LinearCrossEntropyOut {
+  Tensor loss;  // 0-dim
+  Tensor dx, dw;
+  int64_t count;
+};
+LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
+                                           int64_t ignore_index, bool grads, int64_t chunk_rows);
 
 // weight (V, C), ids any shape of integers in [0, V) -> ids.shape + (C,)
 Tensor embedding(const Tensor& weight, const Tensor& ids);

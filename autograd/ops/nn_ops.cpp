@@ -137,6 +137,44 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   return r.loss;
 }
 
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
+                            int64_t ignore_index, int64_t chunk_rows) {
+  ATTEND_CHECK(x.dim() >= 1 && w.dim() == 2 && x.size(-1) == w.size(1),
+               "linear_cross_entropy: expected x (..., C) and w (V, C), got ", shape_str(x.shape()),
+               " and ", shape_str(w.shape()));
+  Shape lead(x.shape().begin(), x.shape().end() - 1);
+  ATTEND_CHECK(targets.shape() == lead, "linear_cross_entropy: expected targets of shape ",
+               shape_str(lead), " for x ", shape_str(x.shape()), ", got ",
+               shape_str(targets.shape()));
+  Tensor flat = reshape(x, {-1, x.size(-1)});  // (N, C), differentiable
+  const int64_t N = flat.size(0), V = w.size(0);
+  if (chunk_rows <= 0) {
+    const int64_t fit = (int64_t{1} << 24) / std::max<int64_t>(V, 1);
+    chunk_rows = N <= fit ? std::max<int64_t>(N, 1) : std::max<int64_t>(256, fit / 256 * 256);
+  }
+  const bool grads = autograd::needs_grad({flat, w});
+  auto r = kernel::linear_cross_entropy(flat, w, kernel::reshape(targets, {-1}), ignore_index,
+                                        grads, chunk_rows);
+  if (!grads) return r.loss;
+  // saves: the two gradients (formed in the forward), handed out by the one backward
+  auto state = std::make_shared<std::pair<Tensor, Tensor>>(r.dx, r.dw);
+  autograd::record("linear_cross_entropy", {flat, w}, r.loss,
+                   [state](const Tensor& g, const Needs&) {
+                     ATTEND_CHECK(state->first.defined(),
+                                  "linear_cross_entropy: backward ran twice (retain_graph is not "
+                                  "supported: the gradients are handed out once)");
+                     Tensor dx = std::move(state->first), dw = std::move(state->second);
+                     const double s = g.item();
+                     if (s != 1.0) {  // e.g. 1/M under gradient accumulation
+                       const Tensor k = scalar_tensor(s, dx.dtype());
+                       dx = kernel::binary(kernel::Binary::Mul, dx, k);
+                       dw = kernel::binary(kernel::Binary::Mul, dw, k);
+                     }
+                     return std::vector<Tensor>{dx, dw};
+                   });
+  return r.loss;
+}
+
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = kernel::embedding(weight, ids);
   // saves: the ids

@@ -22,8 +22,10 @@
 // embedding:    out[..., :] = W[id, :];  backward: dW[id, :] += g[..., :] (in order)
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
 #include "tensor/kernels/rowmath.h"
 #include "tensor/parallel.h"
 
@@ -57,6 +59,22 @@ T row_max(const T* x, int64_t n) {
   for (int64_t l = 0; l < kLanes; ++l) m = std::max(m, lane[l]);
   for (; i < n; ++i) m = std::max(m, x[i]);
   return m;
+}
+
+// log sum_j exp(x_j) of one row of V logits.
+template <typename T>
+T row_lse(const T* xr, int64_t V) {
+  const T m = row_max(xr, V);
+  const double s =
+      lane_sum(V, [&](int64_t i) { return static_cast<double>(exp_fast<T>(xr[i] - m)); });
+  return m + static_cast<T>(std::log(s));
+}
+
+// dr = (softmax(xr) - onehot(t)) scale from the row's log-sum-exp (dr may be xr).
+template <typename T>
+void row_ce_grad(const T* xr, T* dr, int64_t V, T lse, int64_t t, T scale) {
+  for (int64_t i = 0; i < V; ++i) dr[i] = exp_fast<T>(xr[i] - lse) * scale;
+  dr[t] -= scale;
 }
 
 int64_t target_at(const Tensor& t, int64_t i) {
@@ -246,13 +264,7 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
   dispatch_float(logits.dtype(), "cross_entropy", [&]<typename T>() {
     const T* lp = lc.data<T>();
     T* lse = o.lse.data<T>();
-    for_rows(N, V, [&](int64_t r) {
-      const T* xr = lp + r * V;
-      const T m = row_max(xr, V);
-      const double s =
-          lane_sum(V, [&](int64_t i) { return static_cast<double>(exp_fast<T>(xr[i] - m)); });
-      lse[r] = m + static_cast<T>(std::log(s));
-    });
+    for_rows(N, V, [&](int64_t r) { lse[r] = row_lse(lp + r * V, V); });
     double total = 0;
     for (int64_t r = 0; r < N; ++r) {
       const int64_t t = target_at(tc, r);
@@ -280,13 +292,73 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
         std::fill(dr, dr + V, T(0));
         return;
       }
-      const T* xr = lp + r * V;
-      const T l = ls[r];
-      for (int64_t i = 0; i < V; ++i) dr[i] = exp_fast<T>(xr[i] - l) * scale;
-      dr[t] -= scale;
+      row_ce_grad(lp + r * V, dr, V, ls[r], t, scale);
     });
   });
   return dx;
+}
+
+LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
+                                           int64_t ignore_index, bool grads, int64_t chunk_rows) {
+  ATTEND_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
+               "linear_cross_entropy: expected x (N, C) and w (V, C), got ", shape_str(x.shape()),
+               " and ", shape_str(w.shape()));
+  ATTEND_CHECK(x.dtype() == w.dtype() && is_floating(x.dtype()),
+               "linear_cross_entropy: expected x and w of one floating dtype");
+  ATTEND_CHECK(is_integer(targets.dtype()) && targets.shape() == Shape{x.size(0)},
+               "linear_cross_entropy: expected integer targets of shape (", x.size(0), ",), got ",
+               shape_str(targets.shape()), " ", dtype_name(targets.dtype()));
+  ATTEND_CHECK(chunk_rows > 0, "linear_cross_entropy: chunk_rows must be positive, got ",
+               chunk_rows);
+  const int64_t N = x.size(0), C = x.size(1), V = w.size(0);
+  Tensor xc = contiguous(x), wc = contiguous(w), tc = contiguous(targets);
+  int64_t count = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t t = target_at(tc, r);
+    if (t == ignore_index) continue;
+    ATTEND_CHECK(t >= 0 && t < V, "cross_entropy: target ", t, " at position ", r,
+                 " is out of range for ", V, " classes");
+    ++count;
+  }
+  LinearCrossEntropyOut o{empty({}, x.dtype()), Tensor(), Tensor(), count};
+  if (grads) {
+    o.dx = empty({N, C}, x.dtype());
+    o.dw = empty({V, C}, x.dtype());
+  }
+  dispatch_float(x.dtype(), "linear_cross_entropy", [&]<typename T>() {
+    const T *xp = xc.data<T>(), *wp = wc.data<T>();
+    const int64_t rows_max = std::min(N, chunk_rows);
+    Tensor buf = empty({rows_max, V}, x.dtype());  // one chunk's logits, then their gradient
+    std::vector<T> lse(static_cast<size_t>(rows_max));
+    T* L = buf.data<T>();
+    const T scale = static_cast<T>(1.0 / static_cast<double>(count));
+    double total = 0;
+    for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+      const int64_t rows = std::min(chunk_rows, N - r0);
+      gemm<T>(rows, V, C, {xp + r0 * C, C, 1}, {wp, 1, C}, L, V, true);  // x w^T
+      for_rows(rows, V, [&](int64_t i) { lse[static_cast<size_t>(i)] = row_lse(L + i * V, V); });
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t t = target_at(tc, r0 + i);
+        if (t != ignore_index)
+          total += static_cast<double>(lse[static_cast<size_t>(i)]) - L[i * V + t];
+      }
+      if (!grads) continue;
+      for_rows(rows, V, [&](int64_t i) {
+        const int64_t t = target_at(tc, r0 + i);
+        T* row = L + i * V;
+        if (t == ignore_index)
+          std::fill(row, row + V, T(0));
+        else
+          row_ce_grad(row, row, V, lse[static_cast<size_t>(i)], t, scale);
+      });
+      T *dx = o.dx.data<T>(), *dw = o.dw.data<T>();
+      gemm<T>(rows, C, V, {L, V, 1}, {wp, C, 1}, dx + r0 * C, C, true);          // dL w
+      gemm<T>(V, C, rows, {L, 1, V}, {xp + r0 * C, C, 1}, dw, C, true, r0 > 0);  // dL^T x
+    }
+    // All rows ignored: 0/0 = NaN, as PyTorch.
+    o.loss.data<T>()[0] = static_cast<T>(total / static_cast<double>(count));
+  });
+  return o;
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {

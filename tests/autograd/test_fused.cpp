@@ -329,3 +329,61 @@ TEST_CASE("fused attention refuses shapes that do not fit and names them") {
   CHECK_THROWS_WITH(attention_qkv(zeros({1, 4, 10}), 2, 1, 1.0, 0, DropoutStream{}),
                     doctest::Contains("attention_qkv"));
 }
+
+TEST_CASE(
+    "linear_cross_entropy equals linear then cross_entropy bit for bit in chunks of 256 rows") {
+  // The same GEMMs (the weight gradient accumulates chunk by chunk exactly where the
+  // composed GEMM's 256-deep K blocks end), the same rows and the same loss sum: identical
+  // loss, dx and dw for an upstream gradient of 1, f32 and f64, with ignored rows and a
+  // partial last chunk. Other chunk sizes and upstream gradients agree to rounding.
+  for (const DType dt : {DType::F32, DType::F64}) {
+    const std::string dtype = dtype_name(dt);
+    CAPTURE(dtype);
+    Generator g(31);
+    const int64_t N = 600, C = 24, V = 53;
+    const Tensor x = randn({N, C}, g, dt), w = randn({V, C}, g, dt);
+    Tensor t = randint({N}, 0, V, g, DType::I64);
+    for (int64_t r = 0; r < N; r += 37) t.set({r}, -100);
+    auto run = [&](int64_t chunk, double upstream, bool fused) {
+      Tensor a = kernel::clone(x).requires_grad_(), b = kernel::clone(w).requires_grad_();
+      Tensor loss = fused ? linear_cross_entropy(a, b, t, -100, chunk)
+                          : cross_entropy(linear(a, b, Tensor()), t);
+      mul(loss, upstream).backward();
+      return std::vector<Tensor>{loss.detach(), a.grad(), b.grad()};
+    };
+    const auto want = run(0, 1.0, false);
+    for (const int64_t chunk : {int64_t{256}, int64_t{512}, int64_t{0}}) {
+      CAPTURE(chunk);
+      const auto got = run(chunk, 1.0, true);
+      for (int i = 0; i < 3; ++i) CHECK(test::bit_identical(got[i], want[i]));
+    }
+    for (const int64_t chunk : {int64_t{1}, int64_t{100}}) {
+      CAPTURE(chunk);
+      const auto got = run(chunk, 1.0, true);
+      CHECK(test::bit_identical(got[0], want[0]));  // the loss sums the same rows in order
+      test::check_close(got[1], want[1], dt == DType::F32 ? 1e-6 : 1e-14);
+      test::check_close(got[2], want[2], dt == DType::F32 ? 1e-5 : 1e-13);
+    }
+    // Gradient accumulation's upstream 1/M: scaled in backward, equal to rounding.
+    const auto half = run(0, 0.25, false), got = run(256, 0.25, true);
+    for (int i = 1; i < 3; ++i) test::check_close(got[i], half[i], dt == DType::F32 ? 1e-6 : 1e-15);
+  }
+}
+
+TEST_CASE("linear_cross_entropy without gradients records nothing and refuses a second backward") {
+  Generator g(32);
+  Tensor x = randn({5, 4}, g), w = randn({7, 4}, g), t = randint({5}, 0, 7, g, DType::I64);
+  {
+    NoGradGuard no_grad;
+    Tensor x2 = kernel::clone(x).requires_grad_();
+    CHECK(linear_cross_entropy(x2, w, t).grad_fn() == nullptr);
+  }
+  Tensor a = kernel::clone(x).requires_grad_();
+  Tensor loss = linear_cross_entropy(a, w, t);
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  CHECK_THROWS_WITH(loss.backward(), doctest::Contains("retain_graph is not supported"));
+  CHECK_THROWS_WITH(linear_cross_entropy(x, w, randint({4}, 0, 7, g, DType::I64)),
+                    doctest::Contains("expected targets of shape"));
+  CHECK_THROWS_WITH(linear_cross_entropy(x, w, tensor({0, 1, 7, 2, 3}, {5}, DType::I64)),
+                    doctest::Contains("out of range for 7 classes"));
+}

@@ -58,3 +58,27 @@ TEST_CASE("dropout makes train mode stochastic and eval mode deterministic") {
   m.eval();
   CHECK(test::bit_identical(m.forward(idx).logits, m.forward(idx).logits));
 }
+
+TEST_CASE("the chunked LM head loss equals logits then cross_entropy bit for bit") {
+  // GPT::forward with targets runs linear_cross_entropy (no (B, T, V) logits); keep_logits
+  // runs lm_head and cross_entropy. Same loss and same gradients, to the bit.
+  Generator g(6);
+  GPT m(GPTConfig{37, 32, 2, 4, 4, 32, 0.1, true}, 2);
+  Tensor idx = randint({3, 32}, 0, 37, g), tgt = randint({3, 32}, 0, 37, g);
+  std::vector<std::vector<Tensor>> res(2);
+  for (int keep = 0; keep < 2; ++keep) {
+    m.keep_logits = keep == 1;
+    m.zero_grad();
+    GPTOutput out = m.forward(idx, tgt);
+    CHECK(out.logits.defined() == (keep == 1));
+    out.loss.backward();
+    res[keep].push_back(out.loss.detach());
+    for (const Tensor& p : m.parameters()) res[keep].push_back(p.grad());
+  }
+  m.keep_logits = false;
+  REQUIRE(res[0].size() == res[1].size());
+  for (size_t i = 0; i < res[0].size(); ++i) {
+    CAPTURE(i);
+    CHECK(test::bit_identical(res[0][i], res[1][i]));
+  }
+}
