@@ -216,20 +216,14 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
     for_rows(rows, C, [&](int64_t r) {
       const T *gr = gp + r * C, *xr = xp + r * C;
       const T m = mp[r], rs = rp[r];
-      double sum_d_lane[kLanes] = {}, sum_dx_lane[kLanes] = {};
-      auto term = [&](int64_t i, int64_t l) {
+      // Two lane sums (no stores, so they vectorise), then one pass that writes.
+      const double sum_d =
+          lane_sum(C, [&](int64_t i) { return static_cast<double>(gr[i] * w[i]); });
+      const double sum_dx = lane_sum(C, [&](int64_t i) {
         const T xhat = (xr[i] - m) * rs;
-        const T d = gr[i] * w[i];
-        sum_d_lane[l] += d;
-        sum_dx_lane[l] += static_cast<double>(d) * xhat;
-        gx[r * C + i] = gr[i] * xhat;
-      };
-      int64_t i0 = 0;
-      for (; i0 + kLanes <= C; i0 += kLanes)
-        for (int64_t l = 0; l < kLanes; ++l) term(i0 + l, l);
-      for (; i0 < C; ++i0) term(i0, i0 % kLanes);
-      double sum_d = 0, sum_dx = 0;
-      for (int64_t l = 0; l < kLanes; ++l) sum_d += sum_d_lane[l], sum_dx += sum_dx_lane[l];
+        return static_cast<double>(gr[i] * w[i]) * xhat;
+      });
+      for (int64_t i = 0; i < C; ++i) gx[r * C + i] = gr[i] * ((xr[i] - m) * rs);
       const T mean_d = static_cast<T>(sum_d / C), mean_dx = static_cast<T>(sum_dx / C);
       for (int64_t i = 0; i < C; ++i) {
         const T xhat = (xr[i] - m) * rs;
