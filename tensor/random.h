@@ -16,7 +16,7 @@
 //   stream     words 0..2 and the low 24 bits of word 3               used by
 //   Generator  lo32(o), hi32(o), 0, 0 (o: the generator's offset)    init, tests, randint
 //   Batch      row b, micro-step, lo32(step), hi24(step)             data::TokenDataset
-//   Dropout    block, lo32(step), index<<16 | micro-step, hi24(step) nn::Dropout
+//   Dropout    block, lo32(step), index<<16 | micro-step, hi24(step) nn::Dropout, fused attention
 //   EvalTrain, EvalVal: as Batch, micro-step = evaluation batch k    the trainer's estimates
 //   Sample     lo32(i), hi32(i), 0, 0 (i: the new token's number)     train::sample
 //

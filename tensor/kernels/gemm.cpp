@@ -313,43 +313,82 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
   T* a_pack = a_buffer.get<T>(m_panels * MR * std::min(KC, K));
   T* b_pack = b_buffer.get<T>(std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
 
-  for (int64_t jc = 0; jc < N; jc += NC) {
-    const int64_t nc = std::min(NC, N - jc);
-    const int64_t n_panels = (nc + NR - 1) / NR;
-    for (int64_t pc = 0; pc < K; pc += KC) {
-      const int64_t kc = std::min(KC, K - pc);
-      pack_b(nc, kc, pc, jc, B, b_pack, parallel);
-      pack_a(M, kc, pc, A, a_pack, parallel);
-      const bool first = pc == 0 && !accumulate;
-      // Tiles in row-panel-major order: a thread's contiguous range covers whole row
-      // panels (its A panel stays in L1 across the B panels) and threads write disjoint
-      // rows of C.
-      auto tiles = [&](int64_t b, int64_t e) {
-        alignas(64) T acc[MR * NR];
-        for (int64_t t = b; t < e; ++t) {
-          const int64_t ip = t / n_panels, jp = t % n_panels;
-          const int64_t i0 = ip * MR, j0 = jc + jp * NR;
-          const int64_t rows = std::min(MR, M - i0), cols = std::min(NR, N - j0);
-          if (rows == MR && cols == NR) {  // a whole tile: straight into C
-            micro(kc, a_pack + ip * kc * MR, b_pack + jp * kc * NR, C + i0 * ldc + j0, ldc, !first);
-            continue;
-          }
-          micro(kc, a_pack + ip * kc * MR, b_pack + jp * kc * NR, acc, NR, false);
-          for (int64_t i = 0; i < rows; ++i) {
-            T* c = C + (i0 + i) * ldc + j0;
-            const T* s = acc + i * NR;
-            if (first) {
-              for (int64_t j = 0; j < cols; ++j) c[j] = s[j];
-            } else {
-              for (int64_t j = 0; j < cols; ++j) c[j] += s[j];
-            }
+  // One tile of C from packed panels: whole tiles straight from registers, edge tiles
+  // through acc and clipped.
+  auto tile = [&](int64_t ip, int64_t jp, int64_t jc, int64_t kc, const T* a_panel,
+                  const T* b_panel, bool first, T* acc) {
+    const int64_t i0 = ip * MR, j0 = jc + jp * NR;
+    const int64_t rows = std::min(MR, M - i0), cols = std::min(NR, N - j0);
+    if (rows == MR && cols == NR) {
+      micro(kc, a_panel, b_panel, C + i0 * ldc + j0, ldc, !first);
+      return;
+    }
+    micro(kc, a_panel, b_panel, acc, NR, false);
+    for (int64_t i = 0; i < rows; ++i) {
+      T* c = C + (i0 + i) * ldc + j0;
+      const T* s = acc + i * NR;
+      if (first) {
+        for (int64_t j = 0; j < cols; ++j) c[j] = s[j];
+      } else {
+        for (int64_t j = 0; j < cols; ++j) c[j] += s[j];
+      }
+    }
+  };
+
+  if (!parallel) {
+    alignas(64) T acc[MR * NR];
+    for (int64_t jc = 0; jc < N; jc += NC) {
+      const int64_t nc = std::min(NC, N - jc);
+      const int64_t n_panels = (nc + NR - 1) / NR;
+      for (int64_t pc = 0; pc < K; pc += KC) {
+        const int64_t kc = std::min(KC, K - pc);
+        pack_b(nc, kc, pc, jc, B, b_pack, false);
+        pack_a(M, kc, pc, A, a_pack, false);
+        for (int64_t ip = 0; ip < m_panels; ++ip)
+          for (int64_t jp = 0; jp < n_panels; ++jp)
+            tile(ip, jp, jc, kc, a_pack + ip * kc * MR, b_pack + jp * kc * NR,
+                 pc == 0 && !accumulate, acc);
+      }
+    }
+    return;
+  }
+
+  // In parallel: one OpenMP region for the whole product. Per (jc, pc) block the threads
+  // pack B's panels together (a share of the panels each), meet at a barrier, then each
+  // takes a contiguous share of the tiles in row-panel-major order (whole row panels where
+  // the shares allow: disjoint rows of C), packs the A panels its share touches into its
+  // own buffer, computes its tiles, and the threads meet again before B's buffer is
+  // refilled. Which thread computes a tile changes nothing: every element sums its K
+  // products in the same order.
+#pragma omp parallel num_threads(max_threads())
+  {
+    const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+    alignas(64) T acc[MR * NR];
+    for (int64_t jc = 0; jc < N; jc += NC) {
+      const int64_t nc = std::min(NC, N - jc);
+      const int64_t n_panels = (nc + NR - 1) / NR, tiles = m_panels * n_panels;
+      const int64_t q0 = n_panels * tid / nt, q1 = n_panels * (tid + 1) / nt;
+      const int64_t t0 = tiles * tid / nt, t1 = tiles * (tid + 1) / nt;
+      const int64_t ia = t0 / n_panels, ib = t1 > t0 ? (t1 - 1) / n_panels + 1 : ia;
+      T* my_a = ib > ia ? a_buffer.get<T>((ib - ia) * MR * std::min(KC, K)) : nullptr;
+      for (int64_t pc = 0; pc < K; pc += KC) {
+        const int64_t kc = std::min(KC, K - pc);
+        if (q1 > q0)
+          pack_b(std::min(nc, q1 * NR) - q0 * NR, kc, pc, jc + q0 * NR, B, b_pack + q0 * kc * NR,
+                 false);
+#pragma omp barrier
+        if (ib > ia) {
+          const int64_t r0 = ia * MR;
+          pack_a(std::min(M, ib * MR) - r0, kc, pc,
+                 MatrixRef<T>{A.data + r0 * A.row_stride, A.row_stride, A.col_stride}, my_a, false);
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t ip = t / n_panels, jp = t % n_panels;
+            tile(ip, jp, jc, kc, my_a + (ip - ia) * kc * MR, b_pack + jp * kc * NR,
+                 pc == 0 && !accumulate, acc);
           }
         }
-      };
-      if (parallel)
-        parallel_for(n_panels * m_panels, 2, tiles);
-      else
-        tiles(0, n_panels * m_panels);
+#pragma omp barrier
+      }
     }
   }
 }
