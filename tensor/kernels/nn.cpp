@@ -81,6 +81,19 @@ int64_t target_at(const Tensor& t, int64_t i) {
   return t.dtype() == DType::I64 ? t.data<int64_t>()[i] : t.data<int32_t>()[i];
 }
 
+// The rows whose target is not ignore_index, each checked to be a class in [0, V).
+int64_t count_targets(const Tensor& t, int64_t N, int64_t V, int64_t ignore_index) {
+  int64_t count = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t c = target_at(t, r);
+    if (c == ignore_index) continue;
+    ATTEND_CHECK(c >= 0 && c < V, "cross_entropy: target ", c, " at position ", r,
+                 " is out of range for ", V, " classes");
+    ++count;
+  }
+  return count;
+}
+
 }  // namespace
 
 Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
@@ -246,14 +259,7 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
                shape_str(logits.shape()), ", got ", shape_str(targets.shape()));
   const int64_t N = logits.size(0), V = logits.size(1);
   Tensor lc = contiguous(logits), tc = contiguous(targets);
-  int64_t count = 0;
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t t = target_at(tc, r);
-    if (t == ignore_index) continue;
-    ATTEND_CHECK(t >= 0 && t < V, "cross_entropy: target ", t, " at position ", r,
-                 " is out of range for ", V, " classes");
-    ++count;
-  }
+  const int64_t count = count_targets(tc, N, V, ignore_index);
   CrossEntropyOut o{empty({}, logits.dtype()), empty({N}, logits.dtype()), count};
   dispatch_float(logits.dtype(), "cross_entropy", [&]<typename T>() {
     const T* lp = lc.data<T>();
@@ -306,14 +312,7 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
                chunk_rows);
   const int64_t N = x.size(0), C = x.size(1), V = w.size(0);
   Tensor xc = contiguous(x), wc = contiguous(w), tc = contiguous(targets);
-  int64_t count = 0;
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t t = target_at(tc, r);
-    if (t == ignore_index) continue;
-    ATTEND_CHECK(t >= 0 && t < V, "cross_entropy: target ", t, " at position ", r,
-                 " is out of range for ", V, " classes");
-    ++count;
-  }
+  const int64_t count = count_targets(tc, N, V, ignore_index);
   LinearCrossEntropyOut o{empty({}, x.dtype()), Tensor(), Tensor(), count};
   if (grads) {
     o.dx = empty({N, C}, x.dtype());

@@ -174,7 +174,7 @@ TEST_CASE("concat-then-c_proj equals the sum over heads of each head's slice of 
   test::check_close(a.forward(x).y, total, 1e-12, 1e-12);
 }
 
-TEST_CASE("cross-attention reads keys and values from the context") {
+TEST_CASE("cross-attention reads keys and values from the context on both paths") {
   Generator g(7);
   Attention a({8, 2, 2, false, false, 0.0});
   randomize(a, g, DType::F64);
@@ -183,8 +183,10 @@ TEST_CASE("cross-attention reads keys and values from the context") {
   Tensor want = reference_attention(x, ctx, narrow(W, 0, 0, 8), narrow(W, 0, 8, 8),
                                     narrow(W, 0, 16, 8), a.c_proj->weight, 2, false);
   AttentionTrace tr;
-  AttentionOutput out = a.forward(x, ctx, &tr);
+  AttentionOutput out = a.forward(x, ctx, &tr);  // with a trace: the composed ops
   test::check_close(out.y, want, 1e-12, 1e-12);
+  REQUIRE(a.fused);
+  test::check_close(a.forward(x, ctx).y, want, 1e-12, 1e-12);  // the fused kernel
   CHECK(tr.weights.shape() == Shape{2, 2, 3, 5});
   CHECK(tr.scores.shape() == Shape{2, 2, 3, 5});
 }
@@ -215,18 +217,6 @@ void set_fused(Module& m, bool on) {
 }
 
 }  // namespace
-
-TEST_CASE("cross-attention on the fused path equals the independent reference") {
-  Generator g(7);
-  Attention a({8, 2, 2, false, false, 0.0});
-  randomize(a, g, DType::F64);
-  Tensor x = randn({2, 3, 8}, g, DType::F64), ctx = randn({2, 5, 8}, g, DType::F64);
-  const Tensor& W = a.c_attn->weight;
-  Tensor want = reference_attention(x, ctx, narrow(W, 0, 0, 8), narrow(W, 0, 8, 8),
-                                    narrow(W, 0, 16, 8), a.c_proj->weight, 2, false);
-  REQUIRE(a.fused);
-  test::check_close(a.forward(x, ctx).y, want, 1e-12, 1e-12);
-}
 
 TEST_CASE(
     "a GPT training step with dropout: the fused path gives the composed logits bit for bit") {
