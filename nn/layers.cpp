@@ -44,15 +44,18 @@ Dropout::Dropout(double prob) : p(prob) {
   ATTEND_CHECK(p >= 0 && p < 1, "Dropout: expected 0 <= p < 1, got ", p);
 }
 
-DropoutStream Dropout::stream() const {
-  if (!is_training() || p == 0) return {};
+DropoutStream Dropout::stream_at_any_mode() const {
   return {p, philox_key(context->seed), context->step, index, context->micro_step};
+}
+
+DropoutStream Dropout::stream() const {
+  return is_training() && p > 0 ? stream_at_any_mode() : DropoutStream{};
 }
 
 Tensor Dropout::mask(const Shape& shape, DType dtype) const {
   Tensor m = empty(shape, dtype);
   const int64_t n = m.numel();
-  const DropoutStream d{p, philox_key(context->seed), context->step, index, context->micro_step};
+  const DropoutStream d = stream_at_any_mode();
   check_dropout_range(d, n);
   dispatch_float(dtype, "dropout", [&]<typename T>() {
     T* out = m.data<T>();

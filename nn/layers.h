@@ -71,8 +71,10 @@ class Dropout : public Module {
   double p;
   std::shared_ptr<DropoutContext> context = std::make_shared<DropoutContext>();
   uint32_t index = 0;  // distinct per dropout in a model (assigned by the model)
-};
 
+ private:
+  DropoutStream stream_at_any_mode() const;  // mask()'s stream, whatever the mode
+};
 
 // Gives every Dropout under `root` the shared context and its index (in module order).
 void attach_dropout_context(Module& root, const std::shared_ptr<DropoutContext>& ctx);

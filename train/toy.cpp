@@ -63,6 +63,7 @@ ToyModel train_toy(const ToyOptions& o) {
       nn::Seq2SeqConfig{kAlphabet + 1, kToyMaxLength, 2, 4, 64}, o.seed);
   toy.model->train();
   AdamW opt(toy.model->named_parameters(), AdamWOptions{0.9, 0.98, 1e-8, 0.0});
+  const std::vector<Tensor> params = toy.model->parameters();
   const LrSchedule schedule{o.learning_rate, o.learning_rate / 10, 50,
                             std::max<int64_t>(o.steps, 51), true};
   double recent = 0;
@@ -94,8 +95,6 @@ ToyModel train_toy(const ToyOptions& o) {
     // Gradients clipped at norm 1 and the learning rate warmed up over 50 steps, then
     // cosine-decayed to a tenth: without them a late loss spike could end the run, and
     // whether it came depended on the last bits of the arithmetic.
-    std::vector<Tensor> params;
-    for (const auto& [_, t] : toy.model->named_parameters()) params.push_back(t);
     opt.step(schedule.at(step), clip_scale(grad_norm(params), 1.0));
     if (step >= o.steps - 20) {
       recent += loss.item();

@@ -310,7 +310,6 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
   if (parallel && (M * N * K < (1 << 18) || max_threads() == 1)) parallel = false;
 
   const int64_t m_panels = (M + MR - 1) / MR;
-  T* a_pack = a_buffer.get<T>(m_panels * MR * std::min(KC, K));
   T* b_pack = b_buffer.get<T>(std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
 
   // One tile of C from packed panels: whole tiles straight from registers, edge tiles
@@ -336,6 +335,7 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
   };
 
   if (!parallel) {
+    T* a_pack = a_buffer.get<T>(m_panels * MR * std::min(KC, K));
     alignas(64) T acc[MR * NR];
     for (int64_t jc = 0; jc < N; jc += NC) {
       const int64_t nc = std::min(NC, N - jc);

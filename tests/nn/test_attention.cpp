@@ -222,7 +222,8 @@ TEST_CASE(
     "a GPT training step with dropout: the fused path gives the composed logits bit for bit") {
   // Same masks (drawn by the kernel from the dropout's stream), same scores and softmax
   // rows: the forward is identical; the gradients sum dk and dv in another order, so they
-  // agree to f32 rounding (relative to each parameter's largest gradient).
+  // agree to f32 rounding (relative to each parameter's largest gradient: measured at most
+  // 1.7e-7, bound 1e-5 as for the kernel alone).
   Generator g(5);
   GPT m(GPTConfig{23, 40, 2, 4, 2, 32, 0.2, true}, 3);
   m.keep_logits = true;
@@ -248,7 +249,7 @@ TEST_CASE(
       largest = std::max(largest, std::abs(grads[1][i][e]));
     }
     CAPTURE(i);
-    CHECK(worst <= 1e-4 * largest);
+    CHECK(worst <= 1e-5 * largest);  // measured worst 1.7e-7
   }
 }
 
