@@ -387,3 +387,23 @@ TEST_CASE("linear_cross_entropy without gradients records nothing and refuses a 
   CHECK_THROWS_WITH(linear_cross_entropy(x, w, tensor({0, 1, 7, 2, 3}, {5}, DType::I64)),
                     doctest::Contains("out of range for 7 classes"));
 }
+
+TEST_CASE(
+    "f32 rows with exp_f32 and lane sums agree with the f64 rows (std::exp) to f32 rounding") {
+  // softmax and cross_entropy run exp_f32 and 8-lane sums in f32, std::exp in
+  // f64: the f64 result of the same inputs is their plain twin. Bounds: a few f32 ulps.
+  Generator g(41);
+  const Tensor x64 = mul(randn({37, 301}, g, DType::F64), 4.0);
+  const Tensor x32 = kernel::cast(x64, DType::F32);
+  test::check_close(kernel::cast(kernel::scaled_softmax(x32, 0.7, 5), DType::F64),
+                    kernel::scaled_softmax(x64, 0.7, 5), 1e-7, 1e-6);
+  const Tensor t = randint({37}, 0, 301, g, DType::I64);
+  const auto c32 = kernel::cross_entropy(x32, t, -100), c64 = kernel::cross_entropy(x64, t, -100);
+  CHECK(std::abs(c32.loss.item() - c64.loss.item()) < 1e-6 * std::abs(c64.loss.item()));
+  test::check_close(kernel::cast(kernel::cross_entropy_backward(scalar_tensor(1.0, DType::F32), x32,
+                                                                t, c32.lse, c32.count, -100),
+                                 DType::F64),
+                    kernel::cross_entropy_backward(scalar_tensor(1.0, DType::F64), x64, t, c64.lse,
+                                                   c64.count, -100),
+                    1e-8, 1e-5);
+}
