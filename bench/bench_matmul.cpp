@@ -35,7 +35,7 @@ double median_ms(F f, int runs) {
 
 int main() {
   std::printf("attend bench_matmul: threads %d, micro-kernel %s, median of 7 runs (naive: 3)\n",
-              omp_get_max_threads(), kernel::gemm_uses_avx2() ? "AVX2/FMA" : "portable");
+              omp_get_max_threads(), kernel::gemm_kernel_name(kernel::gemm_kernel()));
   std::printf("%-6s %-22s %10s %10s %10s %10s %8s\n", "dtype", "M x K x N", "ms", "GFLOP/s",
               "naive ms", "naive GF/s", "speedup");
   struct Case {

@@ -6,14 +6,19 @@
 //         micro-kernel: acc = sum_k a_panel[k] (outer) b_panel[k], kc rank-1 updates
 //         C_tile = acc (first pc block) or C_tile += acc, from registers for whole tiles
 // Panels are zero-padded to MR/NR, so edge tiles run the same micro-kernel and only the
-// write-back is clipped.
+// write-back is clipped. On CPUs with AVX-512 the f32 micro-kernel takes two adjacent B
+// panels at once (a 6 x 32 tile, one 512-bit register per row and panel); the panels are
+// packed as for AVX2 and every element sums its products in the same order with the same
+// fused multiply-adds, so the two kernels give the same bits.
 #include "tensor/kernels/gemm.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <new>
+#include <string>
 #include <type_traits>
 
 #include "tensor/parallel.h"
@@ -138,10 +143,65 @@ __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const double* a,
 }
 
 const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+const bool kHasAvx512 = kHasAvx2 && __builtin_cpu_supports("avx512f");
+
+// The f32 kernel in use: the widest the CPU has, unless ATTEND_GEMM (avx2, portable) or
+// set_gemm_kernel picked a narrower one.
+GemmKernel initial_kernel() {
+  GemmKernel k = kHasAvx512 ? GemmKernel::avx512
+                 : kHasAvx2 ? GemmKernel::avx2
+                            : GemmKernel::portable;
+  if (const char* e = std::getenv("ATTEND_GEMM")) {
+    const std::string v = e;
+    if (v == "portable") k = GemmKernel::portable;
+    if (v == "avx2" && k == GemmKernel::avx512) k = GemmKernel::avx2;
+  }
+  return k;
+}
+std::atomic<GemmKernel> g_kernel{initial_kernel()};
+
+// Two adjacent B panels at once: out[i, 0:16] from b0's panel, out[i, 16:32] from b1's, each
+// element sum_k a[k*MR + i] * b[k*16 + j] by one FMA per k in k order, as micro_avx2.
+__attribute__((target("avx512f"))) void micro_avx512_6x32(int64_t kc, const float* a,
+                                                          const float* b0, const float* b1,
+                                                          float* out, int64_t ld, bool add) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
+  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
+  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
+  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
+  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k, a += MR, b0 += 16, b1 += 16) {
+    const __m512 x0 = _mm512_loadu_ps(b0), x1 = _mm512_loadu_ps(b1);
+    __m512 ai = _mm512_set1_ps(a[0]);
+    c00 = _mm512_fmadd_ps(ai, x0, c00), c01 = _mm512_fmadd_ps(ai, x1, c01);
+    ai = _mm512_set1_ps(a[1]);
+    c10 = _mm512_fmadd_ps(ai, x0, c10), c11 = _mm512_fmadd_ps(ai, x1, c11);
+    ai = _mm512_set1_ps(a[2]);
+    c20 = _mm512_fmadd_ps(ai, x0, c20), c21 = _mm512_fmadd_ps(ai, x1, c21);
+    ai = _mm512_set1_ps(a[3]);
+    c30 = _mm512_fmadd_ps(ai, x0, c30), c31 = _mm512_fmadd_ps(ai, x1, c31);
+    ai = _mm512_set1_ps(a[4]);
+    c40 = _mm512_fmadd_ps(ai, x0, c40), c41 = _mm512_fmadd_ps(ai, x1, c41);
+    ai = _mm512_set1_ps(a[5]);
+    c50 = _mm512_fmadd_ps(ai, x0, c50), c51 = _mm512_fmadd_ps(ai, x1, c51);
+  }
+  const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int64_t i = 0; i < MR; ++i) {
+    float* o = out + i * ld;
+    if (add) {
+      _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), c[i][0]));
+      _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_loadu_ps(o + 16), c[i][1]));
+    } else {
+      _mm512_storeu_ps(o, c[i][0]);
+      _mm512_storeu_ps(o + 16, c[i][1]);
+    }
+  }
+}
 
 template <typename T>
 void micro(int64_t kc, const T* a, const T* b, T* out, int64_t ld, bool add) {
-  if (kHasAvx2) {
+  if (kHasAvx2 && g_kernel.load(std::memory_order_relaxed) != GemmKernel::portable) {
     micro_avx2(kc, a, b, out, ld, add);
   } else {
     micro_portable(kc, a, b, out, ld, add);
@@ -294,7 +354,25 @@ void pack_b(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<T> B, T* o
 
 }  // namespace
 
-bool gemm_uses_avx2() { return kHasAvx2; }
+GemmKernel gemm_kernel() { return g_kernel.load(); }
+
+GemmKernel set_gemm_kernel(GemmKernel k) {
+  if (k == GemmKernel::avx512 && !kHasAvx512) k = GemmKernel::avx2;
+  if (k == GemmKernel::avx2 && !kHasAvx2) k = GemmKernel::portable;
+  return g_kernel.exchange(k);
+}
+
+const char* gemm_kernel_name(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::avx512:
+      return "AVX-512 (6x32 f32 tiles; f64 AVX2/FMA)";
+    case GemmKernel::avx2:
+      return "AVX2/FMA";
+    case GemmKernel::portable:
+      break;
+  }
+  return "portable";
+}
 
 template <typename T>
 void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
@@ -312,31 +390,51 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
   const int64_t m_panels = (M + MR - 1) / MR;
   T* b_pack = b_buffer.get<T>(std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
 
-  // One tile of C from packed panels: whole tiles straight from registers, edge tiles
-  // through acc and clipped.
-  auto tile = [&](int64_t ip, int64_t jp, int64_t jc, int64_t kc, const T* a_panel,
-                  const T* b_panel, bool first, T* acc) {
+  // A unit of work is `step` adjacent tiles of one row panel: two with the AVX-512 f32
+  // kernel (one 6 x 32 tile), else one.
+  bool wide = false;
+  if constexpr (std::is_same_v<T, float>) wide = g_kernel.load() == GemmKernel::avx512;
+  const int64_t step = wide ? 2 : 1;
+
+  // The tiles (ip, jp .. jp + step - 1) of C from packed panels: whole tiles straight from
+  // registers, edge tiles through acc and clipped.
+  auto tile = [&](int64_t ip, int64_t jp, int64_t jc, int64_t nc, int64_t kc, const T* a_panel,
+                  const T* b_pack, bool first, T* acc) {
     const int64_t i0 = ip * MR, j0 = jc + jp * NR;
-    const int64_t rows = std::min(MR, M - i0), cols = std::min(NR, N - j0);
-    if (rows == MR && cols == NR) {
-      micro(kc, a_panel, b_panel, C + i0 * ldc + j0, ldc, !first);
-      return;
+    const int64_t rows = std::min(MR, M - i0);
+    const int64_t width = std::min(step * NR, nc - jp * NR), panels = (width + NR - 1) / NR;
+    const T* b_panel = b_pack + jp * kc * NR;
+    if constexpr (std::is_same_v<T, float>) {
+      if (panels == 2) {
+        if (rows == MR && width == 2 * NR) {
+          micro_avx512_6x32(kc, a_panel, b_panel, b_panel + kc * NR, C + i0 * ldc + j0, ldc,
+                            !first);
+          return;
+        }
+        micro_avx512_6x32(kc, a_panel, b_panel, b_panel + kc * NR, acc, 2 * NR, false);
+      }
     }
-    micro(kc, a_panel, b_panel, acc, NR, false);
+    if (panels == 1) {
+      if (rows == MR && width == NR) {
+        micro(kc, a_panel, b_panel, C + i0 * ldc + j0, ldc, !first);
+        return;
+      }
+      micro(kc, a_panel, b_panel, acc, step * NR, false);
+    }
     for (int64_t i = 0; i < rows; ++i) {
       T* c = C + (i0 + i) * ldc + j0;
-      const T* s = acc + i * NR;
+      const T* s = acc + i * step * NR;
       if (first) {
-        for (int64_t j = 0; j < cols; ++j) c[j] = s[j];
+        for (int64_t j = 0; j < width; ++j) c[j] = s[j];
       } else {
-        for (int64_t j = 0; j < cols; ++j) c[j] += s[j];
+        for (int64_t j = 0; j < width; ++j) c[j] += s[j];
       }
     }
   };
 
   if (!parallel) {
     T* a_pack = a_buffer.get<T>(m_panels * MR * std::min(KC, K));
-    alignas(64) T acc[MR * NR];
+    alignas(64) T acc[MR * 2 * NR];
     for (int64_t jc = 0; jc < N; jc += NC) {
       const int64_t nc = std::min(NC, N - jc);
       const int64_t n_panels = (nc + NR - 1) / NR;
@@ -345,9 +443,8 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
         pack_b(nc, kc, pc, jc, B, b_pack, false);
         pack_a(M, kc, pc, A, a_pack, false);
         for (int64_t ip = 0; ip < m_panels; ++ip)
-          for (int64_t jp = 0; jp < n_panels; ++jp)
-            tile(ip, jp, jc, kc, a_pack + ip * kc * MR, b_pack + jp * kc * NR,
-                 pc == 0 && !accumulate, acc);
+          for (int64_t jp = 0; jp < n_panels; jp += step)
+            tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, b_pack, pc == 0 && !accumulate, acc);
       }
     }
     return;
@@ -363,13 +460,14 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
 #pragma omp parallel num_threads(max_threads())
   {
     const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
-    alignas(64) T acc[MR * NR];
+    alignas(64) T acc[MR * 2 * NR];
     for (int64_t jc = 0; jc < N; jc += NC) {
       const int64_t nc = std::min(NC, N - jc);
-      const int64_t n_panels = (nc + NR - 1) / NR, tiles = m_panels * n_panels;
+      const int64_t n_panels = (nc + NR - 1) / NR, n_units = (n_panels + step - 1) / step;
+      const int64_t tiles = m_panels * n_units;  // units of `step` tiles
       const int64_t q0 = n_panels * tid / nt, q1 = n_panels * (tid + 1) / nt;
       const int64_t t0 = tiles * tid / nt, t1 = tiles * (tid + 1) / nt;
-      const int64_t ia = t0 / n_panels, ib = t1 > t0 ? (t1 - 1) / n_panels + 1 : ia;
+      const int64_t ia = t0 / n_units, ib = t1 > t0 ? (t1 - 1) / n_units + 1 : ia;
       T* my_a = ib > ia ? a_buffer.get<T>((ib - ia) * MR * std::min(KC, K)) : nullptr;
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
@@ -382,9 +480,9 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
           pack_a(std::min(M, ib * MR) - r0, kc, pc,
                  MatrixRef<T>{A.data + r0 * A.row_stride, A.row_stride, A.col_stride}, my_a, false);
           for (int64_t t = t0; t < t1; ++t) {
-            const int64_t ip = t / n_panels, jp = t % n_panels;
-            tile(ip, jp, jc, kc, my_a + (ip - ia) * kc * MR, b_pack + jp * kc * NR,
-                 pc == 0 && !accumulate, acc);
+            const int64_t ip = t / n_units, jp = t % n_units * step;
+            tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, pc == 0 && !accumulate,
+                 acc);
           }
         }
 #pragma omp barrier

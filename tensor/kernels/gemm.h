@@ -14,8 +14,8 @@ struct MatrixRef {
   int64_t row_stride, col_stride;
 };
 
-// Cache-blocked with packed panels and a register-tiled micro-kernel (AVX2/FMA when the CPU
-// has it, checked at run time; a portable one otherwise). Every output element sums its K
+// Cache-blocked with packed panels and a register-tiled micro-kernel (AVX-512 or AVX2/FMA when the
+// CPU has it, checked at run time; a portable one otherwise). Every output element sums its K
 // products in the same order whatever the thread count: threads split M and N, never K.
 // With `accumulate`, C += A @ B (each element adds its finished sum once).
 template <typename T>
@@ -26,6 +26,14 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
 template <typename T>
 void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc);
 
-bool gemm_uses_avx2();
+// The f32 micro-kernel: AVX-512 (6 x 32 tiles) where the CPU has it, else AVX2/FMA (6 x 16),
+// else portable C++. The AVX-512 and AVX2 kernels give the same bits (same products, same
+// order, same fused multiply-adds). The environment variable ATTEND_GEMM=avx2 or portable
+// picks a narrower one at start-up; set_gemm_kernel picks one now (clamped to what the CPU
+// has) and returns the previous one. f64 uses AVX2 under either SIMD kernel.
+enum class GemmKernel { portable, avx2, avx512 };
+GemmKernel gemm_kernel();
+GemmKernel set_gemm_kernel(GemmKernel k);
+const char* gemm_kernel_name(GemmKernel k);
 
 }  // namespace attend::kernel

@@ -2,6 +2,9 @@
 // batches, f32 against f64, and 1 against 2 threads.
 #include <omp.h>
 
+#include <cstring>
+#include <random>
+
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
 #include "tensor/random.h"
@@ -17,7 +20,7 @@ TEST_CASE("matmul on a hand-computed case") {
 }
 
 TEST_CASE("blocked matmul equals the naive triple loop on odd sizes") {
-  MESSAGE("micro-kernel: ", (k::gemm_uses_avx2() ? "AVX2/FMA" : "portable"));
+  MESSAGE("micro-kernel: ", k::gemm_kernel_name(k::gemm_kernel()));
   Generator g(11);
   const int64_t sizes[] = {1, 7, 63, 129, 300};
   for (int64_t M : sizes)
@@ -101,4 +104,55 @@ TEST_CASE("a transposed B (W^T) packs through 8x8 transposes: bit-identical to i
       Tensor wt = k::transpose(w, 0, 1);  // (K, N), row stride 1
       CHECK(test::bit_identical(k::matmul(x, wt), k::matmul(x, k::contiguous(wt))));
     }
+}
+
+TEST_CASE("the AVX-512 f32 kernel gives the AVX2 kernel's bits") {
+  // Its plain twin is the AVX2 kernel: same packed panels, same products in the same order,
+  // so every element must match bit for bit, on whole and edge tiles (M % 6, odd panel
+  // counts, N % 16), K past one 256-deep block, transposed A and B, accumulate, 1 and 2
+  // threads.
+  const k::GemmKernel saved = k::set_gemm_kernel(k::GemmKernel::avx512);
+  if (k::gemm_kernel() != k::GemmKernel::avx512) {
+    k::set_gemm_kernel(saved);
+    test::skip("this CPU has no AVX-512: nothing to compare with the AVX2 kernel");
+    return;
+  }
+  const int saved_threads = omp_get_max_threads();
+  std::mt19937 rng(16);
+  std::normal_distribution<float> normal;
+  auto run = [](k::GemmKernel kind, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
+                bool accumulate, const std::vector<float>& a, const std::vector<float>& b,
+                std::vector<float> c) {
+    k::set_gemm_kernel(kind);
+    const k::MatrixRef<float> A =
+        ta ? k::MatrixRef<float>{a.data(), 1, M} : k::MatrixRef<float>{a.data(), K, 1};
+    const k::MatrixRef<float> B =
+        tb ? k::MatrixRef<float>{b.data(), 1, K} : k::MatrixRef<float>{b.data(), N, 1};
+    k::gemm<float>(M, N, K, A, B, c.data(), N, true, accumulate);
+    return c;
+  };
+  int64_t compared = 0;
+  for (int threads : {1, 2})
+    for (int64_t M : {1, 6, 7, 301})
+      for (int64_t N : {1, 16, 17, 32, 48, 65, 200})
+        for (int64_t K : {1, 7, 257, 600})
+          for (int layout = 0; layout < 4; ++layout) {
+            const bool ta = layout & 1, tb = layout & 2, accumulate = (M + N + K) % 2 == 1;
+            CAPTURE(threads);
+            CAPTURE(M);
+            CAPTURE(N);
+            CAPTURE(K);
+            CAPTURE(layout);
+            omp_set_num_threads(threads);
+            std::vector<float> a(M * K), b(K * N), c(M * N);
+            for (auto* v : {&a, &b, &c})
+              for (float& x : *v) x = normal(rng);
+            const auto wide = run(k::GemmKernel::avx512, M, N, K, ta, tb, accumulate, a, b, c);
+            const auto narrow = run(k::GemmKernel::avx2, M, N, K, ta, tb, accumulate, a, b, c);
+            REQUIRE(std::memcmp(wide.data(), narrow.data(), wide.size() * sizeof(float)) == 0);
+            ++compared;
+          }
+  omp_set_num_threads(saved_threads);
+  k::set_gemm_kernel(saved);
+  CHECK(compared == 2 * 4 * 7 * 4 * 4);
 }
