@@ -323,6 +323,25 @@ void pack_b(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<T> B, T* o
   constexpr int64_t NR = nr<T>();
   const int64_t panels = (nc + NR - 1) / NR;
   auto body = [&](int64_t b, int64_t e) {
+    if (B.col_stride == 1) {
+      // Row-major B (W in dX = dY W, X in dW = dY^T X, V and K in attention): read row by
+      // row, each row's NR-wide pieces into their panels, so memory is read in its order
+      // (a panel at a time would walk kc rows per NR columns, kc cache misses per panel).
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* src = B.data + (pc + k) * B.row_stride + jc;
+        for (int64_t p = b; p < e; ++p) {
+          T* d = out + p * kc * NR + k * NR;
+          const int64_t j0 = p * NR, cols = std::min(NR, nc - j0);
+          if (cols == NR) {
+            std::copy(src + j0, src + j0 + NR, d);
+          } else {
+            std::copy(src + j0, src + j0 + cols, d);
+            std::fill(d + cols, d + NR, T(0));
+          }
+        }
+      }
+      return;
+    }
     for (int64_t p = b; p < e; ++p) {
       T* dst = out + p * kc * NR;
       const int64_t cols = std::min(NR, nc - p * NR);
