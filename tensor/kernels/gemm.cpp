@@ -30,6 +30,7 @@ namespace {
 constexpr int64_t MR = 6;     // rows of a micro-tile
 constexpr int64_t KC = 256;   // shared-dim block: an A and a B panel stay in L1/L2
 constexpr int64_t NC = 3072;  // columns per packed B block
+constexpr int64_t MCP = 24;   // row panels per block of A reused against one B panel pair
 
 template <typename T>
 constexpr int64_t nr() {
@@ -451,6 +452,17 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
     }
   };
 
+  // Whole row panels [ia, ib) in blocks of MCP panels: within a block, each B panel (pair)
+  // meets every A panel of the block before the next B panel, so the B panel stays in L1
+  // and the block of A (MCP x kc floats, 147 KiB) in L2. A row panel at a time would
+  // stream the whole packed B block (up to kc x NC) once per row panel: past L2 for wide
+  // products (N 1152 and up). The order of tiles changes no bits.
+  auto rows_blocked = [&](int64_t ia, int64_t ib, int64_t n_panels, auto&& f) {
+    for (int64_t ic = ia; ic < ib; ic += MCP)
+      for (int64_t jp = 0; jp < n_panels; jp += step)
+        for (int64_t ip = ic; ip < std::min(ib, ic + MCP); ++ip) f(ip, jp);
+  };
+
   if (!parallel) {
     T* a_pack = a_buffer.get<T>(m_panels * MR * std::min(KC, K));
     alignas(64) T acc[MR * 2 * NR];
@@ -461,9 +473,9 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
         const int64_t kc = std::min(KC, K - pc);
         pack_b(nc, kc, pc, jc, B, b_pack, false);
         pack_a(M, kc, pc, A, a_pack, false);
-        for (int64_t ip = 0; ip < m_panels; ++ip)
-          for (int64_t jp = 0; jp < n_panels; jp += step)
-            tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, b_pack, pc == 0 && !accumulate, acc);
+        rows_blocked(0, m_panels, n_panels, [&](int64_t ip, int64_t jp) {
+          tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, b_pack, pc == 0 && !accumulate, acc);
+        });
       }
     }
     return;
@@ -485,7 +497,11 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
       const int64_t n_panels = (nc + NR - 1) / NR, n_units = (n_panels + step - 1) / step;
       const int64_t tiles = m_panels * n_units;  // units of `step` tiles
       const int64_t q0 = n_panels * tid / nt, q1 = n_panels * (tid + 1) / nt;
-      const int64_t t0 = tiles * tid / nt, t1 = tiles * (tid + 1) / nt;
+      // Whole row panels per thread where there are enough of them, else an even share of
+      // the tiles (units).
+      const bool by_rows = m_panels >= 4 * nt;
+      const int64_t t0 = by_rows ? m_panels * tid / nt * n_units : tiles * tid / nt;
+      const int64_t t1 = by_rows ? m_panels * (tid + 1) / nt * n_units : tiles * (tid + 1) / nt;
       const int64_t ia = t0 / n_units, ib = t1 > t0 ? (t1 - 1) / n_units + 1 : ia;
       T* my_a = ib > ia ? a_buffer.get<T>((ib - ia) * MR * std::min(KC, K)) : nullptr;
       for (int64_t pc = 0; pc < K; pc += KC) {
@@ -498,10 +514,14 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
           const int64_t r0 = ia * MR;
           pack_a(std::min(M, ib * MR) - r0, kc, pc,
                  MatrixRef<T>{A.data + r0 * A.row_stride, A.row_stride, A.col_stride}, my_a, false);
-          for (int64_t t = t0; t < t1; ++t) {
-            const int64_t ip = t / n_units, jp = t % n_units * step;
+          auto one = [&](int64_t ip, int64_t jp) {
             tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, pc == 0 && !accumulate,
                  acc);
+          };
+          if (by_rows) {
+            rows_blocked(ia, ib, n_panels, one);
+          } else {
+            for (int64_t t = t0; t < t1; ++t) one(t / n_units, t % n_units * step);
           }
         }
 #pragma omp barrier
