@@ -70,15 +70,20 @@ Plan plan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, int
   return p;
 }
 
+// K and V are packed for the GEMM once per (batch, key/value head) and thread, not once per
+// query block (gemm_prepacked: the same bits as gemm), where the keys fit one packed column
+// block.
+constexpr int64_t kMaxPrepackedKeys = 3072;
+
 // Keys row i may see.
 inline int64_t visible(int64_t i, int64_t Tk, int64_t offset) {
   return offset < 0 ? Tk : std::min(Tk, i + offset + 1);
 }
 
-// A per-thread buffer that only grows (slot 0..3).
+// A per-thread buffer that only grows (slot 0..5).
 template <typename T>
 T* scratch(int slot, int64_t n) {
-  thread_local std::vector<T> buffers[4];
+  thread_local std::vector<T> buffers[6];
   auto& b = buffers[slot];
   if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
   return b.data();
@@ -95,10 +100,13 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
   const T *Q = q.data<T>(), *K = k.data<T>(), *V = v.data<T>();
   T* O = out.data<T>();
   const T ts = static_cast<T>(scale);
-  const bool dropping = drop.p > 0;
+  const bool dropping = drop.p > 0, prepack = Tk <= kMaxPrepackedKeys;
   parallel_for(p.q.B * NH * p.nblk, 1, [&](int64_t s, int64_t e) {
     T* S = scratch<T>(0, kRows * Tk);
     T* M = dropping ? scratch<T>(1, Tk) : nullptr;
+    T* PK = prepack ? scratch<T>(3, packed_b_size<T>(HS, Tk)) : nullptr;  // K^T
+    T* PV = prepack ? scratch<T>(4, packed_b_size<T>(Tk, HS)) : nullptr;  // V
+    int64_t packed_for = -1;                                              // b * KVH + kvh
     for (int64_t task = s; task < e; ++task) {
       const int64_t blk = task % p.nblk, bh = task / p.nblk, h = bh % NH, b = bh / NH;
       const int64_t kvh = h / p.G, r0 = blk * kRows, rows = std::min(kRows, Tq - r0);
@@ -106,7 +114,17 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
       const T* qb = Q + b * p.q.sb + h * p.q.sh + r0 * p.q.st;
       const T* kb = K + b * p.k.sb + kvh * p.k.sh;
       const T* vb = V + b * p.v.sb + kvh * p.v.sh;
-      gemm<T>(rows, nk, HS, {qb, p.q.st, 1}, {kb, 1, p.k.st}, S, nk, false);
+      T* ob = O + b * ho.sb + h * ho.sh + r0 * ho.st;
+      if (prepack && packed_for != b * p.k.H + kvh) {
+        pack_b_all<T>(HS, Tk, {kb, 1, p.k.st}, PK);
+        pack_b_all<T>(Tk, HS, {vb, p.v.st, 1}, PV);
+        packed_for = b * p.k.H + kvh;
+      }
+      if (prepack) {
+        gemm_prepacked<T>(rows, nk, HS, {qb, p.q.st, 1}, PK, HS, Tk, S, nk);
+      } else {
+        gemm<T>(rows, nk, HS, {qb, p.q.st, 1}, {kb, 1, p.k.st}, S, nk, false);
+      }
       for (int64_t i = 0; i < rows; ++i) {
         T* y = S + i * nk;
         const int64_t valid = visible(r0 + i, Tk, offset);
@@ -116,8 +134,11 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
           for (int64_t j = 0; j < valid; ++j) y[j] *= M[j];
         }
       }
-      gemm<T>(rows, HS, nk, {S, nk, 1}, {vb, p.v.st, 1}, O + b * ho.sb + h * ho.sh + r0 * ho.st,
-              ho.st, false);
+      if (prepack) {
+        gemm_prepacked<T>(rows, HS, nk, {S, nk, 1}, PV, Tk, HS, ob, ho.st);
+      } else {
+        gemm<T>(rows, HS, nk, {S, nk, 1}, {vb, p.v.st, 1}, ob, ho.st, false);
+      }
     }
   });
 }
@@ -139,15 +160,23 @@ void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   const T *Q = q.data<T>(), *K = k.data<T>(), *V = v.data<T>(), *GO = g.data<T>();
   T *DQ = dq.data<T>(), *DK = dk.data<T>(), *DV = dv.data<T>();
   const T ts = static_cast<T>(scale);
-  const bool dropping = drop.p > 0;
+  const bool dropping = drop.p > 0, prepack = Tk <= kMaxPrepackedKeys;
   parallel_for(p.q.B * KVH, 1, [&](int64_t s, int64_t e) {
     T* P = scratch<T>(0, kRows * Tk);
     T* D = scratch<T>(2, kRows * Tk);
     T* M = dropping ? scratch<T>(1, Tk) : nullptr;
+    T* PK = prepack ? scratch<T>(3, packed_b_size<T>(HS, Tk)) : nullptr;   // K^T
+    T* PVT = prepack ? scratch<T>(4, packed_b_size<T>(HS, Tk)) : nullptr;  // V^T
+    T* PKK = prepack ? scratch<T>(5, packed_b_size<T>(Tk, HS)) : nullptr;  // K
     for (int64_t task = s; task < e; ++task) {
       const int64_t b = task / KVH, kvh = task % KVH;
       const T* kb = K + b * p.k.sb + kvh * p.k.sh;
       const T* vb = V + b * p.v.sb + kvh * p.v.sh;
+      if (prepack) {
+        pack_b_all<T>(HS, Tk, {kb, 1, p.k.st}, PK);
+        pack_b_all<T>(HS, Tk, {vb, 1, p.v.st}, PVT);
+        pack_b_all<T>(Tk, HS, {kb, p.k.st, 1}, PKK);
+      }
       T* dkb = DK + b * hdk.sb + kvh * hdk.sh;
       T* dvb = DV + b * hdv.sb + kvh * hdv.sh;
       for (int64_t t = 0; t < Tk; ++t) {
@@ -161,8 +190,13 @@ void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
           const int64_t nk = visible(r0 + rows - 1, Tk, offset);
           const T* qb = Q + b * p.q.sb + h * p.q.sh + r0 * p.q.st;
           const T* gb = GO + b * hg.sb + h * hg.sh + r0 * hg.st;
-          gemm<T>(rows, nk, HS, {qb, p.q.st, 1}, {kb, 1, p.k.st}, P, nk, false);
-          gemm<T>(rows, nk, HS, {gb, hg.st, 1}, {vb, 1, p.v.st}, D, nk, false);
+          if (prepack) {
+            gemm_prepacked<T>(rows, nk, HS, {qb, p.q.st, 1}, PK, HS, Tk, P, nk);
+            gemm_prepacked<T>(rows, nk, HS, {gb, hg.st, 1}, PVT, HS, Tk, D, nk);
+          } else {
+            gemm<T>(rows, nk, HS, {qb, p.q.st, 1}, {kb, 1, p.k.st}, P, nk, false);
+            gemm<T>(rows, nk, HS, {gb, hg.st, 1}, {vb, 1, p.v.st}, D, nk, false);
+          }
           for (int64_t i = 0; i < rows; ++i) {
             T* y = P + i * nk;
             T* d = D + i * nk;
@@ -178,8 +212,12 @@ void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
           }
           // dV[:nk] += Pd^T dO_blk, dQ_blk = dS K[:nk], dK[:nk] += dS^T Q_blk
           gemm<T>(nk, HS, rows, {P, 1, nk}, {gb, hg.st, 1}, dvb, hdv.st, false, true);
-          gemm<T>(rows, HS, nk, {D, nk, 1}, {kb, p.k.st, 1},
-                  DQ + b * hdq.sb + h * hdq.sh + r0 * hdq.st, hdq.st, false);
+          T* dqb = DQ + b * hdq.sb + h * hdq.sh + r0 * hdq.st;
+          if (prepack) {
+            gemm_prepacked<T>(rows, HS, nk, {D, nk, 1}, PKK, Tk, HS, dqb, hdq.st);
+          } else {
+            gemm<T>(rows, HS, nk, {D, nk, 1}, {kb, p.k.st, 1}, dqb, hdq.st, false);
+          }
           gemm<T>(nk, HS, rows, {D, 1, nk}, {qb, p.q.st, 1}, dkb, hdk.st, false, true);
         }
       }

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -394,9 +395,13 @@ const char* gemm_kernel_name(GemmKernel k) {
   return "portable";
 }
 
+namespace {
+
+// The product; with `pre` (serial only), B's panels come from pack_b_all(pre_K, pre_N, ...)
+// instead of being packed here, and this product uses its first K rows and N columns.
 template <typename T>
-void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
-          bool parallel, bool accumulate) {
+void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
+               bool parallel, bool accumulate, const T* pre, int64_t pre_K, int64_t pre_N) {
   constexpr int64_t NR = nr<T>();
   if (M == 0 || N == 0) return;
   if (K == 0) {
@@ -406,9 +411,15 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
   }
   // Small products are not worth threads.
   if (parallel && (M * N * K < (1 << 18) || max_threads() == 1)) parallel = false;
+  if (pre) parallel = false;
 
   const int64_t m_panels = (M + MR - 1) / MR;
-  T* b_pack = b_buffer.get<T>(std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
+  T* b_pack =
+      pre ? nullptr : b_buffer.get<T>(std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
+  // Elements from one packed B panel to the next in the K block at pc: the block's depth.
+  auto b_stride = [&](int64_t pc) {
+    return (pre ? std::min(KC, pre_K - pc) : std::min(KC, K - pc)) * NR;
+  };
 
   // A unit of work is `step` adjacent tiles of one row panel: two with the AVX-512 f32
   // kernel (one 6 x 32 tile), else one.
@@ -419,19 +430,18 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
   // The tiles (ip, jp .. jp + step - 1) of C from packed panels: whole tiles straight from
   // registers, edge tiles through acc and clipped.
   auto tile = [&](int64_t ip, int64_t jp, int64_t jc, int64_t nc, int64_t kc, const T* a_panel,
-                  const T* b_pack, bool first, T* acc) {
+                  const T* b_pack, int64_t bs, bool first, T* acc) {
     const int64_t i0 = ip * MR, j0 = jc + jp * NR;
     const int64_t rows = std::min(MR, M - i0);
     const int64_t width = std::min(step * NR, nc - jp * NR), panels = (width + NR - 1) / NR;
-    const T* b_panel = b_pack + jp * kc * NR;
+    const T* b_panel = b_pack + jp * bs;
     if constexpr (std::is_same_v<T, float>) {
       if (panels == 2) {
         if (rows == MR && width == 2 * NR) {
-          micro_avx512_6x32(kc, a_panel, b_panel, b_panel + kc * NR, C + i0 * ldc + j0, ldc,
-                            !first);
+          micro_avx512_6x32(kc, a_panel, b_panel, b_panel + bs, C + i0 * ldc + j0, ldc, !first);
           return;
         }
-        micro_avx512_6x32(kc, a_panel, b_panel, b_panel + kc * NR, acc, 2 * NR, false);
+        micro_avx512_6x32(kc, a_panel, b_panel, b_panel + bs, acc, 2 * NR, false);
       }
     }
     if (panels == 1) {
@@ -471,10 +481,16 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
       const int64_t n_panels = (nc + NR - 1) / NR;
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
-        pack_b(nc, kc, pc, jc, B, b_pack, false);
+        const T* bp = b_pack;
+        if (pre) {
+          bp = pre + pc * ((pre_N + NR - 1) / NR * NR);
+        } else {
+          pack_b(nc, kc, pc, jc, B, b_pack, false);
+        }
         pack_a(M, kc, pc, A, a_pack, false);
         rows_blocked(0, m_panels, n_panels, [&](int64_t ip, int64_t jp) {
-          tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, b_pack, pc == 0 && !accumulate, acc);
+          tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, bp, b_stride(pc), pc == 0 && !accumulate,
+               acc);
         });
       }
     }
@@ -515,8 +531,8 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
           pack_a(std::min(M, ib * MR) - r0, kc, pc,
                  MatrixRef<T>{A.data + r0 * A.row_stride, A.row_stride, A.col_stride}, my_a, false);
           auto one = [&](int64_t ip, int64_t jp) {
-            tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, pc == 0 && !accumulate,
-                 acc);
+            tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, kc * NR,
+                 pc == 0 && !accumulate, acc);
           };
           if (by_rows) {
             rows_blocked(ia, ib, n_panels, one);
@@ -528,6 +544,34 @@ void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C,
       }
     }
   }
+}
+
+}  // namespace
+
+template <typename T>
+void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
+          bool parallel, bool accumulate) {
+  gemm_impl<T>(M, N, K, A, B, C, ldc, parallel, accumulate, nullptr, 0, 0);
+}
+
+template <typename T>
+int64_t packed_b_size(int64_t K, int64_t N) {
+  return K * ((N + nr<T>() - 1) / nr<T>() * nr<T>());
+}
+
+template <typename T>
+void pack_b_all(int64_t K, int64_t N, MatrixRef<T> B, T* out) {
+  const int64_t n_pad = (N + nr<T>() - 1) / nr<T>() * nr<T>();
+  for (int64_t pc = 0; pc < K; pc += KC)
+    pack_b(N, std::min(KC, K - pc), pc, 0, B, out + pc * n_pad, false);
+}
+
+template <typename T>
+void gemm_prepacked(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, const T* packed, int64_t pK,
+                    int64_t pN, T* C, int64_t ldc, bool accumulate) {
+  if (N > pN || K > pK || pN > NC)
+    throw std::invalid_argument("gemm_prepacked: B is smaller than the product");
+  gemm_impl<T>(M, N, K, A, MatrixRef<T>{nullptr, 0, 0}, C, ldc, false, accumulate, packed, pK, pN);
 }
 
 template <typename T>
@@ -547,6 +591,14 @@ template void gemm<float>(int64_t, int64_t, int64_t, MatrixRef<float>, MatrixRef
                           int64_t, bool, bool);
 template void gemm<double>(int64_t, int64_t, int64_t, MatrixRef<double>, MatrixRef<double>, double*,
                            int64_t, bool, bool);
+template int64_t packed_b_size<float>(int64_t, int64_t);
+template int64_t packed_b_size<double>(int64_t, int64_t);
+template void pack_b_all<float>(int64_t, int64_t, MatrixRef<float>, float*);
+template void pack_b_all<double>(int64_t, int64_t, MatrixRef<double>, double*);
+template void gemm_prepacked<float>(int64_t, int64_t, int64_t, MatrixRef<float>, const float*,
+                                    int64_t, int64_t, float*, int64_t, bool);
+template void gemm_prepacked<double>(int64_t, int64_t, int64_t, MatrixRef<double>, const double*,
+                                     int64_t, int64_t, double*, int64_t, bool);
 template void gemm_naive<float>(int64_t, int64_t, int64_t, MatrixRef<float>, MatrixRef<float>,
                                 float*, int64_t);
 template void gemm_naive<double>(int64_t, int64_t, int64_t, MatrixRef<double>, MatrixRef<double>,

@@ -22,6 +22,18 @@ template <typename T>
 void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
           bool parallel, bool accumulate = false);
 
+// B packed once for several products that share it (attention's K and V across query
+// blocks and heads): pack_b_all writes B (K, N), N <= 3072, into packed_b_size(K, N)
+// elements; gemm_prepacked then computes C (M, n) = A (M, k) @ B[:k, :n] for any k <= K,
+// n <= N, serially, with the same bits as gemm on that B[:k, :n].
+template <typename T>
+int64_t packed_b_size(int64_t K, int64_t N);
+template <typename T>
+void pack_b_all(int64_t K, int64_t N, MatrixRef<T> B, T* out);
+template <typename T>
+void gemm_prepacked(int64_t M, int64_t n, int64_t k, MatrixRef<T> A, const T* packed, int64_t K,
+                    int64_t N, T* C, int64_t ldc, bool accumulate = false);
+
 // The plain triple loop, accumulating in double: the test oracle.
 template <typename T>
 void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc);

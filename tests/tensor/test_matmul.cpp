@@ -156,3 +156,44 @@ TEST_CASE("the AVX-512 f32 kernel gives the AVX2 kernel's bits") {
   k::set_gemm_kernel(saved);
   CHECK(compared == 2 * 4 * 7 * 4 * 4);
 }
+
+TEST_CASE("gemm_prepacked on a prefix of a B packed once gives gemm's bits on that prefix") {
+  // Attention packs K^T, V (and K, V^T) once per batch and head and multiplies each query
+  // block by their first nk keys: the products must equal gemm on B[:k, :n], for row-major
+  // and transposed B, k across the 256-deep K blocks, n across the 16-wide panels.
+  std::mt19937 rng(17);
+  std::normal_distribution<double> normal;
+  auto check = [&]<typename T>() {
+    for (int64_t K : {1, 32, 300})
+      for (int64_t N : {5, 64, 300})
+        for (bool transposed : {false, true})
+          for (int64_t k : {int64_t{1}, K / 2 + 1, K})
+            for (int64_t n : {int64_t{1}, N / 3 + 1, N}) {
+              CAPTURE(K);
+              CAPTURE(N);
+              CAPTURE(transposed);
+              CAPTURE(k);
+              CAPTURE(n);
+              const int64_t M = 29;
+              std::vector<T> a(M * k), b(K * N), c1(M * n), c2(M * n);
+              for (T& x : a) x = static_cast<T>(normal(rng));
+              for (T& x : b) x = static_cast<T>(normal(rng));
+              for (T& x : c1) x = static_cast<T>(normal(rng));
+              c2 = c1;
+              // B (K, N) stored row-major, or as the transpose of an (N, K) row-major array.
+              const k::MatrixRef<T> B =
+                  transposed ? k::MatrixRef<T>{b.data(), 1, K} : k::MatrixRef<T>{b.data(), N, 1};
+              std::vector<T> packed(k::packed_b_size<T>(K, N));
+              k::pack_b_all<T>(K, N, B, packed.data());
+              const bool acc = (k + n) % 2 == 0;
+              k::gemm_prepacked<T>(M, n, k, {a.data(), k, 1}, packed.data(), K, N, c1.data(), n,
+                                   acc);
+              k::gemm<T>(M, n, k, {a.data(), k, 1}, B, c2.data(), n, false, acc);
+              REQUIRE(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(T)) == 0);
+            }
+  };
+  check.operator()<float>();
+  check.operator()<double>();
+  CHECK_THROWS_AS(k::gemm_prepacked<float>(1, 2, 1, {nullptr, 1, 1}, nullptr, 1, 1, nullptr, 2),
+                  std::invalid_argument);
+}
