@@ -12,6 +12,7 @@
 
 #include "app/commands.h"
 #include "tensor/error.h"
+#include "tensor/kernels/gemm.h"
 #include "tensor/parallel.h"
 #include "train/dist.h"
 #include "train/version.h"
@@ -57,6 +58,10 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("attend"));
   attend::train::Dist* world = start_world();
   if (!world) return 1;
+  if (const std::string p = attend::kernel::gemm_env_problem(); !p.empty()) {
+    spdlog::error("{}", p);
+    return finish(*world, 1);
+  }
   std::signal(SIGXFSZ, SIG_IGN);  // a write past a file-size limit fails with an error instead
   CLI::App app{"attend: build, train and look inside small GPT models on CPUs"};
   app.set_version_flag("--version", std::string("attend ") + attend::version());

@@ -147,18 +147,31 @@ __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const double* a,
 const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 const bool kHasAvx512 = kHasAvx2 && __builtin_cpu_supports("avx512f");
 
-// The f32 kernel in use: the widest the CPU has, unless ATTEND_GEMM (avx2, portable) or
-// set_gemm_kernel picked a narrower one.
+// Why ATTEND_GEMM could not be honoured ("" when it is unset or honoured).
+std::string& env_problem() {
+  static std::string problem;
+  return problem;
+}
+
+// The f32 kernel in use: the widest the CPU has, unless ATTEND_GEMM (avx512, avx2,
+// portable) or set_gemm_kernel picked another. A value the CPU cannot run or that is not a
+// kernel's name leaves the widest and is reported by gemm_env_problem.
 GemmKernel initial_kernel() {
-  GemmKernel k = kHasAvx512 ? GemmKernel::avx512
-                 : kHasAvx2 ? GemmKernel::avx2
-                            : GemmKernel::portable;
-  if (const char* e = std::getenv("ATTEND_GEMM")) {
-    const std::string v = e;
-    if (v == "portable") k = GemmKernel::portable;
-    if (v == "avx2" && k == GemmKernel::avx512) k = GemmKernel::avx2;
-  }
-  return k;
+  const GemmKernel best = kHasAvx512 ? GemmKernel::avx512
+                          : kHasAvx2 ? GemmKernel::avx2
+                                     : GemmKernel::portable;
+  const char* e = std::getenv("ATTEND_GEMM");
+  if (!e) return best;
+  const std::string v = e;
+  if (v == "portable") return GemmKernel::portable;
+  if (v == "avx2" && kHasAvx2) return GemmKernel::avx2;
+  if (v == "avx512" && kHasAvx512) return GemmKernel::avx512;
+  if (v == "avx2" || v == "avx512")
+    env_problem() =
+        "ATTEND_GEMM=" + v + ": this CPU has no " + (v == "avx2" ? "AVX2/FMA" : "AVX-512");
+  else
+    env_problem() = "ATTEND_GEMM='" + v + "': expected avx512, avx2 or portable";
+  return best;
 }
 std::atomic<GemmKernel> g_kernel{initial_kernel()};
 
@@ -376,6 +389,11 @@ void pack_b(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<T> B, T* o
 }  // namespace
 
 GemmKernel gemm_kernel() { return g_kernel.load(); }
+
+std::string gemm_env_problem() {
+  (void)g_kernel.load();  // initialised, so env_problem is set
+  return env_problem();
+}
 
 GemmKernel set_gemm_kernel(GemmKernel k) {
   if (k == GemmKernel::avx512 && !kHasAvx512) k = GemmKernel::avx2;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace attend::kernel {
 
@@ -40,12 +41,15 @@ void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B,
 
 // The f32 micro-kernel: AVX-512 (6 x 32 tiles) where the CPU has it, else AVX2/FMA (6 x 16),
 // else portable C++. The AVX-512 and AVX2 kernels give the same bits (same products, same
-// order, same fused multiply-adds). The environment variable ATTEND_GEMM=avx2 or portable
-// picks a narrower one at start-up; set_gemm_kernel picks one now (clamped to what the CPU
-// has) and returns the previous one. f64 uses AVX2 under either SIMD kernel.
+// order, same fused multiply-adds). The environment variable ATTEND_GEMM (avx512, avx2,
+// portable) picks one at start-up; gemm_env_problem says why it could not be honoured ("" if
+// it was, or is unset), and the attend program refuses to run then. set_gemm_kernel picks
+// one now (clamped to what the CPU has) and returns the previous one. f64 uses AVX2 under
+// either SIMD kernel.
 enum class GemmKernel { portable, avx2, avx512 };
 GemmKernel gemm_kernel();
 GemmKernel set_gemm_kernel(GemmKernel k);
 const char* gemm_kernel_name(GemmKernel k);
+std::string gemm_env_problem();
 
 }  // namespace attend::kernel

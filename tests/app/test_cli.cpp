@@ -808,6 +808,31 @@ TEST_CASE("--threads 1 and --threads 2 train bit-identical models") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("ATTEND_GEMM=avx2 trains the default kernel's bits, and a bad value is refused") {
+  // The AVX-512 GEMM kernel (where the CPU has it) and the AVX2 one give the same bits
+  // (tests/tensor/test_matmul.cpp compares them product by product); here, whole training.
+  fs::path dir = temp_dir("gemm_env");
+  fs::path corpus = make_corpus(dir);
+  for (const char* k : {"default", "avx2"}) {
+    Run r = attend_cmd("train --data " + corpus.string() + " --out " + (dir / k).string() + kTiny +
+                           " --dropout 0.1 --max_iters 4",
+                       std::string(k) == "default" ? "" : std::string("ATTEND_GEMM=") + k + " ");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+  }
+  const train::CheckpointData a = train::newest_valid_checkpoint(dir / "default").data;
+  const train::CheckpointData b = train::newest_valid_checkpoint(dir / "avx2").data;
+  REQUIRE(a.model.size() == b.model.size());
+  int differ = 0;
+  for (size_t i = 0; i < a.model.size(); ++i)
+    differ += !test::bit_identical(a.model[i].second, b.model[i].second);
+  CHECK(differ == 0);
+  const Run bad = attend_cmd("summary --preset gpt2", "ATTEND_GEMM=avx1024 ");
+  CHECK(bad.code == 1);
+  CHECK(bad.out.find("ATTEND_GEMM='avx1024': expected avx512, avx2 or portable") !=
+        std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("heads: a layer x head table of ablation losses on stdout, CSV and SVG") {
   const fs::path dir = temp_dir("heads");
   const fs::path corpus = make_corpus(dir);
