@@ -21,6 +21,17 @@ if ! readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 | grep -q openblas; then
   echo "bench_vs_torch: libblas.so.3 is not OpenBLAS; install libopenblas0-openmp first" >&2
   exit 1
 fi
+# OpenBLAS 0.3.21 (Debian 12) does not know Zen 5 and runs its Haswell (AVX2) kernels there,
+# half the FMA rate of the AVX-512 ones attend's GEMM uses: give the twin OpenBLAS's
+# AVX-512 kernels wherever the CPU has AVX-512 (TORCH_OPENBLAS_CORETYPE= to turn that off,
+# or another OpenBLAS core name).
+if [ -z "${TORCH_OPENBLAS_CORETYPE+set}" ] && grep -qw avx512f /proc/cpuinfo; then
+  TORCH_OPENBLAS_CORETYPE=SkylakeX
+fi
+torch_env=()
+[ -n "${TORCH_OPENBLAS_CORETYPE:-}" ] && torch_env=(OPENBLAS_CORETYPE="$TORCH_OPENBLAS_CORETYPE")
+openblas_core="$(env "${torch_env[@]}" OPENBLAS_VERBOSE=2 /usr/bin/python3 -c \
+  'import torch; a = torch.ones(64, 64); (a @ a).sum()' 2>&1 | sed -n 's/^Core: //p' | head -1)"
 for b in bench_train bench_peak; do
   [ -x "$build/bench/$b" ] || { echo "bench_vs_torch: $build/bench/$b not built" >&2; exit 1; }
 done
@@ -28,6 +39,7 @@ done
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(date -u +%Y-%m-%dT%H:%MZ); $threads threads"
 peak_line="$("$build/bench/bench_peak" "$threads")"
 echo "$peak_line"
+echo "PyTorch's OpenBLAS kernels: ${openblas_core:-unknown}${TORCH_OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$TORCH_OPENBLAS_CORETYPE)}"
 # The machine's speed drifts (its neighbours): a slow moment only lowers a measurement, so
 # the peak is the best bench_peak run, taken before and again after the steps, and every
 # MFU is against that (conservative) figure.
@@ -37,7 +49,7 @@ printf "%-4s %5s %12s %12s %10s %10s %9s %9s\n" cfg round "attend ms" "torch ms"
 for rep in $(seq "$reps"); do
   for cfg in C A B; do
     a="$(OMP_NUM_THREADS=$threads "$build/bench/bench_train" "$steps" "$cfg" | awk -v c="$cfg" '$1 == c')"
-    t="$(/usr/bin/python3 "$root/bench/torch_twin.py" "$steps" "$cfg" --threads "$threads" | awk -v c="$cfg" '$1 == c')"
+    t="$(env "${torch_env[@]}" /usr/bin/python3 "$root/bench/torch_twin.py" "$steps" "$cfg" --threads "$threads" | awk -v c="$cfg" '$1 == c')"
     # attend: name params B T ms tok/s GFLOP/s; torch: name params B T ms tok/s
     echo "$a|$t" | awk -F'|' -v peak="$peak" -v rep="$rep" '{
       split($1, a, " "); split($2, t, " ");

@@ -20,7 +20,17 @@ echo "wall time: $attend_ms ms"
 "$build/attend" eval --checkpoint "$run" --data "$run/data/val.bin"
 rm -rf "$(dirname "$run")"
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  out=$(/usr/bin/python3 bench/torch_recipe.py "$text" --threads "${OMP_NUM_THREADS:-$(nproc)}")
+  # As in bench_vs_torch.sh: OpenBLAS's AVX-512 kernels for the twin wherever the CPU has
+  # AVX-512 (Debian 12's OpenBLAS runs its AVX2 ones on Zen 5); TORCH_OPENBLAS_CORETYPE=
+  # turns that off.
+  if [ -z "${TORCH_OPENBLAS_CORETYPE+set}" ] && grep -qw avx512f /proc/cpuinfo; then
+    TORCH_OPENBLAS_CORETYPE=SkylakeX
+  fi
+  torch_env=()
+  [ -n "${TORCH_OPENBLAS_CORETYPE:-}" ] && torch_env=(OPENBLAS_CORETYPE="$TORCH_OPENBLAS_CORETYPE")
+  echo "PyTorch twin: OpenBLAS kernels $(env "${torch_env[@]}" OPENBLAS_VERBOSE=2 /usr/bin/python3 -c \
+    'import torch; a = torch.ones(64, 64); (a @ a).sum()' 2>&1 | sed -n 's/^Core: //p' | head -1)"
+  out=$(env "${torch_env[@]}" /usr/bin/python3 bench/torch_recipe.py "$text" --threads "${OMP_NUM_THREADS:-$(nproc)}")
   echo "$out"
   torch_ms=$(echo "$out" | sed -n 's/.*wall time: \([0-9]*\) ms.*/\1/p')
   awk -v a="$attend_ms" -v t="$torch_ms" \
