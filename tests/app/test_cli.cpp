@@ -68,6 +68,17 @@ std::string file_bytes(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// How many model tensors of the newest checkpoints of two runs differ in any bit.
+int models_differing(const fs::path& run_a, const fs::path& run_b) {
+  const train::CheckpointData a = train::newest_valid_checkpoint(run_a).data;
+  const train::CheckpointData b = train::newest_valid_checkpoint(run_b).data;
+  REQUIRE(a.model.size() == b.model.size());
+  int differ = 0;
+  for (size_t i = 0; i < a.model.size(); ++i)
+    differ += !test::bit_identical(a.model[i].second, b.model[i].second);
+  return differ;
+}
+
 }  // namespace
 
 TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for bit") {
@@ -797,13 +808,7 @@ TEST_CASE("--threads 1 and --threads 2 train bit-identical models") {
                        " --out " + (dir / t).string() + kTiny + " --dropout 0.1 --max_iters 4");
     REQUIRE_MESSAGE(r.code == 0, r.out);
   }
-  const train::CheckpointData a = train::newest_valid_checkpoint(dir / "1").data;
-  const train::CheckpointData b = train::newest_valid_checkpoint(dir / "2").data;
-  REQUIRE(a.model.size() == b.model.size());
-  int differ = 0;
-  for (size_t i = 0; i < a.model.size(); ++i)
-    differ += !test::bit_identical(a.model[i].second, b.model[i].second);
-  CHECK(differ == 0);
+  CHECK(models_differing(dir / "1", dir / "2") == 0);
   CHECK(attend_cmd("--threads 0 summary --preset gpt2").code != 0);
   fs::remove_all(dir);
 }
@@ -819,13 +824,7 @@ TEST_CASE("ATTEND_GEMM=avx2 trains the default kernel's bits, and a bad value is
                        std::string(k) == "default" ? "" : std::string("ATTEND_GEMM=") + k + " ");
     REQUIRE_MESSAGE(r.code == 0, r.out);
   }
-  const train::CheckpointData a = train::newest_valid_checkpoint(dir / "default").data;
-  const train::CheckpointData b = train::newest_valid_checkpoint(dir / "avx2").data;
-  REQUIRE(a.model.size() == b.model.size());
-  int differ = 0;
-  for (size_t i = 0; i < a.model.size(); ++i)
-    differ += !test::bit_identical(a.model[i].second, b.model[i].second);
-  CHECK(differ == 0);
+  CHECK(models_differing(dir / "default", dir / "avx2") == 0);
   const Run bad = attend_cmd("summary --preset gpt2", "ATTEND_GEMM=avx1024 ");
   CHECK(bad.code == 1);
   CHECK(bad.out.find("ATTEND_GEMM='avx1024': expected avx512, avx2 or portable") !=
