@@ -5,6 +5,7 @@
 # (torch ms / attend ms) and MFU against the FMA peak bench_peak measures first.
 #
 #   bench/bench_vs_torch.sh [BUILD_DIR] [STEPS] [REPS]     (default build 10 2; 2 threads)
+#   CONFIGS="C" runs only some of the configs (default "C A B"); THREADS=N another count.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -47,7 +48,7 @@ peak="$(echo "$peak_line" | sed -n 's/.*best \([0-9.]*\)).*/\1/p')"
 printf "%-4s %5s %12s %12s %10s %10s %9s %9s\n" cfg round "attend ms" "torch ms" "speed-up" \
   "attend tok/s" "attend MFU" "torch MFU"
 for rep in $(seq "$reps"); do
-  for cfg in C A B; do
+  for cfg in ${CONFIGS:-C A B}; do
     a="$(OMP_NUM_THREADS=$threads "$build/bench/bench_train" "$steps" "$cfg" | awk -v c="$cfg" '$1 == c')"
     t="$(env "${torch_env[@]}" /usr/bin/python3 "$root/bench/torch_twin.py" "$steps" "$cfg" --threads "$threads" | awk -v c="$cfg" '$1 == c')"
     # attend: name params B T ms tok/s GFLOP/s; torch: name params B T ms tok/s
