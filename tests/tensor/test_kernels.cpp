@@ -2,7 +2,12 @@
 // independence of the reductions.
 #include <omp.h>
 
+#include <cstring>
+#include <limits>
+#include <random>
+
 #include "tensor/kernels.h"
+#include "tensor/kernels/rowmath.h"
 #include "tensor/random.h"
 #include "test_util.h"
 
@@ -167,4 +172,45 @@ TEST_CASE("GELU and its gradient: vector lanes and the scalar remainder give the
                                    kernel::narrow(dy, 0, i, 1));
   }
   CHECK(differ == 0);
+}
+
+TEST_CASE("AVX-512 softmax rows give the plain rows' bits") {
+#if !defined(__AVX512F__)
+  test::skip("built without AVX-512: the rows are the plain ones");
+#else
+  // Their twin is the plain (8-lane, scalar-tail) loop: rows of every length to 80 with every
+  // valid count, in place and not, masked keys as -inf, large and tiny logits.
+  std::mt19937 rng(18);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  int64_t rows = 0;
+  for (int64_t n = 1; n <= 80; ++n)
+    for (int64_t valid = 0; valid <= n; ++valid)
+      for (int variant = 0; variant < 3; ++variant) {
+        CAPTURE(n);
+        CAPTURE(valid);
+        CAPTURE(variant);
+        const float spread = variant == 0 ? 1.0f : variant == 1 ? 30.0f : 1e-3f;
+        std::vector<float> x(n), g(n);
+        for (float& v : x) v = normal(rng) * spread;
+        for (float& v : g) v = normal(rng);
+        if (variant == 1 && valid > 2) x[valid / 2] = -std::numeric_limits<float>::infinity();
+        const float ts = 0.125f + unit(rng);
+        std::vector<float> y1(n, 7.0f), y2(n, 7.0f);
+        k::softmax_row(x.data(), y1.data(), valid, n, ts);
+        k::softmax_row_plain(x.data(), y2.data(), valid, n, ts);
+        REQUIRE(std::memcmp(y1.data(), y2.data(), n * sizeof(float)) == 0);
+        std::vector<float> in_place = x;  // y may be x
+        k::softmax_row(in_place.data(), in_place.data(), valid, n, ts);
+        REQUIRE(std::memcmp(in_place.data(), y2.data(), n * sizeof(float)) == 0);
+        std::vector<float> d1(n, 7.0f), d2(n, 7.0f), d3 = g;
+        k::softmax_grad_row(y2.data(), g.data(), d1.data(), valid, n, ts);
+        k::softmax_grad_row_plain(y2.data(), g.data(), d2.data(), valid, n, ts);
+        REQUIRE(std::memcmp(d1.data(), d2.data(), n * sizeof(float)) == 0);
+        k::softmax_grad_row(y2.data(), d3.data(), d3.data(), valid, n, ts);  // dx may be g
+        REQUIRE(std::memcmp(d3.data(), d2.data(), n * sizeof(float)) == 0);
+        ++rows;
+      }
+  CHECK(rows == 3 * (80 * 81 / 2 + 80));
+#endif
 }
