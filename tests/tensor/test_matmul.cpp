@@ -20,7 +20,7 @@ TEST_CASE("matmul on a hand-computed case") {
 }
 
 TEST_CASE("blocked matmul equals the naive triple loop on odd sizes") {
-  MESSAGE("micro-kernel: ", k::gemm_kernel_name(k::gemm_kernel()));
+  MESSAGE("micro-kernel: " << std::string(k::gemm_kernel_name(k::gemm_kernel())));
   Generator g(11);
   const int64_t sizes[] = {1, 7, 63, 129, 300};
   for (int64_t M : sizes)
