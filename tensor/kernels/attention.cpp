@@ -72,8 +72,20 @@ Plan plan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, int
 
 // K and V are packed for the GEMM once per (batch, key/value head) and thread, not once per
 // query block (gemm_prepacked: the same bits as gemm), where the keys fit one packed column
-// block.
+// block (the GEMM's NC, 3072; gemm_prepacked refuses more).
 constexpr int64_t kMaxPrepackedKeys = 3072;
+
+// C (M, n) = A @ B[:k, :n], B (K, N): from B's panels packed once by pack_b_all when
+// `packed` is set, else read through B's strides. The same bits either way.
+template <typename T>
+void product(int64_t M, int64_t n, int64_t k, MatrixRef<T> A, const T* packed, int64_t K, int64_t N,
+             MatrixRef<T> B, T* C, int64_t ldc) {
+  if (packed) {
+    gemm_prepacked<T>(M, n, k, A, packed, K, N, C, ldc);
+  } else {
+    gemm<T>(M, n, k, A, B, C, ldc, false);
+  }
+}
 
 // Keys row i may see.
 inline int64_t visible(int64_t i, int64_t Tk, int64_t offset) {
@@ -120,11 +132,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
         pack_b_all<T>(Tk, HS, {vb, p.v.st, 1}, PV);
         packed_for = b * p.k.H + kvh;
       }
-      if (prepack) {
-        gemm_prepacked<T>(rows, nk, HS, {qb, p.q.st, 1}, PK, HS, Tk, S, nk);
-      } else {
-        gemm<T>(rows, nk, HS, {qb, p.q.st, 1}, {kb, 1, p.k.st}, S, nk, false);
-      }
+      product<T>(rows, nk, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kb, 1, p.k.st}, S, nk);
       for (int64_t i = 0; i < rows; ++i) {
         T* y = S + i * nk;
         const int64_t valid = visible(r0 + i, Tk, offset);
@@ -134,11 +142,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
           for (int64_t j = 0; j < valid; ++j) y[j] *= M[j];
         }
       }
-      if (prepack) {
-        gemm_prepacked<T>(rows, HS, nk, {S, nk, 1}, PV, Tk, HS, ob, ho.st);
-      } else {
-        gemm<T>(rows, HS, nk, {S, nk, 1}, {vb, p.v.st, 1}, ob, ho.st, false);
-      }
+      product<T>(rows, HS, nk, {S, nk, 1}, PV, Tk, HS, {vb, p.v.st, 1}, ob, ho.st);
     }
   });
 }
@@ -190,13 +194,8 @@ void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
           const int64_t nk = visible(r0 + rows - 1, Tk, offset);
           const T* qb = Q + b * p.q.sb + h * p.q.sh + r0 * p.q.st;
           const T* gb = GO + b * hg.sb + h * hg.sh + r0 * hg.st;
-          if (prepack) {
-            gemm_prepacked<T>(rows, nk, HS, {qb, p.q.st, 1}, PK, HS, Tk, P, nk);
-            gemm_prepacked<T>(rows, nk, HS, {gb, hg.st, 1}, PVT, HS, Tk, D, nk);
-          } else {
-            gemm<T>(rows, nk, HS, {qb, p.q.st, 1}, {kb, 1, p.k.st}, P, nk, false);
-            gemm<T>(rows, nk, HS, {gb, hg.st, 1}, {vb, 1, p.v.st}, D, nk, false);
-          }
+          product<T>(rows, nk, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kb, 1, p.k.st}, P, nk);
+          product<T>(rows, nk, HS, {gb, hg.st, 1}, PVT, HS, Tk, {vb, 1, p.v.st}, D, nk);
           for (int64_t i = 0; i < rows; ++i) {
             T* y = P + i * nk;
             T* d = D + i * nk;
@@ -213,11 +212,7 @@ void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
           // dV[:nk] += Pd^T dO_blk, dQ_blk = dS K[:nk], dK[:nk] += dS^T Q_blk
           gemm<T>(nk, HS, rows, {P, 1, nk}, {gb, hg.st, 1}, dvb, hdv.st, false, true);
           T* dqb = DQ + b * hdq.sb + h * hdq.sh + r0 * hdq.st;
-          if (prepack) {
-            gemm_prepacked<T>(rows, HS, nk, {D, nk, 1}, PKK, Tk, HS, dqb, hdq.st);
-          } else {
-            gemm<T>(rows, HS, nk, {D, nk, 1}, {kb, p.k.st, 1}, dqb, hdq.st, false);
-          }
+          product<T>(rows, HS, nk, {D, nk, 1}, PKK, Tk, HS, {kb, p.k.st, 1}, dqb, hdq.st);
           gemm<T>(nk, HS, rows, {D, 1, nk}, {qb, p.q.st, 1}, dkb, hdk.st, false, true);
         }
       }

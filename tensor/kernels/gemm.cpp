@@ -18,10 +18,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "tensor/error.h"
 #include "tensor/parallel.h"
 
 namespace attend::kernel {
@@ -587,8 +587,8 @@ void pack_b_all(int64_t K, int64_t N, MatrixRef<T> B, T* out) {
 template <typename T>
 void gemm_prepacked(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, const T* packed, int64_t pK,
                     int64_t pN, T* C, int64_t ldc, bool accumulate) {
-  if (N > pN || K > pK || pN > NC)
-    throw std::invalid_argument("gemm_prepacked: B is smaller than the product");
+  ATTEND_CHECK(N <= pN && K <= pK && pN <= NC, "gemm_prepacked: a (", K, ", ", N,
+               ") product from a B packed as (", pK, ", ", pN, "); B must hold it and pN <= ", NC);
   gemm_impl<T>(M, N, K, A, MatrixRef<T>{nullptr, 0, 0}, C, ldc, false, accumulate, packed, pK, pN);
 }
 

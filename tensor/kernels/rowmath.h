@@ -22,10 +22,13 @@ namespace attend::kernel {
 // relative), 2^n through the exponent bits. Inputs are clamped to [-87.3, 88.3], so
 // 2^n stays a normal float; below -87.3 (e^x under 1.2e-38, near the smallest normal
 // float) the result is 0, so exp(-inf) is exactly 0 as softmax's masked keys need.
+inline constexpr float kExpLog2e = 1.44269504f, kExpLn2Hi = 0.693145751953125f,
+                       kExpLn2Lo = 1.428606765330187e-06f;  // ln 2 = hi + lo, hi exact in f32
+
 [[gnu::always_inline]] inline float exp_f32(float in) {
   const float x = std::min(std::max(in, -87.3f), 88.3f);
-  const float n = std::floor(x * 1.44269504f + 0.5f);
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+  const float n = std::floor(x * kExpLog2e + 0.5f);
+  const float r = (x - n * kExpLn2Hi) - n * kExpLn2Lo;
   const float p =
       1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 +
                                           r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
@@ -135,10 +138,10 @@ void softmax_grad_row_plain(const T* y, const T* g, T* dx, int64_t valid, int64_
 [[gnu::always_inline]] inline __m512 exp16(__m512 in) {
   const __m512 x = _mm512_min_ps(_mm512_max_ps(in, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
   const __m512 n =
-      _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), _mm512_set1_ps(0.5f)),
+      _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kExpLog2e), _mm512_set1_ps(0.5f)),
                            _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f),
-                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x));
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Lo),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Hi), x));
   __m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(1.0f / 720), _mm512_set1_ps(1.0f / 120));
   p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(1.0f / 24));
   p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(1.0f / 6));

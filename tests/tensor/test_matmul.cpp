@@ -195,5 +195,5 @@ TEST_CASE("gemm_prepacked on a prefix of a B packed once gives gemm's bits on th
   check.operator()<float>();
   check.operator()<double>();
   CHECK_THROWS_AS(k::gemm_prepacked<float>(1, 2, 1, {nullptr, 1, 1}, nullptr, 1, 1, nullptr, 2),
-                  std::invalid_argument);
+                  Error);
 }
