@@ -13,7 +13,7 @@
 #include "app/commands.h"
 #include "tensor/error.h"
 #include "tensor/kernels/gemm.h"
-#include "tensor/parallel.h"
+#include "tensor/threads.h"
 #include "train/dist.h"
 #include "train/version.h"
 
@@ -58,10 +58,15 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("attend"));
   attend::train::Dist* world = start_world();
   if (!world) return 1;
-  if (const std::string p = attend::kernel::gemm_env_problem(); !p.empty()) {
+  for (const std::string& p : {attend::omp_env_problem(), attend::kernel::gemm_env_problem()}) {
+    if (p.empty()) continue;
     spdlog::error("{}", p);
     return finish(*world, 1);
   }
+  // Before any parallel region: as many threads as cores not busy with other work (see
+  // Note [Threads on a busy machine]); --threads below overrides it.
+  attend::machine_threads();
+  attend::start_threads_for_load();
   std::signal(SIGXFSZ, SIG_IGN);  // a write past a file-size limit fails with an error instead
   CLI::App app{"attend: build, train and look inside small GPT models on CPUs"};
   app.set_version_flag("--version", std::string("attend ") + attend::version());
@@ -79,8 +84,7 @@ int main(int argc, char** argv) {
       "--threads",
       [](int n) {
         if (n < 1 || n > 4096) throw CLI::ValidationError("--threads", "must be in [1, 4096]");
-        omp_set_num_threads(n);
-        attend::g_threads_fixed = true;
+        attend::fix_threads(n);
       },
       "OpenMP threads, fixed (default: OMP_NUM_THREADS, else at most one per core, adapted to the "
       "load while training)");

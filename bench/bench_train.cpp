@@ -12,6 +12,7 @@
 
 #include "data/token_file.h"
 #include "tensor/random.h"
+#include "tensor/threads.h"
 #include "train/progress.h"
 #include "train/step.h"
 
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
     model.train();
     auto opt = train::make_optimizer(tc, model);
     std::vector<double> ms;
-    train::ThreadTuner tuner(omp_get_max_threads(), 4);
+    ThreadTuner tuner(omp_get_max_threads(), 4);
     for (int s = 0; s < steps + 2; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
       if (tune) tuner.begin_step();

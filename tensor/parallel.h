@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include <omp.h>
 
@@ -14,11 +13,6 @@ namespace attend {
 
 inline constexpr int64_t kElementwiseGrain = 1 << 15;  // elements
 inline constexpr int64_t kReduceChunk = 1 << 13;       // elements per reduction partial
-
-// Set when the user fixed the thread count (attend --threads N); OMP_NUM_THREADS in the
-// environment counts as fixed too. The trainer adapts the count only when it is not.
-inline bool g_threads_fixed = false;
-inline bool threads_fixed() { return g_threads_fixed || std::getenv("OMP_NUM_THREADS") != nullptr; }
 
 inline int max_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 

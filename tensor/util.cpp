@@ -17,15 +17,67 @@ namespace attend {
 
 namespace fs = std::filesystem;
 
+int open_regular_file(const fs::path& path, size_t* size) {
+  const std::string p = path.string();
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    ATTEND_CHECK(err != ENOENT, p, ": no such file");
+    throw Error(str(p, ": cannot open for reading: ", std::strerror(err)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool dir = S_ISDIR(st.st_mode);
+    ::close(fd);
+    throw Error(str(p, dir ? ": is a folder, expected a file"
+                           : ": not a regular file (a FIFO, device or socket); expected a file"));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  *size = static_cast<size_t>(st.st_size);
+  return fd;
+}
+
 std::string read_file(const fs::path& path) {
-  std::error_code ec;
-  ATTEND_CHECK(fs::exists(path, ec), path.string(), ": no such file");
-  ATTEND_CHECK(!fs::is_directory(path, ec), path.string(), ": is a folder, expected a file");
-  std::ifstream in(path, std::ios::binary);
-  ATTEND_CHECK(in.good(), path.string(), ": cannot open for reading (check its permissions)");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ATTEND_CHECK(!in.bad(), path.string(), ": read failed");
+  size_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  std::string s;
+  try {
+    s.resize(size);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, s.data() + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(str(path.string(), n == 0 ? ": changed size while being read"
+                                            : str(": read failed: ", std::strerror(err))));
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
   return s;
+}
+
+std::string printable(std::string_view bytes, size_t max) {
+  std::string out;
+  for (size_t i = 0; i < bytes.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static const char* hex = "0123456789ABCDEF";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (bytes.size() > max) out += "...";
+  return out;
 }
 
 void fsync_path(const fs::path& p, bool directory) {
@@ -78,22 +130,15 @@ std::string shown(const std::string& t) { return t.size() > 60 ? t.substr(0, 60)
 }  // namespace
 
 MappedFile::MappedFile(const fs::path& path) {
-  const std::string p = path.string();
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  ATTEND_CHECK(fd >= 0, p, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(str(p, ": not a regular file"));
-  }
-  size_ = static_cast<size_t>(st.st_size);
+  const int fd = open_regular_file(path, &size_);
   if (size_ > 0) {
     map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map_ == MAP_FAILED) map_ = nullptr;
   }
   const int err = errno;
   ::close(fd);
-  ATTEND_CHECK(size_ == 0 || map_ != nullptr, p, ": cannot memory-map: ", std::strerror(err));
+  ATTEND_CHECK(size_ == 0 || map_ != nullptr, path.string(), ": cannot memory-map: ",
+               std::strerror(err));
 }
 
 MappedFile::~MappedFile() {

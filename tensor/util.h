@@ -11,8 +11,19 @@
 
 namespace attend {
 
-// The whole file; throws naming the path if it cannot be opened or read.
+// The whole file; throws naming the path if it cannot be opened or read, or is not a
+// regular file once links are resolved (a FIFO, a device, a folder: refused without
+// blocking or reading). The size comes from the opened file.
 std::string read_file(const std::filesystem::path& path);
+
+// Opens a file for reading only if it is a regular file (after links): O_NONBLOCK, so a
+// FIFO never blocks the open, then fstat on the descriptor. Returns the descriptor
+// (O_CLOEXEC, blocking again) and sets *size; throws naming the path.
+int open_regular_file(const std::filesystem::path& path, size_t* size);
+
+// Text for an error message: printable ASCII as itself, every other byte as \xNN, cut
+// to `max` bytes of the input with "..." after.
+std::string printable(std::string_view bytes, size_t max = 200);
 
 // How far write_file_atomic goes to make the new content survive a crash.
 enum class Durability {

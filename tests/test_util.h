@@ -29,6 +29,12 @@ inline void skip(const std::string& reason) {
   std::fprintf(stderr, "SKIPPED: %s\n", reason.c_str());
   skip_flag() = true;
 }
+// Skips and returns from the test case: nothing after it runs.
+#define ATTEND_SKIP(why)           \
+  do {                             \
+    ::attend::test::skip(why);     \
+    return;                        \
+  } while (0)
 
 // A fresh, empty folder under the system's temporary folder, unique to this process.
 inline std::filesystem::path temp_dir(const std::string& name) {

@@ -2,6 +2,7 @@
 
 #include "autograd/node.h"
 #include "tensor/kernels.h"
+#include "tensor/threads.h"
 
 namespace attend::train {
 
@@ -9,9 +10,11 @@ namespace {
 
 // Mean loss over the batches; with means, also each head's mean output over (B, T).
 double mean_loss(nn::GPT& model, const data::TokenDataset& data, int64_t batches,
-                 int64_t batch_size, std::vector<std::vector<double>>* means) {
+                 int64_t batch_size, std::vector<std::vector<double>>* means,
+                 std::optional<ThreadTuner>& tuner) {
   double total = 0;
   for (int64_t k = 0; k < batches; ++k) {
+    TunedUnit unit(tuner);
     const data::Batch b =
         data.random_batch(0, 0, static_cast<uint32_t>(k), batch_size, Stream::EvalVal);
     std::vector<nn::AttentionTrace> traces;
@@ -48,7 +51,8 @@ HeadAblation ablate_heads(nn::GPT& model, const data::TokenDataset& data, int64_
   r.tokens = batches * batch_size * T;
   std::vector<std::vector<double>> sums(static_cast<size_t>(c.n_layer * c.n_head),
                                         std::vector<double>(static_cast<size_t>(HS), 0.0));
-  r.base_loss = mean_loss(model, data, batches, batch_size, &sums);
+  std::optional<ThreadTuner> tuner = command_tuner();  // Note [Threads on a busy machine]
+  r.base_loss = mean_loss(model, data, batches, batch_size, &sums, tuner);
   const double count = static_cast<double>(batches * batch_size * T);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     nn::Attention& attn = *(*model.transformer->h)[static_cast<size_t>(l)].attn;
@@ -56,9 +60,9 @@ HeadAblation ablate_heads(nn::GPT& model, const data::TokenDataset& data, int64_
       std::vector<double> mean = sums[static_cast<size_t>(l * c.n_head + h)];
       for (double& x : mean) x /= count;
       attn.replace_head = {{h, zeros({HS})}};
-      r.zero.push_back(mean_loss(model, data, batches, batch_size, nullptr));
+      r.zero.push_back(mean_loss(model, data, batches, batch_size, nullptr, tuner));
       attn.replace_head = {{h, tensor(mean, {HS})}};
-      r.mean.push_back(mean_loss(model, data, batches, batch_size, nullptr));
+      r.mean.push_back(mean_loss(model, data, batches, batch_size, nullptr, tuner));
       attn.replace_head.clear();
     }
   }

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "nn/summary.h"
+#include "tensor/threads.h"
 
 #include "train/step.h"
 
@@ -105,7 +106,9 @@ EvalResult evaluate_windows(const nn::GPT& model, const fs::path& token_file, in
   const int64_t n = ds.num_windows();
   double total = 0;
   auto last = std::chrono::steady_clock::now();
+  std::optional<ThreadTuner> tuner = command_tuner();  // Note [Threads on a busy machine]
   for (int64_t first = 0; first < n; first += batch_size) {
+    TunedUnit unit(tuner);
     if (std::chrono::steady_clock::now() - last > std::chrono::seconds(5)) {
       spdlog::info("eval: {} of {} windows", first, n);
       last = std::chrono::steady_clock::now();

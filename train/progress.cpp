@@ -97,46 +97,4 @@ StopOnSignal::~StopOnSignal() {
 int StopOnSignal::signal() const { return g_stop_signal; }
 const char* StopOnSignal::name() const { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
 
-ThreadTuner::ThreadTuner(int max_threads, int probe_every)
-    : max_(std::max(1, max_threads)),
-      every_(std::max(2, probe_every)),
-      current_(max_),
-      interval_(every_),
-      next_probe_(every_) {}
-
-int ThreadTuner::begin_step() {
-  ++steps_;
-  probe_ = 0;
-  if (max_ > 1 && steps_ >= next_probe_ && recent_.size() >= 3) {
-    // Probes cycle through half, double and one thread (one: an intermediate count need
-    // not be faster when the cores are busy), skipping those equal to the current count.
-    const int options[3] = {std::max(1, current_ / 2), std::min(max_, current_ * 2), 1};
-    for (int k = 0; k < 3 && !probe_; ++k) {
-      const int candidate = options[(probe_kind_ + k) % 3];
-      if (candidate != current_) probe_ = candidate, probe_kind_ = (probe_kind_ + k + 1) % 3;
-    }
-  }
-  const int n = probe_ ? probe_ : current_;
-  omp_set_num_threads(n);
-  return n;
-}
-
-void ThreadTuner::end_step(double seconds) {
-  if (probe_) {
-    std::vector<double> r = recent_;
-    std::nth_element(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(r.size() / 2), r.end());
-    if (seconds < 0.9 * r[r.size() / 2]) {
-      current_ = probe_, ++switches_;
-      recent_.assign(1, seconds);
-      interval_ = every_;
-    } else {
-      interval_ = std::min<int64_t>(interval_ * 2, 16 * every_);  // a steady machine: probe less
-    }
-    next_probe_ = steps_ + interval_;
-    return;
-  }
-  recent_.push_back(seconds);
-  if (recent_.size() > 8) recent_.erase(recent_.begin());
-}
-
 }  // namespace attend::train

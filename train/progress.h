@@ -64,30 +64,3 @@ class Stopwatch {
 
 }  // namespace attend::train
 
-namespace attend::train {
-
-// Picks the OpenMP thread count as a run goes. Results do not depend on it (every kernel
-// is bit-identical at any thread count, tested), so the count may change between steps.
-// Every `probe_every` steps one step runs with another count (half, double, or one thread,
-// in turn, within [1, max_threads]); if it took less than 0.9 of the median of the current
-// count's recent steps, that count becomes the current one.
-// On a machine whose cores are busy with other work, fewer threads than cores often win:
-// an OpenMP barrier waits for the slowest thread, and a thread sharing a core with another
-// process is slow.
-class ThreadTuner {
- public:
-  explicit ThreadTuner(int max_threads, int probe_every = 16);
-  // The count for the next step (already set with omp_set_num_threads).
-  int begin_step();
-  void end_step(double seconds);
-  int current() const { return current_; }
-  int switches() const { return switches_; }
-
- private:
-  int max_, every_, current_, probe_ = 0, switches_ = 0;
-  int64_t steps_ = 0, interval_, next_probe_;
-  int probe_kind_ = 0;
-  std::vector<double> recent_;  // the current count's last step times
-};
-
-}  // namespace attend::train

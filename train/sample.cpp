@@ -8,6 +8,7 @@
 
 #include "tensor/kernels.h"
 #include "tensor/random.h"
+#include "tensor/threads.h"
 
 namespace attend::train {
 
@@ -73,7 +74,9 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   Tensor logits = model.forward(to_tensor(seq, 0), Tensor(), nullptr, &caches).logits;  // (1, t, V)
   data::TokenIds out;
   std::string text;  // generated so far, for --stop
+  std::optional<ThreadTuner> tuner = command_tuner();  // Note [Threads on a busy machine]
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    TunedUnit unit(tuner);
     Tensor last =
         kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
     const PhiloxCounter r = philox4x32(sample_counter(static_cast<uint64_t>(i), index), key);

@@ -12,7 +12,7 @@
 #include "data/dataset.h"
 #include "data/prepare.h"
 #include "tensor/kernels.h"
-#include "tensor/parallel.h"
+#include "tensor/threads.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
 #include "train/model_io.h"
@@ -447,8 +447,7 @@ TrainOutcome run_training(const TrainRequest& req) {
   out.first_step = run.step;
   Progress progress(c.max_iters, run.tokens_per_step(), dist.root());
   // The thread count adapts to the machine's load unless the user fixed it.
-  std::optional<ThreadTuner> tuner;
-  if (!threads_fixed()) tuner.emplace(omp_get_max_threads());
+  std::optional<ThreadTuner> tuner = command_tuner(16);
   StopOnSignal stop;
   if (run.step == 0 && !s.resumed) run.evaluate(0, out);
   if (run.step >= c.max_iters)

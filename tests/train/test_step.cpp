@@ -196,24 +196,3 @@ TEST_CASE("the micro-steps' gradients sum in one tree: rank blocks give the same
     CHECK(seq != whole);
   }
 }
-
-TEST_CASE("ThreadTuner moves to the thread count whose steps are faster, and back") {
-  const int saved = omp_get_max_threads();
-  ThreadTuner t(4, 4);
-  // Simulated step times: with n threads a step takes cost(n) seconds.
-  auto run = [&](auto cost, int steps) {
-    for (int i = 0; i < steps; ++i) {
-      const int n = t.begin_step();
-      CHECK(omp_get_max_threads() == n);
-      t.end_step(cost(n));
-    }
-  };
-  run([](int n) { return 1.0 / n; }, 40);  // an idle machine: more threads are faster
-  CHECK(t.current() == 4);
-  CHECK(t.switches() == 0);
-  run([](int n) { return n == 1 ? 0.5 : 1.0; }, 60);  // loaded: one thread is fastest
-  CHECK(t.current() == 1);
-  run([](int n) { return 1.0 / n; }, 60);  // the load went away
-  CHECK(t.current() == 4);
-  omp_set_num_threads(saved);
-}
