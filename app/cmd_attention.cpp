@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "app/commands.h"
+#include "app/validators.h"
 #include "tensor/error.h"
 #include "tensor/util.h"
 #include "train/model_io.h"
@@ -134,13 +135,13 @@ void add_attention(CLI::App& app, int& rc) {
       "attention weights of a prompt: .html explorer, .svg heatmaps, .csv or .json data");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint file or run folder");
   cmd->add_option("--prompt", a->prompt, "the text whose attention to show")->required();
-  cmd->add_option("--layer", a->layer, "one layer (default: all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--head", a->head, "one head (default: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--layer", a->layer, "one layer (default: all)")->check(non_negative_int());
+  cmd->add_option("--head", a->head, "one head (default: all)")->check(non_negative_int());
   cmd->add_option("--out", a->out, "FILE.html | FILE.svg | FILE.csv | FILE.json");
   cmd->add_option("--position", a->position,
                   "with --layer: what each head adds at this token position, their sum, and "
                   "concat -> c_proj (printed)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   cmd->add_option("--decimals", a->decimals, "decimals of the numbers shown in cells")
       ->capture_default_str();
   cmd->add_option(

@@ -2,6 +2,8 @@
 // each; exit 1 if any fails.
 #include <CLI/CLI.hpp>
 
+#include <omp.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -11,6 +13,7 @@
 #include "autograd/gradcheck_cases.h"
 #include "nn/gradcheck_cases.h"
 #include "tensor/error.h"
+#include "tensor/threads.h"
 
 namespace attend::cli {
 
@@ -22,6 +25,10 @@ struct GradcheckArgs {
 };
 
 int run_gradcheck(const GradcheckArgs& args) {
+  // Every case is a handful of tiny f64 ops: one thread is the fastest, idle (0.44 s for
+  // all cases, 0.67 s at 2 threads) and more so under a CPU hog (see Note [Threads on a
+  // busy machine], bench/bench_commands_load.sh). A count the user fixed stays.
+  if (!threads_fixed()) omp_set_num_threads(1);
   int failed = 0, ran = 0;
   std::printf("%-34s %-38s %12s %12s  %s\n", "name", "inputs", "max abs err", "max rel err",
               "result");

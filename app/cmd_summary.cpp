@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/validators.h"
 #include "nn/summary.h"
 #include "tensor/error.h"
 #include "tensor/util.h"
@@ -38,8 +39,13 @@ nn::GPTConfig model_from_flags(const SummaryArgs& a) {
   ATTEND_CHECK(a.preset.empty() || a.checkpoint.empty(), "give --preset or --checkpoint, not both");
   train::TrainConfig base;
   train::apply_preset(base, "gpt2");  // with neither: GPT-2 small, changed by the flags
-  if (!a.checkpoint.empty())
-    base = train::from_values(train::load_checkpoint_or_run(a.checkpoint).data.config);
+  if (!a.checkpoint.empty()) {
+    // The config only as far as the stored weights bear it out (a crafted /config could
+    // describe any model).
+    const train::LoadedCheckpoint ck = train::load_checkpoint_or_run(a.checkpoint);
+    base = train::from_values(ck.data.config);
+    train::check_config_matches_model(ck, base.model);
+  }
   train::SettingsLayer flags{"flags", {}};
   if (!a.preset.empty()) flags.values["preset"] = a.preset;
   for (size_t i = 0; i < a.fields.size(); ++i)
@@ -115,13 +121,17 @@ void add_diagram(CLI::App& app, int& rc) {
       "diagram", "the whole model in one figure with its real shapes and parameter counts");
   add_model_flags(cmd, *a);
   cmd->add_option("--out", a->out, "FILE.svg | FILE.html")->required();
-  cmd->add_option("--prompt", a->prompt,
-                  "with --checkpoint: this text's activations (shape, mean, std) in every box");
+  CLI::Option* prompt = cmd->add_option(
+      "--prompt", a->prompt,
+      "with --checkpoint: this text's activations (shape, mean, std) in every box");
   CLI::Option* layer =
       cmd->add_option("--layer", a->layer, "with --prompt: the block whose activations are shown")
-          ->check(CLI::NonNegativeNumber)
+          ->check(non_negative_int())
           ->capture_default_str();
-  cmd->callback([a, &rc, layer] {
+  cmd->callback([a, &rc, layer, prompt] {
+    ATTEND_CHECK(prompt->count() == 0 || !a->prompt.empty(),
+                 "diagram: --prompt is empty; give at least one character, or leave --prompt out "
+                 "for the diagram without activations");
     ATTEND_CHECK(
         layer->count() == 0 || !a->prompt.empty(),
         "diagram: --layer chooses the block whose activations --prompt shows; add --prompt");

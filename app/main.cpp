@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <filesystem>
 
 #include "app/commands.h"
 #include "tensor/error.h"
@@ -108,8 +109,15 @@ int main(int argc, char** argv) {
     if (app.get_subcommands().empty() && world->root()) std::fputs(app.help().c_str(), stdout);
     return finish(*world, rc);
   } catch (const CLI::ParseError& e) {
-    return finish(*world, app.exit(e));
+    // CLI11 prints the message; its own codes (104, 105, ...) become the documented 1.
+    const int code = app.exit(e);
+    return finish(*world, code == 0 ? 0 : 1);
   } catch (const attend::Error& e) {
+    spdlog::error("{}", e.what());
+    return finish(*world, 1);
+  } catch (const std::filesystem::filesystem_error& e) {
+    // The file system refused (a full disk, permissions, a vanished folder): the user's
+    // environment, not our bug. The message names the path.
     spdlog::error("{}", e.what());
     return finish(*world, 1);
   } catch (const std::bad_alloc&) {

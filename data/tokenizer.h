@@ -95,6 +95,10 @@ std::filesystem::path find_gpt2_dir();
 // GPT-2's tokenizer from find_gpt2_dir(), after checking both files' hashes against the
 // published ones (a different or damaged file is refused, naming it).
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer();
+// Whether a file holds exactly OpenAI's GPT-2 encoder.json (= Hugging Face's vocab.json)
+// or vocab.bpe (= merges.txt), byte for byte.
+bool is_gpt2_encoder_file(const std::filesystem::path& file);
+bool is_gpt2_merges_file(const std::filesystem::path& file);
 
 // A tokenizer from a command-line spec:
 //   char:PATH  a saved tokenizer folder (or its tokenizer.json), or else a text file whose

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -122,6 +123,50 @@ void write_file_atomic(const fs::path& path, std::string_view bytes, Durability 
     const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
     fsync_path(dir, true);
   }
+}
+
+StagedFolder::StagedFolder(const fs::path& out, const std::string& what,
+                           bool (*owns)(const std::string&))
+    : out_(out.lexically_normal()), what_(what) {
+  if (out_.filename().empty()) out_ = out_.parent_path();  // "dir/" -> "dir"
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(out_, ec);
+  if (fs::exists(st)) {
+    ATTEND_CHECK(!fs::is_symlink(st), what, ": ", out_.string(),
+                 " is a symbolic link; give the folder itself");
+    ATTEND_CHECK(fs::is_directory(st), what, ": ", out_.string(), " exists and is not a folder");
+    for (const auto& e : fs::directory_iterator(out_, ec)) {
+      const std::string name = e.path().filename().string();
+      ATTEND_CHECK(owns(name), what, ": ", out_.string(), " holds ", name, ", which ", what,
+                   " did not write; choose a new or empty folder");
+    }
+    ATTEND_CHECK(!ec, what, ": ", out_.string(), ": cannot list: ", ec.message());
+  }
+  stage_ = out_;
+  stage_ += ".staging." + std::to_string(::getpid());
+  fs::remove_all(stage_, ec);
+  ATTEND_CHECK(::mkdir(stage_.c_str(), 0700) == 0, stage_.string(),
+               ": cannot create folder: ", std::strerror(errno));
+}
+
+StagedFolder::~StagedFolder() {
+  std::error_code ec;
+  if (!committed_) fs::remove_all(stage_, ec);
+}
+
+void StagedFolder::commit() {
+  std::error_code ec;
+  ::chmod(stage_.c_str(), 0755);
+  if (!fs::exists(fs::symlink_status(out_, ec))) {
+    ATTEND_CHECK(::rename(stage_.c_str(), out_.c_str()) == 0, out_.string(),
+                 ": cannot move the new folder into place: ", std::strerror(errno));
+  } else {
+    ATTEND_CHECK(
+        ::renameat2(AT_FDCWD, stage_.c_str(), AT_FDCWD, out_.c_str(), RENAME_EXCHANGE) == 0,
+        out_.string(), ": cannot swap in the new folder: ", std::strerror(errno));
+    fs::remove_all(stage_, ec);  // now the old folder
+  }
+  committed_ = true;
 }
 
 namespace {

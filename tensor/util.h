@@ -35,6 +35,29 @@ enum class Durability {
 // any failure, so a full disk leaves the old file and no debris.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes,
                        Durability durability = Durability::Rename);
+// An output folder built whole beside its destination and swapped in at the end, so the
+// previous folder stays usable until the new one is complete and nothing is ever written
+// through a link already in it. The stage is `out` + ".staging.<pid>", fresh (0700); files
+// go into path(). commit() puts it in place of `out` in one step (renameat2's exchange
+// where `out` exists, the old folder then removed); without commit() the stage is removed.
+// `owns(name)` says which names in an existing `out` the command wrote: any other entry
+// (a user's own file) refuses the folder, naming it, before anything is written.
+class StagedFolder {
+ public:
+  StagedFolder(const std::filesystem::path& out, const std::string& what,
+               bool (*owns)(const std::string& name));
+  ~StagedFolder();
+  StagedFolder(const StagedFolder&) = delete;
+  StagedFolder& operator=(const StagedFolder&) = delete;
+  const std::filesystem::path& path() const { return stage_; }
+  void commit();
+
+ private:
+  std::filesystem::path out_, stage_;
+  std::string what_;
+  bool committed_ = false;
+};
+
 // fsync a file or folder; throws naming it.
 void fsync_path(const std::filesystem::path& path, bool directory);
 

@@ -1,6 +1,7 @@
 #include "train/gpt2_io.h"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <cstring>
 #include <map>
@@ -33,6 +34,15 @@ bool is_conv1d_weight(const std::string& name) {
   return false;
 }
 
+// The files an export writes (and temporaries of an interrupted one): an existing --out
+// holding anything else is refused, not replaced.
+bool export_owns(const std::string& name) {
+  for (const char* f : {"model.safetensors", "config.json", "tokenizer.json", "encoder.json",
+                        "vocab.bpe", "vocab.json", "merges.txt"})
+    if (name == f || name.rfind(std::string(f) + ".tmp.", 0) == 0) return true;
+  return false;
+}
+
 bool ends_with(const std::string& s, const std::string& t) {
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
 }
@@ -49,6 +59,9 @@ nn::GPTConfig read_hf_config(const fs::path& file) {
     const char* k = j.contains(key) ? key : alt;
     ATTEND_CHECK(k && j.contains(k) && j[k].is_number_integer(), file.string(), ": field ", key,
                  " must be an integer");
+    ATTEND_CHECK(!j[k].is_number_unsigned() ||
+                     j[k].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
+                 file.string(), ": field ", k, " is ", j[k].dump(), ", too large");
     return j[k].get<int64_t>();
   };
   nn::GPTConfig c;
@@ -78,11 +91,59 @@ nn::GPTConfig read_hf_config(const fs::path& file) {
   return c;
 }
 
+// attend's GPT-2 ties lm_head to wte. A file whose head is a tensor of its own is kept
+// exactly or refused: with tie_word_embeddings false (an untied model) the stored head must
+// equal wte bit for bit; with true (Hugging Face's default, which then ties and ignores a
+// stored head) a different stored head is dropped with a warning naming it.
+void check_tied_head(const SafetensorsFile& st, const fs::path& model_file,
+                     const fs::path& config_file, const std::string& head, const nn::GPT& model) {
+  const nlohmann::json j = nlohmann::json::parse(read_file(config_file));
+  bool tied = true;
+  if (j.contains("tie_word_embeddings")) {
+    ATTEND_CHECK(j["tie_word_embeddings"].is_boolean(), config_file.string(),
+                 ": tie_word_embeddings is ", j["tie_word_embeddings"].dump(),
+                 "; expected true or false");
+    tied = j["tie_word_embeddings"].get<bool>();
+  }
+  if (head.empty()) {
+    ATTEND_CHECK(tied, config_file.string(),
+                 ": tie_word_embeddings is false but ", model_file.string(),
+                 " stores no lm_head.weight");
+    return;
+  }
+  const Tensor wte = model.transformer->wte->weight;
+  ATTEND_CHECK(st.entries().at(head).shape == wte.shape(), model_file.string(), ": ", head,
+               " has shape ", shape_str(st.entries().at(head).shape), ", expected ",
+               shape_str(wte.shape()));
+  const Tensor h = st.read(head);
+  const bool same = h.dtype() == wte.dtype() &&
+                    std::memcmp(h.raw_data(), wte.raw_data(), wte.numel() * dtype_size(wte.dtype())) == 0;
+  if (same) return;
+  ATTEND_CHECK(tied, model_file.string(), ": ", head,
+               " differs from transformer.wte.weight and ", config_file.string(),
+               " says tie_word_embeddings false (an untied head); attend's GPT-2 ties the two, "
+               "so this model cannot be imported as it is");
+  spdlog::warn("import: {}: {} differs from transformer.wte.weight; tie_word_embeddings is true, "
+               "so (as Hugging Face does) the stored head is dropped and wte is used for both",
+               model_file.string(), head);
+}
+
 std::unique_ptr<data::Tokenizer> import_tokenizer(const ImportOptions& o, const fs::path& dir) {
   std::error_code ec;
   if (!o.tokenizer.empty()) return data::tokenizer_from_arg(o.tokenizer);
-  if (fs::exists(dir / "vocab.json", ec) && fs::exists(dir / "merges.txt", ec))
-    return data::load_bpe_files(dir / "vocab.json", dir / "merges.txt", "gpt2");
+  if (fs::exists(dir / "vocab.json", ec) || fs::exists(dir / "merges.txt", ec)) {
+    // Named gpt2 only when both are GPT-2's own files; any other pair is refused, never
+    // swapped for GPT-2's (attend has no name for a folder's own BPE of this format).
+    const fs::path vocab = dir / "vocab.json", merges = dir / "merges.txt";
+    ATTEND_CHECK(data::is_gpt2_encoder_file(vocab), vocab.string(),
+                 ": not GPT-2's vocab.json (its bytes differ from OpenAI's encoder.json); attend "
+                 "imports a folder's vocab.json and merges.txt only when they are GPT-2's; give "
+                 "--tokenizer to choose the tokenizer");
+    ATTEND_CHECK(data::is_gpt2_merges_file(merges), merges.string(),
+                 ": not GPT-2's merges.txt (empty, truncated or changed: its bytes differ from "
+                 "OpenAI's vocab.bpe); give --tokenizer to choose the tokenizer");
+    return data::load_bpe_files(vocab, merges, "gpt2");
+  }
   if (fs::exists(dir / "tokenizer.json", ec)) return data::load_tokenizer(dir);
   return data::tokenizer_from_arg("gpt2");
 }
@@ -134,8 +195,10 @@ ImportResult import_gpt2(const ImportOptions& o) {
   SafetensorsFile st(model_file);
   // HF name (prefix stripped) -> entry; buffers and the tied head set aside.
   std::map<std::string, std::string> by_name;
+  std::string head;  // the stored lm_head.weight, checked against wte below
   for (const auto& [name, e] : st.entries()) {
     const std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+    if (n == "lm_head.weight") head = name;
     if (ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias") || n == "lm_head.weight")
       continue;
     ATTEND_CHECK(by_name.emplace(n, name).second, model_file.string(), ": tensor ", n,
@@ -181,6 +244,7 @@ ImportResult import_gpt2(const ImportOptions& o) {
                ": the tensors do not match GPT-2's;", missing.empty() ? "" : " missing:", miss,
                extra.empty() ? "" : " unexpected:", extra);
   r.tensors = static_cast<int64_t>(used.size());
+  check_tied_head(st, model_file, config_file, head, model);
   const std::string bad = first_non_finite(model.named_parameters());
   ATTEND_CHECK(bad.empty(), model_file.string(), ": ", bad, " holds NaN or infinite values");
 
@@ -202,15 +266,16 @@ ExportResult export_gpt2(const std::string& checkpoint, const fs::path& dir) {
                " (GQA/MQA); GPT-2's layout has one key/value head per query head");
   ATTEND_CHECK(c.bias, "export: ", m.checkpoint.string(),
                " has no biases (--bias false); GPT-2's layout always has them");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  ATTEND_CHECK(!ec, dir.string(), ": cannot create: ", ec.message());
+  // Built whole beside `dir` and swapped in: an older export (its tokenizer files
+  // included) stays usable until the new one is complete, and is then gone entirely.
+  StagedFolder stage(dir, "export", export_owns);
+  const fs::path out = stage.path();
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& [name, t] : m.model->state_dict()) {
     if (name == "lm_head.weight") continue;  // tied to transformer.wte.weight
     tensors.emplace_back(name, is_conv1d_weight(name) ? kernel::transpose(t, 0, 1) : t);
   }
-  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  write_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
   nlohmann::ordered_json j = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},
@@ -232,12 +297,13 @@ ExportResult export_gpt2(const std::string& checkpoint, const fs::path& dir) {
       {"eos_token_id", c.vocab_size - 1},
       {"attend_tokenizer", m.tokenizer->spec().name},
   };
-  write_file_atomic(dir / "config.json", j.dump(2) + "\n");
-  m.tokenizer->save(dir);
+  write_file_atomic(out / "config.json", j.dump(2) + "\n");
+  m.tokenizer->save(out);
   if (m.tokenizer->spec().kind == "bpe") {  // HF's names for the same two files
-    fs::copy_file(dir / "encoder.json", dir / "vocab.json", fs::copy_options::overwrite_existing);
-    fs::copy_file(dir / "vocab.bpe", dir / "merges.txt", fs::copy_options::overwrite_existing);
+    write_file_atomic(out / "vocab.json", read_file(out / "encoder.json"));
+    write_file_atomic(out / "merges.txt", read_file(out / "vocab.bpe"));
   }
+  stage.commit();
   return {dir, static_cast<int64_t>(tensors.size())};
 }
 

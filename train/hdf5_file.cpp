@@ -7,6 +7,9 @@
 #include <mutex>
 
 #include "tensor/kernels.h"
+#include "tensor/util.h"
+
+#include <unistd.h>
 
 namespace attend::train::h5 {
 
@@ -16,6 +19,42 @@ void silence_errors() {
 }
 
 void File::fail(const std::string& what) const { throw Error(str(path_, ": ", what)); }
+
+namespace {
+
+// Every component of an object's path is a hard link: a soft or external link could point
+// anywhere, other files included, and attend writes none.
+void check_hard_path(hid_t file, const std::string& name, const std::string& path) {
+  for (size_t pos = 1; pos <= name.size();) {
+    size_t next = name.find('/', pos);
+    if (next == std::string::npos) next = name.size();
+    const std::string part = name.substr(0, next);
+    H5L_info_t link;
+    if (H5Lexists(file, part.c_str(), H5P_DEFAULT) > 0 &&
+        H5Lget_info(file, part.c_str(), &link, H5P_DEFAULT) >= 0 && link.type != H5L_TYPE_HARD)
+      throw Error(str(path, ": ", part,
+                      " is a soft or external link; attend reads only objects stored in the file"));
+    pos = next + 1;
+  }
+}
+
+// A dataset's data lies inside the file: no external raw-data files, no virtual dataset
+// assembled from other files (either would read other files, /dev/zero included).
+void check_stored_inside(hid_t dataset, const std::string& name, const std::string& path) {
+  Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
+  if (dcpl.get() < 0) throw Error(str(path, ": cannot read the storage of dataset ", name));
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_VIRTUAL)
+    throw Error(str(path, ": dataset ", name,
+                    " is a virtual dataset (data from other files); attend reads only data "
+                    "stored in the file"));
+  if (H5Pget_external_count(dcpl.get()) != 0)
+    throw Error(str(path, ": dataset ", name,
+                    " keeps its data in external files; attend reads only data stored in the "
+                    "file"));
+}
+
+}  // namespace
 
 File File::create(const std::string& path) {
   silence_errors();
@@ -34,6 +73,8 @@ File File::open(const std::string& path) {
   silence_errors();
   File f;
   f.path_ = path;
+  size_t size = 0;
+  ::close(open_regular_file(path, &size));  // no FIFO, device or folder reaches HDF5
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0) f.fail("cannot open as HDF5: the file is missing, truncated or corrupt");
   f.file_ = Handle(id, H5Fclose);
@@ -62,6 +103,7 @@ bool File::exists(const std::string& name) const {
 }
 
 std::vector<std::string> File::list(const std::string& group) const {
+  check_hard_path(file_.get(), group, path_);
   Handle g(H5Gopen2(file_.get(), group.c_str(), H5P_DEFAULT), H5Gclose);
   if (g.get() < 0) fail("missing group " + group);
   H5G_info_t info;
@@ -147,6 +189,7 @@ void File::write_tensor(const std::string& name, const Tensor& t) {
 }
 
 Tensor File::read_tensor(const std::string& name, DType dtype) const {
+  check_hard_path(file_.get(), name, path_);
   Handle d(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (d.get() < 0) fail("missing dataset " + name);
   Handle space(H5Dget_space(d.get()), H5Sclose);
@@ -159,8 +202,10 @@ Tensor File::read_tensor(const std::string& name, DType dtype) const {
 }
 
 Tensor File::read_tensor(const std::string& name, DType dtype, const Shape& shape) const {
+  check_hard_path(file_.get(), name, path_);
   Handle d(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (d.get() < 0) fail("missing dataset " + name);
+  check_stored_inside(d.get(), name, path_);
   Handle type(H5Dget_type(d.get()), H5Tclose);
   const H5T_class_t cls = H5Tget_class(type.get());
   const bool want_float = is_floating(dtype);
@@ -202,6 +247,7 @@ void File::hard_link(const std::string& target, const std::string& link) {
 namespace {
 
 Handle open_object(hid_t file, const std::string& object, const std::string& path) {
+  check_hard_path(file, object, path);
   hid_t o = H5Oopen(file, object.c_str(), H5P_DEFAULT);
   if (o < 0) throw Error(str(path, ": missing object ", object));
   return Handle(o, H5Oclose);

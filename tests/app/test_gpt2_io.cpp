@@ -25,18 +25,7 @@ using test::Run;
 Run cli(const std::string& args) { return test::attend_cmd(args); }
 Run run(const std::string& cmd) { return test::shell(cmd); }
 
-fs::path trained_run(const fs::path& dir, const std::string& extra) {
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "So shaken as we are, so wan with care.\n";
-  std::ofstream(dir / "corpus.txt") << text;
-  const fs::path r = dir / "run";
-  Run t = cli("train --data " + (dir / "corpus.txt").string() + " --out " + r.string() +
-              " --n_layer 2 --n_head 2 --n_embd 16 --block_size 16 --batch_size 4"
-              " --eval_iters 2 --max_iters 3" +
-              extra);
-  REQUIRE_MESSAGE(t.code == 0, t.out);
-  return r;
-}
+using test::trained_run;
 
 }  // namespace
 

@@ -324,3 +324,46 @@ TEST_CASE("a checkpoint is trusted only whole: every group hashed, links, slots,
               "/model/zz.external is a soft or external link");
   fs::remove_all(dir);
 }
+
+TEST_CASE("crafted HDF5: data outside the file (external storage, external and soft links) is refused") {
+  const fs::path dir = test::temp_dir("h5_external");
+  const std::string raw = (dir / "raw.bin").string(), file = (dir / "x.h5").string();
+  { std::ofstream(raw, std::ios::binary) << std::string(64, '\0'); }
+  {
+    const hid_t f = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    const hsize_t dims[1] = {4};
+    const hid_t space = H5Screate_simple(1, dims, nullptr);
+    // Raw data kept in another file (H5Pset_external), e.g. /dev/zero with any size.
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    REQUIRE(H5Pset_external(dcpl, raw.c_str(), 0, 16) >= 0);
+    const hid_t d = H5Dcreate2(f, "/ext", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    REQUIRE(d >= 0);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    // A plain dataset, reached once directly and once through an external and a soft link.
+    const hid_t p = H5Dcreate2(f, "/plain", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT);
+    const float zeros[4] = {0, 0, 0, 0};
+    REQUIRE(H5Dwrite(p, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros) >= 0);
+    H5Dclose(p);
+    REQUIRE(H5Lcreate_external(file.c_str(), "/plain", f, "/elink", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    REQUIRE(H5Lcreate_soft("/plain", f, "/slink", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  const train::h5::File f = train::h5::File::open(file);
+  CHECK(f.read_tensor("/plain", DType::F32).numel() == 4);  // the control: stored inside
+  auto refused = [&](const std::string& name, const std::string& why) {
+    try {
+      (void)f.read_tensor(name, DType::F32);
+      FAIL("read ", name);
+    } catch (const Error& e) {
+      CHECK_MESSAGE(std::string(e.what()).find(why) != std::string::npos, e.what());
+    }
+  };
+  refused("/ext", "keeps its data in external files");
+  refused("/elink", "is a soft or external link");
+  refused("/slink", "is a soft or external link");
+  fs::remove_all(dir);
+}

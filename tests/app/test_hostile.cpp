@@ -1,0 +1,255 @@
+// Hostile inputs, round 3 (issue #23): files written through links, silent imports, hangs
+// on special files, a crash from the environment. One case per defect, each failing on
+// 0175703; then the classes: every command against a FIFO, a symlink and a folder.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "run_cmd.h"
+#include "tensor/kernels.h"
+#include "tensor/util.h"
+#include "train/checkpoint.h"
+#include "train/run_dir.h"
+#include "train/safetensors.h"
+
+namespace fs = std::filesystem;
+using namespace attend;
+using test::attend_cmd;
+using test::Run;
+
+namespace {
+
+bool has(const Run& r, const std::string& text) { return r.out.find(text) != std::string::npos; }
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+// An exported Hugging Face folder of the shared tiny run.
+fs::path exported(const fs::path& dir, const std::string& train_extra = "") {
+  const fs::path r = test::trained_run(dir, train_extra);
+  Run e = attend_cmd("export --checkpoint " + r.string() + " --out " + (dir / "hf").string());
+  REQUIRE_MESSAGE(e.code == 0, e.out);
+  return dir / "hf";
+}
+
+}  // namespace
+
+TEST_CASE("R1: a huge OMP_NUM_THREADS is refused naming the variable, not a crash") {
+  for (const char* v : {"100000", "0", "two"}) {
+    Run r = attend_cmd("summary --preset gpt2", std::string("OMP_NUM_THREADS=") + v + " ");
+    INFO(v, ": ", r.out);
+    CHECK(r.code == 1);
+    CHECK(has(r, "OMP_NUM_THREADS"));
+  }
+  Run ok = attend_cmd("summary --preset gpt2", "OMP_NUM_THREADS=2 ");
+  CHECK_MESSAGE(ok.code == 0, ok.out);
+}
+
+TEST_CASE("R2: export never writes through a symlink already in the output folder") {
+  const fs::path dir = test::temp_dir("hostile_r2");
+  const fs::path r = test::trained_run(dir);
+  write_text(dir / "victim.json", "precious\n");
+  fs::create_directories(dir / "out");
+  for (const char* name : {"config.json", "tokenizer.json", "model.safetensors"})
+    fs::create_symlink(dir / "victim.json", dir / "out" / name);
+  Run e = attend_cmd("export --checkpoint " + r.string() + " --out " + (dir / "out").string());
+  CHECK_MESSAGE(e.code == 0, e.out);
+  CHECK(bytes_of(dir / "victim.json") == "precious\n");
+  for (const char* name : {"config.json", "tokenizer.json", "model.safetensors"})
+    CHECK(fs::is_regular_file(fs::symlink_status(dir / "out" / name)));
+  // An --out that is itself a symlink is refused; a folder holding a user's own file too.
+  fs::create_directories(dir / "elsewhere");
+  fs::create_directory_symlink(dir / "elsewhere", dir / "linked");
+  Run l = attend_cmd("export --checkpoint " + r.string() + " --out " + (dir / "linked").string());
+  CHECK(l.code == 1);
+  CHECK_MESSAGE(has(l, "symbolic link"), l.out);
+  write_text(dir / "out" / "notes.txt", "mine\n");
+  Run n = attend_cmd("export --checkpoint " + r.string() + " --out " + (dir / "out").string());
+  CHECK(n.code == 1);
+  CHECK_MESSAGE(has(n, "notes.txt"), n.out);
+  CHECK(bytes_of(dir / "out" / "notes.txt") == "mine\n");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R3: import keeps an untied head or refuses, and a tied config drops it with a warning") {
+  const fs::path dir = test::temp_dir("hostile_r3");
+  const fs::path hf = exported(dir);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  {
+    train::SafetensorsFile st(hf / "model.safetensors");
+    for (const auto& [name, _] : st.entries()) tensors.emplace_back(name, st.read(name));
+    Tensor head = kernel::contiguous(st.read("transformer.wte.weight"));
+    head.data<float>()[0] += 0.5f;
+    tensors.emplace_back("lm_head.weight", head);
+  }
+  train::write_safetensors(hf / "model.safetensors", tensors, {{"format", "pt"}});
+  nlohmann::json cfg = nlohmann::json::parse(bytes_of(hf / "config.json"));
+  cfg["tie_word_embeddings"] = false;
+  write_text(hf / "config.json", cfg.dump());
+  Run untied = attend_cmd("import --from " + hf.string() + " --out " + (dir / "a").string());
+  CHECK(untied.code == 1);
+  CHECK_MESSAGE(has(untied, "lm_head.weight differs from transformer.wte.weight"), untied.out);
+  CHECK(!fs::exists(dir / "a" / "ckpt_00000000.h5"));
+  cfg["tie_word_embeddings"] = true;
+  write_text(hf / "config.json", cfg.dump());
+  Run tied = attend_cmd("import --from " + hf.string() + " --out " + (dir / "b").string());
+  CHECK_MESSAGE(tied.code == 0, tied.out);
+  CHECK_MESSAGE(has(tied, "stored head is dropped"), tied.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R4: an import folder's damaged merges.txt is refused, never swapped for GPT-2's") {
+  const fs::path dir = test::temp_dir("hostile_r4");
+  const fs::path hf = exported(dir);
+  fs::path gpt2;
+  try {
+    gpt2 = data::find_gpt2_dir();
+  } catch (const Error&) {
+  }
+  if (gpt2.empty()) ATTEND_SKIP("GPT-2's tokenizer files are not available here");
+  // The exported char model keeps its own tokenizer.json; GPT-2's vocab.json beside a
+  // merges.txt that is empty, truncated, or GPT-2's own (which is accepted).
+  fs::copy_file(gpt2 / "encoder.json", hf / "vocab.json");
+  const std::string merges = bytes_of(gpt2 / "vocab.bpe");
+  for (const std::string& bad : {std::string(), merges.substr(0, merges.size() / 2)}) {
+    write_text(hf / "merges.txt", bad);
+    Run r = attend_cmd("import --from " + hf.string() + " --out " + (dir / "i").string());
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(has(r, "merges.txt: not GPT-2's merges.txt"), r.out);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R5: a FIFO where a file is read is refused at once, not waited on") {
+  const fs::path dir = test::temp_dir("hostile_r5");
+  const fs::path hf = exported(dir);
+  fs::remove(hf / "model.safetensors");
+  REQUIRE(::mkfifo((hf / "model.safetensors").c_str(), 0644) == 0);
+  Run i = attend_cmd("import --from " + hf.string() + " --out " + (dir / "i").string(),
+                     "timeout 60 ");
+  CHECK(i.code == 1);
+  CHECK_MESSAGE(has(i, "not a regular file"), i.out);
+  fs::create_directories(dir / "g");
+  REQUIRE(::mkfifo((dir / "g" / "encoder.json").c_str(), 0644) == 0);
+  REQUIRE(::mkfifo((dir / "g" / "vocab.bpe").c_str(), 0644) == 0);
+  Run t = attend_cmd("tokenize --tokenizer gpt2 --text hi",
+                     "timeout 60 env ATTEND_GPT2_DIR=" + (dir / "g").string() + " ");
+  CHECK(t.code == 1);
+  CHECK_MESSAGE(has(t, "not a regular file"), t.out);
+  Run e = attend_cmd("eval --checkpoint " + (dir / "run").string() + " --data /dev/zero",
+                     "timeout 60 ");
+  CHECK(e.code == 1);
+  CHECK_MESSAGE(has(e, "/dev/zero: not a regular file"), e.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R6: an export that hits a full disk fails as an ordinary error and leaves the old one") {
+  const fs::path dir = test::temp_dir("hostile_r6");
+  const fs::path hf = exported(dir);
+  const std::string before = bytes_of(hf / "model.safetensors");
+  // A 20 KB file-size limit: the model file (about 60 KB) cannot be written.
+  Run e = attend_cmd("export --checkpoint " + (dir / "run").string() + " --out " + hf.string(),
+                     "ulimit -f 20; ");
+  CHECK(e.code == 1);
+  CHECK_MESSAGE(!has(e, "internal error"), e.out);
+  CHECK(bytes_of(hf / "model.safetensors") == before);
+  Run i = attend_cmd("import --from " + hf.string() + " --out " + (dir / "i").string());
+  CHECK_MESSAGE(i.code == 0, i.out);
+  for (const auto& entry : fs::directory_iterator(dir))
+    CHECK_MESSAGE(entry.path().filename().string().find("staging") == std::string::npos,
+                  entry.path());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R7: export over an older export leaves none of its files behind") {
+  const fs::path dir = test::temp_dir("hostile_r7");
+  const fs::path hf = exported(dir);
+  // Files only a BPE export writes, as an older export of another model left them.
+  for (const char* name : {"vocab.json", "merges.txt", "encoder.json", "vocab.bpe"})
+    write_text(hf / name, "stale\n");
+  Run e = attend_cmd("export --checkpoint " + (dir / "run").string() + " --out " + hf.string());
+  REQUIRE_MESSAGE(e.code == 0, e.out);
+  for (const char* name : {"vocab.json", "merges.txt", "encoder.json", "vocab.bpe"})
+    CHECK_MESSAGE(!fs::exists(hf / name), name);
+  CHECK(fs::exists(hf / "tokenizer.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R8: a checkpoint's tokenizer name that is not UTF-8 is refused naming the field") {
+  const fs::path dir = test::temp_dir("hostile_r8");
+  const fs::path r = test::trained_run(dir);
+  train::CheckpointData d = train::newest_valid_checkpoint(r).data;
+  d.tokenizer.name = "\xff\xfe" "char";
+  train::save_checkpoint(dir / "bad.h5", d);
+  Run a = attend_cmd("attention --checkpoint " + (dir / "bad.h5").string() +
+                     " --prompt So --out " + (dir / "a.html").string());
+  CHECK(a.code == 1);
+  CHECK_MESSAGE(has(a, "/tokenizer: name"), a.out);
+  CHECK(!has(a, "internal error"));
+  d.tokenizer.name = "char";
+  d.tokenizer.kind = "evil";  // R16: the kind is checked too
+  train::save_checkpoint(dir / "evil.h5", d);
+  Run k = attend_cmd("train --init_from " + (dir / "evil.h5").string() + " --data " +
+                     (dir / "corpus.txt").string() + " --out " + (dir / "t").string());
+  CHECK(k.code == 1);
+  CHECK_MESSAGE(has(k, "kind is 'evil'"), k.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R10: summary --checkpoint checks /config against the stored weights") {
+  const fs::path dir = test::temp_dir("hostile_r10");
+  const fs::path r = test::trained_run(dir);
+  train::CheckpointData d = train::newest_valid_checkpoint(r).data;
+  for (auto& [name, v] : d.config)
+    if (name == "n_layer") v = int64_t{1000000};
+  train::save_checkpoint(dir / "big.h5", d);
+  Run s = attend_cmd("summary --checkpoint " + (dir / "big.h5").string());
+  CHECK(s.code == 1);
+  CHECK_MESSAGE(has(s, "/config describes a model of"), s.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R11: errors show the user's numbers: integer flags and huge config.json values") {
+  const fs::path dir = test::temp_dir("hostile_r11");
+  const fs::path hf = exported(dir);
+  Run l = attend_cmd("attention --checkpoint " + (dir / "run").string() +
+                     " --prompt So --out x.html --layer -3");
+  CHECK(l.code == 1);
+  CHECK_MESSAGE(has(l, "expected an integer >= 0, got '-3'"), l.out);
+  CHECK(!has(l, "1.797"));
+  nlohmann::json cfg = nlohmann::json::parse(bytes_of(hf / "config.json"));
+  cfg["n_layer"] = uint64_t{18446744073709551615ull};
+  write_text(hf / "config.json", cfg.dump());
+  Run i = attend_cmd("import --from " + hf.string() + " --out " + (dir / "i").string());
+  CHECK(i.code == 1);
+  CHECK_MESSAGE(has(i, "18446744073709551615"), i.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R12: diagram --prompt \"\" is refused like every other empty prompt") {
+  const fs::path dir = test::temp_dir("hostile_r12");
+  const fs::path r = test::trained_run(dir);
+  Run d = attend_cmd("diagram --checkpoint " + r.string() + " --prompt \"\" --out " +
+                     (dir / "d.html").string());
+  CHECK(d.code == 1);
+  CHECK_MESSAGE(has(d, "--prompt is empty"), d.out);
+  CHECK(!fs::exists(dir / "d.html"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R17: flag errors CLI11 catches exit 1, as documented") {
+  for (const char* args : {"--threads 0 summary --preset gpt2", "--log-level errr summary",
+                           "attention --toy evil --prompt abc --out x.html"}) {
+    Run r = attend_cmd(args);
+    INFO(args, ": ", r.out);
+    CHECK(r.code == 1);
+  }
+}
