@@ -12,6 +12,7 @@
 
 #include "app/commands.h"
 #include "data/token_file.h"
+#include "tensor/util.h"
 #include "tensor/error.h"
 #include "train/model_io.h"
 
@@ -26,12 +27,12 @@ struct EvalArgs {
 };
 
 bool is_token_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
+  size_t size = 0;
+  const int fd = open_regular_file(file, &size);  // refuses a FIFO or device at once
   char magic[8] = {0};
-  in.read(magic, 8);
-  std::error_code ec;
-  ATTEND_CHECK(in.gcount() > 0 || fs::exists(file, ec), file.string(), ": no such file");
-  return in.gcount() == 8 && std::equal(magic, magic + 8, data::kTokenMagic);
+  const ssize_t n = size >= 8 ? ::read(fd, magic, 8) : 0;
+  ::close(fd);
+  return n == 8 && std::equal(magic, magic + 8, data::kTokenMagic);
 }
 
 // A private folder (mkdtemp: mode 0700, a fresh name) removed when it goes out of scope.

@@ -155,8 +155,12 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& where) {
 }
 
 fs::path gpt2_cache_dir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    // The XDG Base Directory spec allows absolute paths only.
+    ATTEND_CHECK(fs::path(xdg).is_absolute(), "XDG_CACHE_HOME='", printable(xdg),
+                 "': expected an absolute path (the XDG Base Directory rule)");
     return fs::path(xdg) / "attend" / "gpt2";
+  }
   const char* home = std::getenv("HOME");
   return fs::path(home && *home ? home : ".") / ".cache" / "attend" / "gpt2";
 }
@@ -194,7 +198,7 @@ void check_gpt2_file(const fs::path& file, uint64_t expected) {
 
 fs::path find_gpt2_dir() {
   if (const char* env = std::getenv("ATTEND_GPT2_DIR"); env && *env) {
-    ATTEND_CHECK(has_gpt2_files(env), "gpt2 tokenizer: ATTEND_GPT2_DIR='", env,
+    ATTEND_CHECK(has_gpt2_files(env), "gpt2 tokenizer: ATTEND_GPT2_DIR='", printable(env),
                  "' does not hold encoder.json and vocab.bpe", kGetGpt2);
     return fs::path(env).lexically_normal();
   }

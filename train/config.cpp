@@ -193,7 +193,9 @@ void TrainConfig::validate() const {
   check(grad_clip >= 0, "grad_clip", grad_clip, "must be >= 0 (0: off)");
   check(seed >= 0, "seed", seed, "must be >= 0");
   check(eval_interval > 0, "eval_interval", eval_interval, "must be positive");
-  check(eval_iters > 0, "eval_iters", eval_iters, "must be positive");
+  // Each is a batch scored at every evaluation (and a slot in a vector): 10^6 is days.
+  check(eval_iters > 0 && eval_iters <= 1000000, "eval_iters", eval_iters,
+        "must be in [1, 1000000]");
   check(log_interval > 0, "log_interval", log_interval, "must be positive");
   check(checkpoint_interval > 0, "checkpoint_interval", checkpoint_interval, "must be positive");
   check(keep_checkpoints > 0, "keep_checkpoints", keep_checkpoints, "must be positive");

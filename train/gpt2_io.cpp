@@ -153,14 +153,12 @@ std::unique_ptr<data::Tokenizer> import_tokenizer(const ImportOptions& o, const 
 namespace {
 
 // RUN/ckpt_00000000.h5 for an imported model: a fresh AdamW state, step 0.
+// A new run folder, staged and moved into place whole: an existing --out must be empty.
+bool import_owns(const std::string&) { return false; }
+
 fs::path write_imported(const std::string& out, const nn::GPT& model,
                         const data::TokenizerSpec& tokenizer) {
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  ATTEND_CHECK(!ec, out, ": cannot create the run folder: ", ec.message());
-  RunLock lock(out);
-  ATTEND_CHECK(list_checkpoints(out).empty(), out,
-               ": already holds checkpoints; import into a new folder");
+  StagedFolder stage(out, "import", import_owns);
   TrainConfig c;
   c.model = model.config;
   c.preset = "gpt2";
@@ -172,9 +170,9 @@ fs::path write_imported(const std::string& out, const nn::GPT& model,
   d.optimizer = {"adamw", 0, opt.state()};
   d.seed = static_cast<uint64_t>(c.seed);
   d.tokenizer = tokenizer;
-  const fs::path path = fs::path(out) / checkpoint_name(0);
-  save_checkpoint(path, d);
-  return path;
+  save_checkpoint(stage.path() / checkpoint_name(0), d);
+  stage.commit();
+  return fs::path(out) / checkpoint_name(0);
 }
 
 }  // namespace

@@ -267,7 +267,12 @@ class Run {
     const double lr = schedule_.at(step);
     StepResult r = train_step(model_, *opt_, *data_.train, c_, step, lr, dist_);
     ++step;
-    tokens_seen_ += tokens_per_step();
+    // A count near 2^63 can only come from a crafted checkpoint: refuse before it wraps.
+    int64_t seen = 0;
+    ATTEND_CHECK(!__builtin_add_overflow(tokens_seen_, tokens_per_step(), &seen), "tokens_seen ",
+                 tokens_seen_, " (from the checkpoint's /meta) + ", tokens_per_step(),
+                 " overflows a 64-bit count; the checkpoint is not a real run's");
+    tokens_seen_ = seen;
     return r;
   }
 

@@ -253,3 +253,89 @@ TEST_CASE("R17: flag errors CLI11 catches exit 1, as documented") {
     CHECK(r.code == 1);
   }
 }
+
+TEST_CASE("R14: --eval_iters has a bound, named in the error") {
+  const fs::path dir = test::temp_dir("hostile_r14");
+  const fs::path r = test::trained_run(dir);
+  Run e = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --out " +
+                     (dir / "r").string() + " --max_iters 2 --eval_iters 1000000000000");
+  CHECK(e.code == 1);
+  CHECK_MESSAGE(has(e, "eval_iters"), e.out);
+  CHECK(!has(e, "out of memory"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("R15: a tokens_seen near 2^63 is refused on resume, not wrapped into a bad checkpoint") {
+  const fs::path dir = test::temp_dir("hostile_r15");
+  const fs::path r = test::trained_run(dir);
+  train::CheckpointData d = train::newest_valid_checkpoint(r).data;
+  d.meta.tokens_seen = INT64_MAX - 10;
+  for (const fs::path& c : train::list_checkpoints(r)) fs::remove(c);
+  train::save_checkpoint(r / train::checkpoint_name(d.meta.step), d);
+  Run t = attend_cmd("train --resume " + r.string() + " --max_iters 5");
+  CHECK(t.code == 1);
+  CHECK_MESSAGE(has(t, "overflows a 64-bit count"), t.out);
+  for (const fs::path& c : train::list_checkpoints(r))
+    CHECK_NOTHROW(train::load_checkpoint(c));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("environment variables are checked like flags, naming the variable") {
+  struct Case {
+    std::string env, args, names;
+  };
+  for (const Case& c : {Case{"OMP_THREAD_LIMIT=0", "summary --preset gpt2", "OMP_THREAD_LIMIT"},
+                        Case{"ATTEND_GEMM=avx1024", "summary --preset gpt2", "ATTEND_GEMM"},
+                        Case{"ATTEND_GPT2_DIR=/nonexistent", "tokenize --tokenizer gpt2 --text hi",
+                             "ATTEND_GPT2_DIR"},
+                        Case{"XDG_CACHE_HOME=relative/cache", "tokenize --tokenizer gpt2 --text hi",
+                             "XDG_CACHE_HOME"}}) {
+    Run r = attend_cmd(c.args, "env -u ATTEND_GPT2_DIR " + c.env + " ");
+    INFO(c.env, ": ", r.out);
+    CHECK(r.code == 1);
+    CHECK(has(r, c.names));
+  }
+}
+
+// The class: every file a command reads, replaced by a FIFO, a folder, or a symlink to
+// one of those, is refused at once (exit 1, naming the path), never waited on or crashed.
+TEST_CASE("every command refuses a FIFO, a folder or a link to them in place of a file it reads") {
+  const fs::path dir = test::temp_dir("hostile_special");
+  const fs::path hf = exported(dir);
+  const fs::path run = dir / "run";
+  const std::string ckpt = train::list_checkpoints(run).back().string();
+  REQUIRE(::mkfifo((dir / "fifo").c_str(), 0644) == 0);
+  fs::create_directories(dir / "folder");
+  fs::create_symlink(dir / "fifo", dir / "link_to_fifo");
+  // Each command with one input replaced by @ (the thing under test).
+  const std::vector<std::string> commands = {
+      "eval --checkpoint @ --data " + (run / "data" / "val.bin").string(),
+      "eval --checkpoint " + ckpt + " --data @",
+      "sample --checkpoint @ --max_new_tokens 2",
+      "summary --checkpoint @",
+      "attention --checkpoint @ --prompt So --out " + (dir / "a.html").string(),
+      "heads --checkpoint " + ckpt + " --data @",
+      "diagram --checkpoint @ --prompt So --out " + (dir / "d.html").string(),
+      "export --checkpoint @ --out " + (dir / "e").string(),
+      "import --from @ --config " + (hf / "config.json").string() + " --out " +
+          (dir / "i").string(),
+      "import --from " + (hf / "model.safetensors").string() + " --config @ --out " +
+          (dir / "i").string(),
+      "tokenize --tokenizer char:@ --text hi",
+      "prepare --data @ --out " + (dir / "p").string(),
+      "train --data @ --out " + (dir / "t").string() + " --max_iters 1",
+      "train --init_from @ --data " + (dir / "corpus.txt").string() + " --out " +
+          (dir / "t").string() + " --max_iters 1",
+      "plot @",
+  };
+  for (const char* special : {"fifo", "link_to_fifo", "folder"}) {
+    for (std::string cmd : commands) {
+      cmd.replace(cmd.find('@'), 1, (dir / special).string());
+      Run r = attend_cmd(cmd, "timeout 60 ");
+      INFO(std::string(special), ": attend ", cmd, "\n", r.out);
+      CHECK(r.code == 1);
+      CHECK(has(r, (dir / special).string()));
+    }
+  }
+  fs::remove_all(dir);
+}
