@@ -151,21 +151,41 @@ TEST_CASE("R5: a FIFO where a file is read is refused at once, not waited on") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("R6: an export that hits a full disk fails as an ordinary error and leaves the old one") {
+TEST_CASE("R6: an export that fills the disk part-way fails as an ordinary error and leaves the old one") {
+  // As the campaign found it: a small file system holding an export of a char model; an
+  // export of a GPT-2-tokenizer model over it has room for model.safetensors but not for
+  // the tokenizer files. Needs a private mount namespace with a tmpfs (root, as in CI).
+  if (test::shell("unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs /mnt'").code != 0)
+    ATTEND_SKIP("cannot mount a tmpfs in a private mount namespace (needs root)");
+  try {
+    data::find_gpt2_dir();
+  } catch (const Error&) {
+    ATTEND_SKIP("GPT-2's tokenizer files are not available here");
+  }
   const fs::path dir = test::temp_dir("hostile_r6");
-  const fs::path hf = exported(dir);
-  const std::string before = bytes_of(hf / "model.safetensors");
-  // A 20 KB file-size limit: the model file (about 60 KB) cannot be written.
-  Run e = attend_cmd("export --checkpoint " + (dir / "run").string() + " --out " + hf.string(),
-                     "ulimit -f 20; ");
-  CHECK(e.code == 1);
-  CHECK_MESSAGE(!has(e, "internal error"), e.out);
-  CHECK(bytes_of(hf / "model.safetensors") == before);
-  Run i = attend_cmd("import --from " + hf.string() + " --out " + (dir / "i").string());
-  CHECK_MESSAGE(i.code == 0, i.out);
-  for (const auto& entry : fs::directory_iterator(dir))
-    CHECK_MESSAGE(entry.path().filename().string().find("staging") == std::string::npos,
-                  entry.path());
+  const fs::path old_export = exported(dir);  // a char model's export: dir/hf
+  fs::create_directories(dir / "g");
+  const fs::path g2 = test::trained_run(dir / "g", " --tokenizer gpt2");
+  Run probe = attend_cmd("export --checkpoint " + g2.string() + " --out " + (dir / "g" / "hf").string());
+  REQUIRE_MESSAGE(probe.code == 0, probe.out);
+  uintmax_t old_bytes = 0;
+  for (const auto& e : fs::directory_iterator(old_export)) old_bytes += fs::file_size(e.path());
+  // Room for the old export and the new model file, not for the tokenizer files after it.
+  const uintmax_t room = old_bytes + fs::file_size(dir / "g" / "hf" / "model.safetensors") + 300000;
+  fs::create_directories(dir / "full");
+  const std::string A = ATTEND_BIN, D = dir.string();
+  Run r = test::shell("unshare -m sh -c 'mount -t tmpfs -o size=" + std::to_string(room / 1024) +
+                      "k tmpfs " + D + "/full && cp -r " + D + "/hf " + D + "/full/hf && " + A +
+                      " export --checkpoint " + g2.string() + " --out " + D +
+                      "/full/hf; echo export=$?; " + A + " import --from " + D + "/full/hf --out " +
+                      D + "/i; echo import=$?; ls -a " + D + "/full " + D + "/full/hf'");
+  INFO(r.out);
+  CHECK(has(r, "export=1"));
+  CHECK(!has(r, "internal error"));
+  CHECK(has(r, "import=0"));  // the old export, whole
+  const std::string listing = r.out.substr(r.out.find("import="));
+  CHECK(listing.find("staging") == std::string::npos);  // nothing left behind
+  CHECK(listing.find("vocab.json") == std::string::npos);  // and nothing of the new export
   fs::remove_all(dir);
 }
 
