@@ -16,7 +16,7 @@
 #include "tensor/kernels/gemm.h"
 #include "tensor/threads.h"
 #include "train/dist.h"
-#include "train/version.h"
+#include "io/version.h"
 
 namespace attend::cli {
 std::string flag_names(const std::string& name) {

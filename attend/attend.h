@@ -15,7 +15,7 @@
 #include "nn/summary.h"
 #include "tensor/random.h"
 #include "tensor/tensor.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 #include "train/config.h"
 #include "train/model_io.h"
 #include "train/sample.h"

@@ -89,21 +89,6 @@ void check_out_folder(const fs::path& out, const fs::path& data) {
                  ", which prepare did not write; choose a new or empty folder");
 }
 
-// Puts the finished folder `stage` in place of `out` in one step: renameat2's exchange
-// swaps the two folders atomically, so a reader (or a crash) sees the old prepared data
-// or the new, never a mix (train.bin of one corpus beside val.bin of another).
-void install(const fs::path& stage, const fs::path& out) {
-  std::error_code ec;
-  if (!fs::exists(out, ec)) {
-    fs::rename(stage, out, ec);
-    ATTEND_CHECK(!ec, out.string(), ": cannot move the prepared data into place: ", ec.message());
-    return;
-  }
-  ATTEND_CHECK(::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0,
-               out.string(), ": cannot swap in the prepared data: ", std::strerror(errno));
-  fs::remove_all(stage, ec);  // now the old data
-}
-
 }  // namespace
 
 PrepareResult prepare(const PrepareOptions& o) {
@@ -120,24 +105,17 @@ PrepareResult prepare(const PrepareOptions& o) {
   ATTEND_CHECK(n_train >= 2 && n - n_train >= 2, "prepare: ", o.data.string(), " gives ", n,
                " tokens: ", n_train, " for train.bin and ", n - n_train,
                " for val.bin at --val_fraction ", o.val_fraction, "; each needs at least 2");
-  std::error_code ec;
-  fs::path stage = o.out;
-  stage += ".preparing." + std::to_string(::getpid());
-  fs::remove_all(stage, ec);
-  fs::create_directories(stage, ec);
-  ATTEND_CHECK(!ec, stage.string(), ": cannot create folder: ", ec.message());
-  try {
-    const uint64_t th = tokenizer_hash(tok->spec());
-    write_token_file(stage / "train.bin", TokenIds(ids.begin(), ids.begin() + n_train),
-                     tok->vocab_size(), th);
-    write_token_file(stage / "val.bin", TokenIds(ids.begin() + n_train, ids.end()),
-                     tok->vocab_size(), th);
-    tok->save(stage);
-    install(stage, o.out);
-  } catch (...) {
-    fs::remove_all(stage, ec);
-    throw;
-  }
+  // Built whole beside --out and swapped in (renameat2's exchange): a reader or a crash
+  // sees the old prepared data or the new, never train.bin of one corpus beside val.bin
+  // of another.
+  StagedFolder stage(o.out, "prepare", prepare_owns);
+  const uint64_t th = tokenizer_hash(tok->spec());
+  write_token_file(stage.path() / "train.bin", TokenIds(ids.begin(), ids.begin() + n_train),
+                   tok->vocab_size(), th);
+  write_token_file(stage.path() / "val.bin", TokenIds(ids.begin() + n_train, ids.end()),
+                   tok->vocab_size(), th);
+  tok->save(stage.path());
+  stage.commit();
   PrepareResult r;
   r.files = static_cast<int64_t>(corpus.files.size());
   r.bytes = static_cast<int64_t>(corpus.text.size());

@@ -261,10 +261,9 @@ TokenizerSpec from_arrays(const std::string& kind, const std::string& name,
                           const TokenizerArrays& a, const std::string& what) {
   ATTEND_CHECK(kind == "char" || kind == "bpe", what, ": kind is '", printable(kind),
                "'; expected char or bpe");
-  // The name reaches JSON (the explorer, config.json) and terminals: UTF-8 text, short.
-  ATTEND_CHECK(find_invalid_utf8(name) == std::string::npos && name.size() <= 256 && !name.empty(),
-               what, ": name '", printable(name, 60),
-               "' is not a tokenizer name (1 to 256 bytes of valid UTF-8)");
+  // The name reaches JSON (the explorer, config.json) and terminals: UTF-8 text.
+  ATTEND_CHECK(find_invalid_utf8(name) == std::string::npos && !name.empty(), what, ": name '",
+               printable(name, 60), "' is not a tokenizer name (valid UTF-8, not empty)");
   TokenizerSpec s{kind, name, {}, {}};
   const auto n = static_cast<int64_t>(a.bytes.size());
   ATTEND_CHECK(a.offsets.size() >= 2 && a.offsets.front() == 0 && a.offsets.back() == n, what,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README's test command: install what is missing, build, run every test suite; then build
-# the loaders' and parsers' suites (data_tests, train_tests: token files, tokenizers,
+# the loaders' and parsers' suites (data_tests, io_tests, train_tests: token files, tokenizers,
 # checkpoints, config, metrics, their fuzzers) with AddressSanitizer + UndefinedBehavior-
 # Sanitizer and run them too. CI runs exactly this.
 #   scripts/test.sh              both
@@ -38,6 +38,6 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 echo "--- the loaders' and parsers' suites under ASan + UBSan ---"
-sanitized_build --target data_tests train_tests
-sanitized_ctest --test-dir build-asan --output-on-failure -j "$jobs" -R "^(data_tests|train_tests):" \
+sanitized_build --target data_tests io_tests train_tests
+sanitized_ctest --test-dir build-asan --output-on-failure -j "$jobs" -R "^(data_tests|io_tests|train_tests):" \
   -E "300 steps"

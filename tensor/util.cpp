@@ -23,7 +23,7 @@ int open_regular_file(const fs::path& path, size_t* size) {
   const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    ATTEND_CHECK(err != ENOENT, p, ": no such file");
+    ATTEND_CHECK(err != ENOENT, p, ": cannot open: no such file");
     throw Error(str(p, ": cannot open for reading: ", std::strerror(err)));
   }
   struct stat st {};

@@ -117,6 +117,9 @@ inline FuzzCounts fuzz_file(
   std::fprintf(stderr, "FUZZ %s: %lld cases, %lld refused, %lld accepted, %lld findings\n",
                what.c_str(), static_cast<long long>(n.cases), static_cast<long long>(n.refused),
                static_cast<long long>(n.accepted), static_cast<long long>(n.findings));
+  // A fuzzer whose mutations all load has stopped mutating (or its loader checks nothing):
+  // it must not pass empty.
+  CHECK_MESSAGE(n.refused > 0, what, ": no case was refused in ", n.cases, " cases");
   return n;
 }
 

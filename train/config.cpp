@@ -320,8 +320,8 @@ SettingsLayer read_config_file(const std::string& path) {
   return layer;
 }
 
-ConfigValues to_values(const TrainConfig& c) {
-  ConfigValues out;
+io::ConfigValues to_values(const TrainConfig& c) {
+  io::ConfigValues out;
   for (const ConfigField& f : config_fields()) {
     const Value v = f.get(c);
     if (const bool* b = std::get_if<bool>(&v)) {
@@ -338,7 +338,7 @@ ConfigValues to_values(const TrainConfig& c) {
   return out;
 }
 
-TrainConfig from_values(const ConfigValues& values) {
+TrainConfig from_values(const io::ConfigValues& values) {
   TrainConfig c;
   for (const auto& [name, stored] : values) {
     const ConfigField* f = find_field(name);

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "nn/gpt.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 namespace attend::train {
 
@@ -133,8 +133,8 @@ SettingsLayer read_config_file(const std::string& path);
 
 // /config in a checkpoint: every field typed (booleans as 0/1 integers, as HDF5 has no
 // boolean attribute). from_values refuses a value of the wrong type, naming it.
-ConfigValues to_values(const TrainConfig& c);
-TrainConfig from_values(const ConfigValues& values);
+io::ConfigValues to_values(const TrainConfig& c);
+TrainConfig from_values(const io::ConfigValues& values);
 
 // On resume: the checkpoint's settings, except explicit fields that differ and may change
 // (Warn: logged as breaking exactness; Free: logged). Refused changes throw, listing all.

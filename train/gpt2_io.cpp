@@ -10,12 +10,12 @@
 #include "data/tokenizer.h"
 #include "tensor/kernels.h"
 #include "tensor/util.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 #include "train/config.h"
 #include "train/model_io.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 #include "train/step.h"
 
 namespace attend::train {
@@ -95,7 +95,7 @@ nn::GPTConfig read_hf_config(const fs::path& file) {
 // exactly or refused: with tie_word_embeddings false (an untied model) the stored head must
 // equal wte bit for bit; with true (Hugging Face's default, which then ties and ignores a
 // stored head) a different stored head is dropped with a warning naming it.
-void check_tied_head(const SafetensorsFile& st, const fs::path& model_file,
+void check_tied_head(const io::SafetensorsFile& st, const fs::path& model_file,
                      const fs::path& config_file, const std::string& head, const nn::GPT& model) {
   const nlohmann::json j = nlohmann::json::parse(read_file(config_file));
   bool tied = true;
@@ -164,13 +164,13 @@ fs::path write_imported(const std::string& out, const nn::GPT& model,
   c.preset = "gpt2";
   c.tokenizer = tokenizer.name;
   AdamW opt(model.named_parameters(), {c.beta1, c.beta2, 1e-8, c.weight_decay});
-  CheckpointData d;
+  io::CheckpointData d;
   d.config = to_values(c);
   d.model = model.state_dict();
   d.optimizer = {"adamw", 0, opt.state()};
   d.seed = static_cast<uint64_t>(c.seed);
   d.tokenizer = tokenizer;
-  save_checkpoint(stage.path() / checkpoint_name(0), d);
+  io::save_checkpoint(stage.path() / checkpoint_name(0), d);
   stage.commit();
   return fs::path(out) / checkpoint_name(0);
 }
@@ -190,7 +190,7 @@ ImportResult import_gpt2(const ImportOptions& o) {
                ": no such file (give --config config.json)");
   ImportResult r;
   r.model = read_hf_config(config_file);
-  SafetensorsFile st(model_file);
+  io::SafetensorsFile st(model_file);
   // HF name (prefix stripped) -> entry; buffers and the tied head set aside.
   std::map<std::string, std::string> by_name;
   std::string head;  // the stored lm_head.weight, checked against wte below
@@ -273,7 +273,7 @@ ExportResult export_gpt2(const std::string& checkpoint, const fs::path& dir) {
     if (name == "lm_head.weight") continue;  // tied to transformer.wte.weight
     tensors.emplace_back(name, is_conv1d_weight(name) ? kernel::transpose(t, 0, 1) : t);
   }
-  write_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
+  io::write_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
   nlohmann::ordered_json j = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},

@@ -19,7 +19,7 @@ namespace attend::train {
 namespace fs = std::filesystem;
 
 LoadedModel load_model(const LoadedCheckpoint& ck) {
-  const CheckpointData& d = ck.data;
+  const io::CheckpointData& d = ck.data;
   LoadedModel m;
   m.config = from_values(d.config);
   m.tokenizer = data::make_tokenizer(d.tokenizer);

@@ -67,7 +67,7 @@ void prune_checkpoints(const fs::path& run_dir, int64_t keep, const std::string&
 }
 
 LoadedCheckpoint newest_valid_checkpoint(
-    const fs::path& run_dir, const std::function<CheckpointData(const fs::path&)>& load) {
+    const fs::path& run_dir, const std::function<io::CheckpointData(const fs::path&)>& load) {
   std::error_code ec;
   ATTEND_CHECK(fs::is_directory(run_dir, ec), run_dir.string(), ": no such run folder");
   // A trainer may prune while we read: a file that vanished is no corruption; list again
@@ -123,7 +123,7 @@ std::vector<fs::path> set_aside_later_checkpoints(const fs::path& run_dir, int64
 LoadedCheckpoint load_checkpoint_or_run(const std::string& arg) {
   std::error_code ec;
   if (fs::is_directory(arg, ec)) return newest_valid_checkpoint(arg);
-  return {fs::path(arg), load_checkpoint(arg)};
+  return {fs::path(arg), io::load_checkpoint(arg)};
 }
 
 namespace {

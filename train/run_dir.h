@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 namespace attend::train {
 
@@ -50,14 +50,14 @@ std::vector<std::filesystem::path> set_aside_later_checkpoints(const std::filesy
 
 struct LoadedCheckpoint {
   std::filesystem::path path;
-  CheckpointData data;
+  io::CheckpointData data;
 };
 // The newest checkpoint of a run folder that loads, loaded once; corrupt ones are skipped
 // with a warning, and one that vanishes while we read (a trainer pruning) makes us list
 // again. Throws if there is none. (load: for tests, to stage a race.)
 LoadedCheckpoint newest_valid_checkpoint(
     const std::filesystem::path& run_dir,
-    const std::function<CheckpointData(const std::filesystem::path&)>& load = load_checkpoint);
+    const std::function<io::CheckpointData(const std::filesystem::path&)>& load = io::load_checkpoint);
 // A checkpoint file as given, or a run folder's newest valid checkpoint, loaded.
 LoadedCheckpoint load_checkpoint_or_run(const std::string& file_or_run_dir);
 

@@ -13,7 +13,7 @@
 #include "data/prepare.h"
 #include "tensor/kernels.h"
 #include "tensor/threads.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 #include "train/dist.h"
 #include "train/model_io.h"
 #include "train/progress.h"
@@ -235,7 +235,7 @@ class Run {
   }
 
   // Finetuning: the checkpoint's weights, the position table cropped to block_size.
-  void take_weights(const CheckpointData& d) {
+  void take_weights(const io::CheckpointData& d) {
     std::map<std::string, Tensor> state(d.model.begin(), d.model.end());
     Tensor& wpe = state.at("transformer.wpe.weight");
     wpe = kernel::narrow(wpe, 0, 0, c_.model.block_size);
@@ -244,7 +244,7 @@ class Run {
   }
 
   void restore(const LoadedCheckpoint& ck) {
-    const CheckpointData& r = ck.data;
+    const io::CheckpointData& r = ck.data;
     model_.load_state_dict(std::map<std::string, Tensor>(r.model.begin(), r.model.end()));
     ATTEND_CHECK(r.optimizer.name == c_.optimizer, ck.path.string(), ": optimizer ",
                  r.optimizer.name, " in the checkpoint, ", c_.optimizer, " requested");
@@ -308,7 +308,7 @@ class Run {
   // Rank 0 writes the checkpoint; the others return an empty path.
   fs::path save() {
     if (!dist_.root()) return {};
-    CheckpointData d;
+    io::CheckpointData d;
     d.config = to_values(c_with_vocab());
     d.model = model_.state_dict();
     d.optimizer = {c_.optimizer, opt_->steps(), opt_->state()};
@@ -322,7 +322,7 @@ class Run {
     d.meta.best_val_loss = best_val_;
     d.meta.world_size = dist_.size();
     const fs::path path = dir_ / checkpoint_name(step);
-    save_checkpoint(path, d);
+    io::save_checkpoint(path, d);
     // Keep the newest keep_checkpoints and the best-val one; the new file is in place.
     prune_checkpoints(dir_, c_.keep_checkpoints,
                       best_step_ >= 0 ? checkpoint_name(best_step_) : "");
@@ -389,7 +389,7 @@ void share_config(Dist& dist, RunStart& s) {
   std::string text = dist.root() ? j.dump() : "";
   dist.broadcast(text);
   if (dist.root()) return;
-  ConfigValues values;
+  io::ConfigValues values;
   for (const auto& e : nlohmann::json::parse(text)) {
     const std::string name = e[0].get<std::string>();
     const int kind = e[1].get<int>();

@@ -12,7 +12,7 @@
 
 #include "run_cmd.h"
 #include "test_util.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 #include "train/model_io.h"
 #include "train/run_dir.h"
 
@@ -38,8 +38,8 @@ TEST_CASE("export then import is bit-identical, and sample agrees") {
   CHECK(fs::exists(dir / "hf" / "config.json"));
   Run i = cli("import --from " + (dir / "hf").string() + " --out " + (dir / "back").string());
   REQUIRE_MESSAGE(i.code == 0, i.out);
-  const train::CheckpointData a = train::newest_valid_checkpoint(r).data;
-  const train::CheckpointData b = train::newest_valid_checkpoint(dir / "back").data;
+  const io::CheckpointData a = train::newest_valid_checkpoint(r).data;
+  const io::CheckpointData b = train::newest_valid_checkpoint(dir / "back").data;
   REQUIRE(a.model.size() == b.model.size());
   for (size_t k = 0; k < a.model.size(); ++k) {
     INFO(a.model[k].first);
@@ -57,8 +57,7 @@ TEST_CASE("export then import is bit-identical, and sample agrees") {
 
 TEST_CASE("an independent NumPy GPT-2 reads the export and matches attend's logits") {
   if (run("/usr/bin/python3 -c 'import numpy'").code != 0) {
-    test::skip("python3 with numpy not found (apt-get install python3-numpy)");
-    return;
+    ATTEND_SKIP("python3 with numpy not found (apt-get install python3-numpy)");
   }
   const fs::path dir = test::temp_dir("gpt2_numpy");
   const fs::path r = trained_run(dir, "");
@@ -126,8 +125,7 @@ print('numpy ok')
 
 TEST_CASE("a PyTorch GPT-2 built from torch.nn loads the export and matches attend") {
   if (run("/usr/bin/python3 -c 'import torch, numpy'").code != 0) {
-    test::skip("python3 with torch not found (apt-get install python3-torch)");
-    return;
+    ATTEND_SKIP("python3 with torch not found (apt-get install python3-torch)");
   }
   const fs::path dir = test::temp_dir("gpt2_torch");
   const fs::path r = trained_run(dir, "");
@@ -253,9 +251,9 @@ TEST_CASE(
               " --learning_rate 3e-3 --warmup_iters 0");
   REQUIRE_MESSAGE(f.code == 0, f.out);
   CHECK(f.out.find("finetuning from") != std::string::npos);
-  const train::CheckpointData d = train::newest_valid_checkpoint(dir / "ft").data;
+  const io::CheckpointData d = train::newest_valid_checkpoint(dir / "ft").data;
   CHECK(d.meta.step == 40);
-  std::map<std::string, train::ConfigValue> cfg(d.config.begin(), d.config.end());
+  std::map<std::string, io::ConfigValue> cfg(d.config.begin(), d.config.end());
   CHECK(std::get<std::string>(cfg.at("init_from")).find("imp") != std::string::npos);
   CHECK(std::get<int64_t>(cfg.at("block_size")) == 8);  // the position table cropped
   // The loss at step 0 (the imported weights) and after 40 steps, from metrics.csv.

@@ -12,9 +12,9 @@
 #include "run_cmd.h"
 #include "tensor/kernels.h"
 #include "tensor/util.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 #include "train/run_dir.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 namespace fs = std::filesystem;
 using namespace attend;
@@ -84,13 +84,13 @@ TEST_CASE("R3: import keeps an untied head or refuses, and a tied config drops i
   const fs::path hf = exported(dir);
   std::vector<std::pair<std::string, Tensor>> tensors;
   {
-    train::SafetensorsFile st(hf / "model.safetensors");
+    io::SafetensorsFile st(hf / "model.safetensors");
     for (const auto& [name, _] : st.entries()) tensors.emplace_back(name, st.read(name));
     Tensor head = kernel::contiguous(st.read("transformer.wte.weight"));
     head.data<float>()[0] += 0.5f;
     tensors.emplace_back("lm_head.weight", head);
   }
-  train::write_safetensors(hf / "model.safetensors", tensors, {{"format", "pt"}});
+  io::write_safetensors(hf / "model.safetensors", tensors, {{"format", "pt"}});
   nlohmann::json cfg = nlohmann::json::parse(bytes_of(hf / "config.json"));
   cfg["tie_word_embeddings"] = false;
   write_text(hf / "config.json", cfg.dump());
@@ -206,9 +206,9 @@ TEST_CASE("R7: export over an older export leaves none of its files behind") {
 TEST_CASE("R8: a checkpoint's tokenizer name that is not UTF-8 is refused naming the field") {
   const fs::path dir = test::temp_dir("hostile_r8");
   const fs::path r = test::trained_run(dir);
-  train::CheckpointData d = train::newest_valid_checkpoint(r).data;
+  io::CheckpointData d = train::newest_valid_checkpoint(r).data;
   d.tokenizer.name = "\xff\xfe" "char";
-  train::save_checkpoint(dir / "bad.h5", d);
+  io::save_checkpoint(dir / "bad.h5", d);
   Run a = attend_cmd("attention --checkpoint " + (dir / "bad.h5").string() +
                      " --prompt So --out " + (dir / "a.html").string());
   CHECK(a.code == 1);
@@ -216,7 +216,7 @@ TEST_CASE("R8: a checkpoint's tokenizer name that is not UTF-8 is refused naming
   CHECK(!has(a, "internal error"));
   d.tokenizer.name = "char";
   d.tokenizer.kind = "evil";  // R16: the kind is checked too
-  train::save_checkpoint(dir / "evil.h5", d);
+  io::save_checkpoint(dir / "evil.h5", d);
   Run k = attend_cmd("train --init_from " + (dir / "evil.h5").string() + " --data " +
                      (dir / "corpus.txt").string() + " --out " + (dir / "t").string());
   CHECK(k.code == 1);
@@ -227,10 +227,10 @@ TEST_CASE("R8: a checkpoint's tokenizer name that is not UTF-8 is refused naming
 TEST_CASE("R10: summary --checkpoint checks /config against the stored weights") {
   const fs::path dir = test::temp_dir("hostile_r10");
   const fs::path r = test::trained_run(dir);
-  train::CheckpointData d = train::newest_valid_checkpoint(r).data;
+  io::CheckpointData d = train::newest_valid_checkpoint(r).data;
   for (auto& [name, v] : d.config)
     if (name == "n_layer") v = int64_t{1000000};
-  train::save_checkpoint(dir / "big.h5", d);
+  io::save_checkpoint(dir / "big.h5", d);
   Run s = attend_cmd("summary --checkpoint " + (dir / "big.h5").string());
   CHECK(s.code == 1);
   CHECK_MESSAGE(has(s, "/config describes a model of"), s.out);
@@ -288,15 +288,15 @@ TEST_CASE("R14: --eval_iters has a bound, named in the error") {
 TEST_CASE("R15: a tokens_seen near 2^63 is refused on resume, not wrapped into a bad checkpoint") {
   const fs::path dir = test::temp_dir("hostile_r15");
   const fs::path r = test::trained_run(dir);
-  train::CheckpointData d = train::newest_valid_checkpoint(r).data;
+  io::CheckpointData d = train::newest_valid_checkpoint(r).data;
   d.meta.tokens_seen = INT64_MAX - 10;
   for (const fs::path& c : train::list_checkpoints(r)) fs::remove(c);
-  train::save_checkpoint(r / train::checkpoint_name(d.meta.step), d);
+  io::save_checkpoint(r / train::checkpoint_name(d.meta.step), d);
   Run t = attend_cmd("train --resume " + r.string() + " --max_iters 5");
   CHECK(t.code == 1);
   CHECK_MESSAGE(has(t, "overflows a 64-bit count"), t.out);
   for (const fs::path& c : train::list_checkpoints(r))
-    CHECK_NOTHROW(train::load_checkpoint(c));
+    CHECK_NOTHROW(io::load_checkpoint(c));
   fs::remove_all(dir);
 }
 

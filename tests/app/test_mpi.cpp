@@ -10,7 +10,7 @@
 #include "run_cmd.h"
 #include "tensor/kernels.h"
 #include "test_util.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 #include "train/dist.h"
 #include "train/run_dir.h"
 
@@ -21,14 +21,19 @@ using attend::test::shell;
 
 namespace {
 
-// Skips (exit 77) where mpirun or an MPI build is missing; scripts/setup.sh installs
-// OpenMPI, so in CI these run.
-void require_mpi() {
+// Why MPI tests cannot run here ("" when they can): an MPI build and mpirun are needed;
+// scripts/setup.sh installs OpenMPI, so in CI these run.
+std::string mpi_missing() {
   if (!train::Dist::built_with_mpi())
-    test::skip("this build has no MPI (apt-get install libopenmpi-dev openmpi-bin; rebuild)");
-  if (shell("command -v mpirun").code != 0)
-    test::skip("mpirun not found (apt-get install openmpi-bin)");
+    return "this build has no MPI (apt-get install libopenmpi-dev openmpi-bin; rebuild)";
+  if (shell("command -v mpirun").code != 0) return "mpirun not found (apt-get install openmpi-bin)";
+  return "";
 }
+// Skips the test case (and returns from it) where MPI cannot run.
+#define REQUIRE_MPI()                                            \
+  do {                                                           \
+    if (const std::string why = mpi_missing(); !why.empty()) ATTEND_SKIP(why); \
+  } while (0)
 
 // Local ranks inherit the environment (scripts/test.sh's ASAN_OPTIONS included). Shared
 // memory copies through its own buffers: the single-copy mechanism (CMA) needs ptrace
@@ -63,7 +68,7 @@ std::string flags(const fs::path& data, int64_t every = 3) {
 
 // Every tensor of /model and /optimizer equal bit for bit, and the same step.
 void check_same_bits(const fs::path& a, const fs::path& b) {
-  const train::CheckpointData x = train::load_checkpoint(a), y = train::load_checkpoint(b);
+  const io::CheckpointData x = io::load_checkpoint(a), y = io::load_checkpoint(b);
   CAPTURE(a.string());
   CAPTURE(b.string());
   REQUIRE(x.meta.step == y.meta.step);
@@ -116,7 +121,7 @@ std::string rank_pid_script(const std::string& marker, int rank) {
 }  // namespace
 
 TEST_CASE("mpirun -np 2 and -np 4 train the same bits as one process") {
-  require_mpi();
+  REQUIRE_MPI();
   const fs::path dir = test::temp_dir("mpi_same");
   const fs::path data = prepared(dir);
   const std::string f = flags(data) + " --max_iters 6";
@@ -131,7 +136,7 @@ TEST_CASE("mpirun -np 2 and -np 4 train the same bits as one process") {
     check_same_bits(dir / "w1" / train::checkpoint_name(6), run / train::checkpoint_name(6));
     check_same_bits(dir / "w1" / train::checkpoint_name(3), run / train::checkpoint_name(3));
     CHECK(losses(dir / "w1") == losses(run));
-    CHECK(train::load_checkpoint(run / train::checkpoint_name(6)).meta.world_size == np);
+    CHECK(io::load_checkpoint(run / train::checkpoint_name(6)).meta.world_size == np);
     // Only rank 0 reports: one final line on stdout.
     size_t finals = 0;
     for (size_t at = 0; (at = r.out.find("trained steps 0..6", at)) != std::string::npos; ++at)
@@ -142,7 +147,7 @@ TEST_CASE("mpirun -np 2 and -np 4 train the same bits as one process") {
 }
 
 TEST_CASE("a run checkpointed at 2 processes resumes at 4 and at 1 with the same bits") {
-  require_mpi();
+  REQUIRE_MPI();
   const fs::path dir = test::temp_dir("mpi_elastic");
   const fs::path data = prepared(dir);
   REQUIRE(shell(std::string(ATTEND_BIN) + flags(data) + " --max_iters 6 --out " +
@@ -167,7 +172,7 @@ TEST_CASE("a run checkpointed at 2 processes resumes at 4 and at 1 with the same
 }
 
 TEST_CASE("SIGTERM to mpirun stops every rank after one step with one loadable checkpoint") {
-  require_mpi();
+  REQUIRE_MPI();
   const fs::path dir = test::temp_dir("mpi_term");
   const fs::path data = prepared(dir);
   const fs::path run = dir / "run";
@@ -186,7 +191,7 @@ TEST_CASE("SIGTERM to mpirun stops every rank after one step with one loadable c
   // output by then, so the "stopped by" line is checked only when it arrived).
   const std::vector<fs::path> cks = train::list_checkpoints(run);
   REQUIRE(cks.size() == 1);
-  const int64_t step = train::load_checkpoint(cks[0]).meta.step;
+  const int64_t step = io::load_checkpoint(cks[0]).meta.step;
   CHECK(step > 0);
   const size_t at = log.find("stopped by SIGTERM after step ");
   if (at != std::string::npos) CHECK(std::stoll(log.substr(at + 30)) == step);
@@ -198,7 +203,7 @@ TEST_CASE("SIGTERM to mpirun stops every rank after one step with one loadable c
 }
 
 TEST_CASE("a killed rank and a hung rank end the job within seconds naming the rank") {
-  require_mpi();
+  REQUIRE_MPI();
   const fs::path dir = test::temp_dir("mpi_faults");
   const fs::path data = prepared(dir);
   for (const std::string how : {"KILL", "STOP"}) {
@@ -231,13 +236,13 @@ TEST_CASE("a killed rank and a hung rank end the job within seconds naming the r
     // Every checkpoint on disk loads.
     const std::vector<fs::path> cks = train::list_checkpoints(run);
     CHECK(!cks.empty());
-    for (const fs::path& c : cks) CHECK_NOTHROW(train::load_checkpoint(c));
+    for (const fs::path& c : cks) CHECK_NOTHROW(io::load_checkpoint(c));
   }
   fs::remove_all(dir);
 }
 
 TEST_CASE("a rank that cannot read the data fails the job with its own error") {
-  require_mpi();
+  REQUIRE_MPI();
   const fs::path dir = test::temp_dir("mpi_nodata");
   prepared(dir);
   fs::create_directories(dir / "elsewhere");
@@ -257,7 +262,7 @@ TEST_CASE("a rank that cannot read the data fails the job with its own error") {
 }
 
 TEST_CASE("world sizes that cannot give the same bits are refused naming both numbers") {
-  require_mpi();
+  REQUIRE_MPI();
   const fs::path dir = test::temp_dir("mpi_refuse");
   const fs::path data = prepared(dir);
   const Run three =

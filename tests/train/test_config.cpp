@@ -122,7 +122,7 @@ TEST_CASE("config files and values: typed, dashes or underscores, errors naming 
 }
 
 TEST_CASE("from_values refuses a value of the wrong type, naming the field") {
-  ConfigValues v = to_values(TrainConfig{});
+  io::ConfigValues v = to_values(TrainConfig{});
   for (auto& [name, value] : v)
     if (name == "n_layer") value = std::string("four");
   test::check_error([&] { from_values(v); }, "checkpoint /config n_layer: expected an integer");

@@ -1,10 +1,10 @@
 // Fuzzing the training-side parsers (see tests/fuzz.h): checkpoints (byte mutations of a
-// real HDF5 file, through load_checkpoint and load_model), config JSON and metrics.csv.
+// real HDF5 file, through io::load_checkpoint and load_model), config JSON and metrics.csv.
 #include <filesystem>
 
 #include "fuzz.h"
 #include "nn/gpt.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 #include "train/config.h"
 #include "train/model_io.h"
 #include "train/optim.h"
@@ -20,22 +20,22 @@ TEST_CASE("fuzz: checkpoints are refused cleanly or load exactly what was saved"
   c.model = nn::GPTConfig{5, 4, 1, 2, 1, 4, 0.0, true};
   nn::GPT m(c.model, 3);
   AdamW opt(m.named_parameters(), {});
-  CheckpointData d;
+  io::CheckpointData d;
   d.config = to_values(c);
   d.model = m.state_dict();
   d.optimizer = {"adamw", 0, opt.state()};
   d.tokenizer = {"char", "char", {"a", "b", "c", "d", "e"}, {}};
-  save_checkpoint(dir / "good.h5", d);
+  io::save_checkpoint(dir / "good.h5", d);
   const std::string good = read_file(dir / "good.h5");
-  const CheckpointData want = load_checkpoint(dir / "good.h5");
+  const io::CheckpointData want = io::load_checkpoint(dir / "good.h5");
   const auto n = test::fuzz_file(
       "checkpoint", good, dir / "c.h5", 2, test::fuzz_cases(300),
       [](const fs::path& p) {
-        load_model(LoadedCheckpoint{p, load_checkpoint(p)});
+        load_model(LoadedCheckpoint{p, io::load_checkpoint(p)});
       },
       [&](const fs::path& p) -> std::string {
         // Everything is hashed: what loads must be what was saved, bit for bit.
-        const CheckpointData got = load_checkpoint(p);
+        const io::CheckpointData got = io::load_checkpoint(p);
         if (got.config != want.config) return "/config differs";
         if (got.model.size() != want.model.size()) return "/model differs";
         for (size_t i = 0; i < got.model.size(); ++i)

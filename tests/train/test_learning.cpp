@@ -13,8 +13,7 @@ TEST_CASE("300 steps of the cpu-char recipe bring tinyshakespeare's val loss bel
   const char* env = std::getenv("ATTEND_SHARED_DATA");
   const fs::path text = fs::path(env ? env : "../shared/data") / "tinyshakespeare.txt";
   if (!fs::exists(text)) {
-    test::skip(text.string() + " not found");
-    return;
+    ATTEND_SKIP(text.string() + " not found");
   }
   const fs::path dir =
       fs::temp_directory_path() / ("attend_learning_" + std::to_string(::getpid()));

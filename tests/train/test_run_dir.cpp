@@ -75,13 +75,13 @@ TEST_CASE("a checkpoint pruned while a reader lists the folder is no error") {
   const fs::path dir = test::temp_dir("prune_race");
   std::ofstream(dir / checkpoint_name(2)) << "2";
   int calls = 0;
-  auto racing_load = [&](const fs::path& p) -> CheckpointData {
+  auto racing_load = [&](const fs::path& p) -> io::CheckpointData {
     if (calls++ == 0) {
       std::ofstream(dir / checkpoint_name(3)) << "3";
       fs::remove(dir / checkpoint_name(2));
     }
     ATTEND_CHECK(fs::exists(p), p.string(), ": no such checkpoint file");
-    CheckpointData d;
+    io::CheckpointData d;
     d.meta.step = p.filename() == checkpoint_name(3) ? 3 : 2;
     return d;
   };

@@ -238,9 +238,8 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
   const char* chromium = std::getenv("ATTEND_CHROMIUM");
   const std::string exe = chromium ? chromium : "/usr/bin/chromium";
   if (!fs::exists(exe)) {
-    test::skip("Chromium not found at " + exe +
+    ATTEND_SKIP("Chromium not found at " + exe +
                " (apt-get install chromium; scripts/test.sh installs it)");
-    return;
   }
   const std::string flags =
       " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
@@ -636,8 +635,7 @@ TEST_CASE(
   std::ofstream(page) << attention_html(m, {});
   Browser b;
   if (!b.ok) {
-    test::skip("Chromium not found at " + b.exe);
-    return;
+    ATTEND_SKIP("Chromium not found at " + b.exe);
   }
   const std::string dom = b.dom(page);
   CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
@@ -660,8 +658,7 @@ TEST_CASE("the heads page: both heatmaps and every head in a table sorted by its
   std::ofstream(page) << html;
   Browser b;
   if (!b.ok) {
-    test::skip("Chromium not found at " + b.exe);
-    return;
+    ATTEND_SKIP("Chromium not found at " + b.exe);
   }
   const std::string dom = b.dom(page);
   CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
@@ -703,8 +700,7 @@ TEST_CASE("the diagram's activations come from the model's own forward, stage by
   std::ofstream(page) << attention_html(m, {}, svg);
   Browser b;
   if (!b.ok) {
-    test::skip("Chromium not found at " + b.exe);
-    return;
+    ATTEND_SKIP("Chromium not found at " + b.exe);
   }
   const std::string dom = b.dom(page);
   CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
@@ -725,8 +721,7 @@ TEST_CASE("a Tq x Tk cross-attention page in both conventions runs in Chromium")
   const AttentionMap m = CrossFixture().map("cross");
   Browser b;
   if (!b.ok) {
-    test::skip("Chromium not found at " + b.exe);
-    return;
+    ATTEND_SKIP("Chromium not found at " + b.exe);
   }
   for (const char* conv : {"row", "column"}) {
     CAPTURE(conv);

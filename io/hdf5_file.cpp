@@ -1,4 +1,4 @@
-#include "train/hdf5_file.h"
+#include "io/hdf5_file.h"
 
 #include <limits>
 
@@ -11,7 +11,7 @@
 
 #include <unistd.h>
 
-namespace attend::train::h5 {
+namespace attend::io::h5 {
 
 void silence_errors() {
   static std::once_flag once;
@@ -379,4 +379,4 @@ uint64_t File::object_address(const std::string& name) const {
   return static_cast<uint64_t>(info.addr);
 }
 
-}  // namespace attend::train::h5
+}  // namespace attend::io::h5

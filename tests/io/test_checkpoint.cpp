@@ -7,11 +7,12 @@
 #include "nn/gpt.h"
 #include "tensor/kernels.h"
 #include "test_util.h"
-#include "train/checkpoint.h"
-#include "train/hdf5_file.h"
+#include "io/checkpoint.h"
+#include "io/hdf5_file.h"
 #include "train/optim.h"
 
 using namespace attend;
+using namespace attend::io;
 using namespace attend::train;
 using attend::test::check_error;
 namespace fs = std::filesystem;
@@ -19,8 +20,8 @@ using attend::test::temp_dir;
 
 namespace {
 
-CheckpointData make(nn::GPT& m, AdamW& opt) {
-  CheckpointData d;
+io::CheckpointData make(nn::GPT& m, AdamW& opt) {
+  io::CheckpointData d;
   d.config = {
       {"vocab_size", int64_t{11}}, {"learning_rate", 1e-3}, {"optimizer", std::string("adamw")}};
   d.model = m.state_dict();
@@ -57,10 +58,10 @@ TEST_CASE("a checkpoint round-trips every group") {
   for (auto& p : m.parameters())
     p.set_grad(kernel::unary(kernel::Unary::Affine, kernel::clone(p), 0.5, 0.1));
   opt.step(1e-3);
-  CheckpointData d = make(m, opt);
-  save_checkpoint(dir / "c.h5", d);
+  io::CheckpointData d = make(m, opt);
+  io::save_checkpoint(dir / "c.h5", d);
   CHECK(!fs::exists(dir / "c.h5.tmp"));
-  CheckpointData r = load_checkpoint(dir / "c.h5");
+  io::CheckpointData r = io::load_checkpoint(dir / "c.h5");
   REQUIRE(r.model.size() == d.model.size());
   std::map<std::string, Tensor> got(r.model.begin(), r.model.end());
   for (auto& [n, t] : d.model) {
@@ -82,7 +83,7 @@ TEST_CASE("a checkpoint round-trips every group") {
   CHECK(r.meta.step == 7);
   CHECK(r.meta.best_step == 5);
   CHECK(r.meta.best_val_loss == 2.25);
-  std::map<std::string, ConfigValue> cfg(r.config.begin(), r.config.end());
+  std::map<std::string, io::ConfigValue> cfg(r.config.begin(), r.config.end());
   CHECK(std::get<double>(cfg.at("learning_rate")) == 1e-3);
   CHECK(std::get<int64_t>(cfg.at("vocab_size")) == 11);
   CHECK(std::get<std::string>(cfg.at("optimizer")) == "adamw");
@@ -101,16 +102,15 @@ TEST_CASE(
     "h5py reads our checkpoint: groups, names, shapes, f32, Fletcher32, the hard link, the "
     "values") {
   if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") != 0) {
-    test::skip(
+    ATTEND_SKIP(
         "python3 with h5py not found (apt-get install python3-h5py; scripts/test.sh installs "
         "it)");
-    return;
   }
   fs::path dir = temp_dir("h5py");
   nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
   AdamW opt(m.named_parameters(), {});
-  CheckpointData d = make(m, opt);
-  save_checkpoint(dir / "c.h5", d);
+  io::CheckpointData d = make(m, opt);
+  io::save_checkpoint(dir / "c.h5", d);
   // The sum of every parameter as we hold it, for h5py to reproduce.
   double total = 0;
   for (auto& [n, t] : m.named_parameters())
@@ -152,8 +152,8 @@ TEST_CASE("corrupt, truncated and foreign checkpoints are refused naming the fil
   fs::path dir = temp_dir("corrupt");
   nn::GPT m(nn::GPTConfig{101, 16, 2, 2, 2, 32, 0.0, true}, 3);
   AdamW opt(m.named_parameters(), {});
-  CheckpointData d = make(m, opt);
-  save_checkpoint(dir / "good.h5", d);
+  io::CheckpointData d = make(m, opt);
+  io::save_checkpoint(dir / "good.h5", d);
   const size_t size = fs::file_size(dir / "good.h5");
   auto variant = [&](const std::string& name) {
     fs::copy_file(dir / "good.h5", dir / name, fs::copy_options::overwrite_existing);
@@ -162,23 +162,23 @@ TEST_CASE("corrupt, truncated and foreign checkpoints are refused naming the fil
   // A flipped byte in the superblock (metadata, checksummed in the latest format).
   fs::path meta = variant("meta.h5");
   flip_byte(meta, 20);
-  check_error([&] { load_checkpoint(meta); }, "meta.h5: ");
+  check_error([&] { io::load_checkpoint(meta); }, "meta.h5: ");
   // Flipped bytes in the body, where the datasets are.
   for (double at : {0.3, 0.5, 0.7}) {
     fs::path body = variant("body.h5");
     flip_byte(body, static_cast<size_t>(at * size));
     CAPTURE(at);
-    check_error([&] { load_checkpoint(body); }, "body.h5: ");
+    check_error([&] { io::load_checkpoint(body); }, "body.h5: ");
   }
   fs::path cut = variant("cut.h5");
   fs::resize_file(cut, size / 2);
-  check_error([&] { load_checkpoint(cut); },
+  check_error([&] { io::load_checkpoint(cut); },
               "cut.h5: cannot open as HDF5: the file is missing, truncated or corrupt");
   std::ofstream(dir / "text.h5") << "not hdf5";
-  check_error([&] { load_checkpoint(dir / "text.h5"); }, "text.h5: cannot open as HDF5");
-  check_error([&] { load_checkpoint(dir / "none.h5"); }, "none.h5: no such checkpoint file");
+  check_error([&] { io::load_checkpoint(dir / "text.h5"); }, "text.h5: cannot open as HDF5");
+  check_error([&] { io::load_checkpoint(dir / "none.h5"); }, "none.h5: no such checkpoint file");
   // The good one still loads.
-  CHECK(load_checkpoint(dir / "good.h5").meta.step == 7);
+  CHECK(io::load_checkpoint(dir / "good.h5").meta.step == 7);
   fs::remove_all(dir);
 }
 
@@ -225,26 +225,26 @@ TEST_CASE("crafted HDF5: array attributes and over-declared datasets are refused
   fs::path dir = temp_dir("crafted");
   nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
   AdamW opt(m.named_parameters(), {});
-  CheckpointData d = make(m, opt);
-  save_checkpoint(dir / "good.h5", d);
+  io::CheckpointData d = make(m, opt);
+  io::save_checkpoint(dir / "good.h5", d);
   auto fresh = [&](const char* name) {
     fs::copy_file(dir / "good.h5", dir / name, fs::copy_options::overwrite_existing);
     return dir / name;
   };
   set_array_attr(fresh("a.h5"), "/config", "learning_rate", 1000, false);
-  check_error([&] { load_checkpoint(dir / "a.h5"); },
+  check_error([&] { io::load_checkpoint(dir / "a.h5"); },
               "a.h5: attribute /config@learning_rate holds 1000 values; expected a single value");
   set_array_attr(fresh("b.h5"), "/meta", "step", 2, false);
-  check_error([&] { load_checkpoint(dir / "b.h5"); }, "attribute /meta@step holds 2 values");
+  check_error([&] { io::load_checkpoint(dir / "b.h5"); }, "attribute /meta@step holds 2 values");
   set_array_attr(fresh("c.h5"), "/meta", "created", 100, true);
-  check_error([&] { load_checkpoint(dir / "c.h5"); }, "attribute /meta@created holds 100 values");
+  check_error([&] { io::load_checkpoint(dir / "c.h5"); }, "attribute /meta@created holds 100 values");
   set_declared_dataset(fresh("d.h5"), "/model/transformer.wpe.weight",
                        {hsize_t{1} << 32, hsize_t{1} << 30});
-  check_error([&] { load_checkpoint(dir / "d.h5"); },
+  check_error([&] { io::load_checkpoint(dir / "d.h5"); },
               "dataset /model/transformer.wpe.weight declares shape (4294967296,1073741824): its "
               "size overflows");
   set_declared_dataset(fresh("e.h5"), "/model/transformer.wpe.weight", {hsize_t{1} << 19, 1024});
-  check_error([&] { load_checkpoint(dir / "e.h5"); },
+  check_error([&] { io::load_checkpoint(dir / "e.h5"); },
               "dataset /model/transformer.wpe.weight declares 2147483648 bytes (shape "
               "(524288,1024)) but stores 0");
   CHECK(fs::file_size(dir / "e.h5") < 1024 * 1024);
@@ -271,31 +271,31 @@ TEST_CASE("a checkpoint is trusted only whole: every group hashed, links, slots,
   fs::path dir = temp_dir("whole");
   nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
   AdamW opt(m.named_parameters(), {});
-  CheckpointData d = make(m, opt);
-  save_checkpoint(dir / "good.h5", d);
+  io::CheckpointData d = make(m, opt);
+  io::save_checkpoint(dir / "good.h5", d);
   auto fresh = [&](const char* name) {
     fs::copy_file(dir / "good.h5", dir / name, fs::copy_options::overwrite_existing);
     return dir / name;
   };
   set_int_attr(fresh("config.h5"), "/config", "vocab_size", 1000000);
-  check_error([&] { load_checkpoint(dir / "config.h5"); }, "config.h5: content hash mismatch");
+  check_error([&] { io::load_checkpoint(dir / "config.h5"); }, "config.h5: content hash mismatch");
   set_int_attr(fresh("rng.h5"), "/rng", "seed", 7);
-  check_error([&] { load_checkpoint(dir / "rng.h5"); }, "rng.h5: content hash mismatch");
+  check_error([&] { io::load_checkpoint(dir / "rng.h5"); }, "rng.h5: content hash mismatch");
   // Inconsistent /meta, hashed anew so that only the consistency check can refuse it.
-  CheckpointData neg = d;
+  io::CheckpointData neg = d;
   neg.meta.step = -10, neg.optimizer.step = -10;
-  save_checkpoint(dir / "neg.h5", neg);
-  check_error([&] { load_checkpoint(dir / "neg.h5"); }, "neg.h5: /meta is inconsistent: step -10");
-  CheckpointData lag = d;
+  io::save_checkpoint(dir / "neg.h5", neg);
+  check_error([&] { io::load_checkpoint(dir / "neg.h5"); }, "neg.h5: /meta is inconsistent: step -10");
+  io::CheckpointData lag = d;
   lag.optimizer.step = 3;
-  save_checkpoint(dir / "lag.h5", lag);
-  check_error([&] { load_checkpoint(dir / "lag.h5"); },
+  io::save_checkpoint(dir / "lag.h5", lag);
+  check_error([&] { io::load_checkpoint(dir / "lag.h5"); },
               "/optimizer step 3 differs from /meta step 7");
   // An extra optimizer slot.
-  CheckpointData extra = d;
+  io::CheckpointData extra = d;
   extra.optimizer.tensors.emplace_back("exp_avg.ghost", zeros({2}));
-  save_checkpoint(dir / "extra.h5", extra);
-  const CheckpointData back = load_checkpoint(dir / "extra.h5");
+  io::save_checkpoint(dir / "extra.h5", extra);
+  const io::CheckpointData back = io::load_checkpoint(dir / "extra.h5");
   AdamW fresh_opt(m.named_parameters(), {});
   check_error(
       [&] {
@@ -303,7 +303,7 @@ TEST_CASE("a checkpoint is trusted only whole: every group hashed, links, slots,
       },
       "optimizer state: expected 56 tensors (exp_avg and exp_avg_sq of each parameter), got 57");
   // lm_head stored as its own tensor with other values: refused, not silently dropped.
-  CheckpointData untied = d;
+  io::CheckpointData untied = d;
   for (auto& [name, t] : untied.model)
     if (name == "lm_head.weight") t = kernel::clone(t), t.data<float>()[0] += 1;
   nn::GPT m2(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 4);
@@ -320,7 +320,7 @@ TEST_CASE("a checkpoint is trusted only whole: every group hashed, links, slots,
                                H5P_DEFAULT) >= 0);
     H5Fclose(f);
   }
-  check_error([&] { load_checkpoint(dir / "ext.h5"); },
+  check_error([&] { io::load_checkpoint(dir / "ext.h5"); },
               "/model/zz.external is a soft or external link");
   fs::remove_all(dir);
 }
@@ -352,7 +352,7 @@ TEST_CASE("crafted HDF5: data outside the file (external storage, external and s
     H5Sclose(space);
     H5Fclose(f);
   }
-  const train::h5::File f = train::h5::File::open(file);
+  const io::h5::File f = io::h5::File::open(file);
   CHECK(f.read_tensor("/plain", DType::F32).numel() == 4);  // the control: stored inside
   auto refused = [&](const std::string& name, const std::string& why) {
     try {

@@ -10,7 +10,7 @@
 
 #include "tensor/tensor.h"
 
-namespace attend::train::h5 {
+namespace attend::io::h5 {
 
 // An hid_t closed by the function given with it.
 class Handle {
@@ -86,4 +86,4 @@ class File {
   std::string path_;
 };
 
-}  // namespace attend::train::h5
+}  // namespace attend::io::h5

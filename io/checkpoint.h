@@ -25,7 +25,7 @@
 // load, /meta must be consistent (step >= 0, best_step in [-1, step], the optimizer's
 // step equal), the optimizer's slots exactly its parameters', tied tensors one tensor.
 // Writing is atomic: a temporary file in the same folder, written by a child process
-// (Note [Checkpoint writer in a child process]), fsync'ed, renamed over the final name,
+// (Note [HDF5 in a child process], io/child.cpp), fsync'ed, renamed over the final name,
 // then the folder fsync'ed; a kill or a full disk at any moment leaves earlier
 // checkpoints untouched.
 #pragma once
@@ -40,7 +40,7 @@
 #include "data/tokenizer.h"
 #include "nn/module.h"
 
-namespace attend::train {
+namespace attend::io {
 
 using ConfigValue = std::variant<int64_t, double, std::string>;
 using ConfigValues = std::vector<std::pair<std::string, ConfigValue>>;
@@ -85,4 +85,4 @@ CheckpointData load_checkpoint(const std::filesystem::path& path);
 // The FNV-1a 64 content hash of the model and optimizer tensors and the step.
 uint64_t content_hash(const CheckpointData& data);
 
-}  // namespace attend::train
+}  // namespace attend::io

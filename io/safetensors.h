@@ -21,7 +21,7 @@
 #include "tensor/tensor.h"
 #include "tensor/util.h"
 
-namespace attend::train {
+namespace attend::io {
 
 struct SafetensorsEntry {
   std::string dtype;  // as stored: F32, F16, BF16
@@ -65,4 +65,4 @@ inline float bf16_to_float(uint16_t b) {
   return f;
 }
 
-}  // namespace attend::train
+}  // namespace attend::io

@@ -1,4 +1,4 @@
-#include "train/version.h"
+#include "io/version.h"
 
 namespace attend {
 const char* version() { return ATTEND_VERSION; }

@@ -1,4 +1,4 @@
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,7 +10,7 @@
 #include "tensor/kernels.h"
 #include "tensor/util.h"
 
-namespace attend::train {
+namespace attend::io {
 
 namespace fs = std::filesystem;
 
@@ -170,4 +170,4 @@ void write_safetensors(const fs::path& path,
   write_file_atomic(path, out, Durability::RenameAndFsync);
 }
 
-}  // namespace attend::train
+}  // namespace attend::io
