@@ -1,5 +1,8 @@
 // `attend sample`: text from a checkpoint, streamed to stdout as it is drawn.
 #include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
 
 #include <cstdio>
 #include <memory>
@@ -28,18 +31,24 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
                "sample: --num_samples must be in [1, 10^6], got ", o.num_samples);
   train::LoadedModel m = train::load_model(a.checkpoint);
   m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails before any output
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t drawn = 0;
   for (int64_t k = 0; k < o.num_samples; ++k) {
     if (k > 0) std::fputs("\n---------------\n", stdout);  // nanoGPT's separator
     std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
-    train::sample(
+    drawn += static_cast<int64_t>(train::sample(
         *m.model, *m.tokenizer, o,
         [](const std::string& piece) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
           std::fflush(stdout);
         },
-        static_cast<uint32_t>(k));
+        static_cast<uint32_t>(k)).size());
   }
   std::printf("\n");
+  std::fflush(stdout);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("sampled {} tokens in {:.3f} s: {:.1f} tokens/s (prompt included in the time)",
+               drawn, s, s > 0 ? static_cast<double>(drawn) / s : 0.0);
   return 0;
 }
 

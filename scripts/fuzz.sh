@@ -14,7 +14,7 @@ if [ ! -x "$build/tests/train_tests" ]; then
   exit 1
 fi
 status=0
-for suite in data_tests train_tests; do
+for suite in data_tests io_tests train_tests; do
   # One process per test case, so a crash names its target.
   while IFS= read -r name; do
     case "$name" in fuzz:*) ;; *) continue ;; esac

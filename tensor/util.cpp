@@ -39,6 +39,8 @@ int open_regular_file(const fs::path& path, size_t* size) {
 }
 
 std::string read_file(const fs::path& path) {
+  std::error_code ec;
+  ATTEND_CHECK(fs::exists(fs::symlink_status(path, ec)), path.string(), ": no such file");
   size_t size = 0;
   const int fd = open_regular_file(path, &size);
   std::string s;

@@ -812,6 +812,26 @@ TEST_CASE("--threads 1 and --threads 2 train bit-identical models") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("eval, sample and heads print the same bytes at 1, 2 and 3 threads and adapting") {
+  // The thread policy (Note [Threads on a busy machine]) may change the count between
+  // units of work; each unit's result must not depend on it (bounded, not a timing test).
+  fs::path dir = temp_dir("threads_cmds");
+  const fs::path r = test::trained_run(dir);
+  const std::string val = (r / "data" / "val.bin").string();
+  for (const std::string& args :
+       {"eval --checkpoint " + r.string() + " --data " + val,
+        "sample --checkpoint " + r.string() + " --prompt So --max_new_tokens 40 --seed 3",
+        "heads --checkpoint " + r.string() + " --data " + val + " --batches 2"}) {
+    const std::string adaptive = test::attend_stdout(args);
+    CHECK(!adaptive.empty());
+    for (const char* t : {"1", "2", "3"}) {
+      INFO(args, " at ", t, " threads");
+      CHECK(test::attend_stdout(std::string("--threads ") + t + " " + args) == adaptive);
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("ATTEND_GEMM=avx2 trains the default kernel's bits, and a bad value is refused") {
   // The AVX-512 GEMM kernel (where the CPU has it) and the AVX2 one give the same bits
   // (tests/tensor/test_matmul.cpp compares them product by product); here, whole training.

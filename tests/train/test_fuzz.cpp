@@ -9,6 +9,8 @@
 #include "train/model_io.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
+#include "train/gpt2_io.h"
+#include "data/tokenizer.h"
 
 using namespace attend;
 using namespace attend::train;
@@ -70,5 +72,40 @@ TEST_CASE("fuzz: metrics.csv is refused cleanly or read") {
   const std::string good = read_file(dir / "metrics.csv");
   test::fuzz_file("metrics.csv", good, dir / "m.csv", 4, test::fuzz_cases(1000),
                   [](const fs::path& p) { read_metrics(p); });
+  fs::remove_all(dir);
+}
+
+TEST_CASE("fuzz: a Hugging Face folder's config.json is refused cleanly or imports its model") {
+  const fs::path dir = test::temp_dir("fuzz_hf");
+  nn::GPT model(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2,
+                              .n_kv_head = 2, .n_embd = 8, .dropout = 0.0, .bias = true},
+                3);
+  // An exported folder: model.safetensors and config.json (with a char tokenizer's file).
+  const std::string text = "abcdefghij\n";
+  auto tok = data::build_char_tokenizer(text);
+  REQUIRE(tok->vocab_size() == 11);
+  io::CheckpointData d;
+  TrainConfig c;
+  c.model = model.config;
+  d.config = to_values(c);
+  d.model = model.state_dict();
+  d.optimizer = {"adamw", 0, AdamW(model.named_parameters(), {}).state()};
+  d.tokenizer = tok->spec();
+  io::save_checkpoint(dir / "c.h5", d);
+  train::export_gpt2((dir / "c.h5").string(), dir / "hf");
+  const std::string good = read_file(dir / "hf" / "config.json");
+  test::fuzz_file(
+      "config.json", good, dir / "hf" / "config.json", 9, test::fuzz_cases(300),
+      [&](const fs::path&) {
+        fs::remove_all(dir / "out");
+        train::ImportOptions o;
+        o.from = (dir / "hf").string();
+        o.out = (dir / "out").string();
+        train::import_gpt2(o);
+      },
+      [&](const fs::path&) -> std::string {
+        const train::LoadedModel m = train::load_model((dir / "out").string());
+        return m.model->config == model.config ? "" : "imported another model's config";
+      });
   fs::remove_all(dir);
 }
