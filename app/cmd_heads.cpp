@@ -8,7 +8,7 @@
 
 #include "app/commands.h"
 #include "tensor/util.h"
-#include "train/heads.h"
+#include "viz/head_ablation.h"
 #include "train/model_io.h"
 #include "viz/heads_view.h"
 
@@ -25,7 +25,7 @@ int run_heads(const HeadsArgs& a) {
   train::LoadedModel m = train::load_model(a.checkpoint);
   train::check_made_by(data::TokenFile(a.data), m.tokenizer->spec());
   const data::TokenDataset ds(a.data, m.model->config.block_size);
-  const train::HeadAblation r = train::ablate_heads(*m.model, ds, a.batches, a.batch_size);
+  const viz::HeadAblation r = viz::ablate_heads(*m.model, ds, a.batches, a.batch_size);
   std::printf("base loss %.6f over %lld batches of %lld x %lld tokens\n", r.base_loss,
               static_cast<long long>(r.batches), static_cast<long long>(a.batch_size),
               static_cast<long long>(m.model->config.block_size));

@@ -154,7 +154,6 @@ class BpeTokenizer : public Tokenizer {
 
 }  // namespace
 
-const std::string& byte_to_unicode(uint8_t b) { return byte_map().to_unicode[b]; }
 
 std::string bytes_to_unicode_string(std::string_view bytes) {
   std::string out;

@@ -110,7 +110,6 @@ std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg);
 
 // GPT-2's byte <-> printable-unicode map (bytes that print as themselves keep their code
 // point; the other 68 go to U+0100 onwards, in byte order).
-const std::string& byte_to_unicode(uint8_t b);  // UTF-8 of the mapped code point
 std::string bytes_to_unicode_string(std::string_view bytes);
 
 // Whole files are read with attend::read_file (tensor/util.h).

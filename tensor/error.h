@@ -1,6 +1,8 @@
 // Errors users can cause throw attend::Error with a message naming the op, what was
 // expected and what was got: `matmul: expected a.shape[-1] == b.shape[-2], got (2,3) @ (4,5)`.
-// Internal invariants use assert (debug builds only).
+// What only a bug of ours can break (an internal invariant) uses ATTEND_INTERNAL_CHECK:
+// a std::logic_error, which the program reports as an internal error (exit 2), not as the
+// user's (exit 1).
 #pragma once
 
 #include <sstream>
@@ -27,4 +29,10 @@ std::string str(const Args&... args) {
 #define ATTEND_CHECK(cond, ...)                                     \
   do {                                                              \
     if (!(cond)) throw ::attend::Error(::attend::str(__VA_ARGS__)); \
+  } while (0)
+
+#define ATTEND_INTERNAL_CHECK(cond, ...)                                                   \
+  do {                                                                                     \
+    if (!(cond))                                                                           \
+      throw std::logic_error(::attend::str("internal invariant broken: ", __VA_ARGS__)); \
   } while (0)

@@ -54,13 +54,13 @@ int machine_threads() {
   return n;
 }
 
-int idle_cores(int ours) {
+int idle_cores(int ours, int reads) {
   int fewest = -1;
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < reads; ++k) {
     const int r = procs_running();
     if (r < 0) return -1;
     fewest = fewest < 0 ? r : std::min(fewest, r);
-    if (k < 2) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (k + 1 < reads) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   return static_cast<int>(std::max<long>(0, cores - std::max(0, fewest - ours)));
@@ -127,7 +127,8 @@ int ThreadTuner::begin_step() {
       }
       probe_ = candidate, probe_kind_ = probe_kind_ + k + 1;
     }
-    if (!probe_) {  // nothing worth trying now: look again after another interval
+    if (!probe_) {  // nothing worth trying now: look again later, less often while it lasts
+      interval_ = std::min<int64_t>(interval_ * 2, 16 * every_);
       next_probe_ = steps_ + interval_;
     } else {
       ++probes_;

@@ -38,10 +38,11 @@ void fix_threads(int n);  // --threads N: omp_set_num_threads(n), and remembered
 int machine_threads();
 
 // Cores not running another process's thread at the moment: the cores online less
-// (procs_running - ours), procs_running from /proc/stat (the least of three reads 0.2 ms
-// apart) and `ours` the threads of this process counted in it. So, the size of a team
-// that would take no core from anyone; -1 where /proc/stat cannot be read.
-int idle_cores(int ours = 1);
+// (procs_running - ours), procs_running from /proc/stat (the least of `reads` reads 0.2 ms
+// apart: a start takes three, a tuner's probe one, ~20 us) and `ours` the threads of this
+// process counted in it. So, the size of a team that would take no core from anyone; -1
+// where /proc/stat cannot be read.
+int idle_cores(int ours = 1, int reads = 3);
 
 // Unless the count is fixed: sets the OpenMP count to min(machine_threads(), idle cores),
 // at least 1 (a no-op where the load cannot be read). Returns the count set.
@@ -58,7 +59,7 @@ class ThreadTuner {
   // many threads a team may have without taking another process's core, given `ours`
   // running now (tests pass their own; nullptr: no sensor, probes always allowed).
   explicit ThreadTuner(int max_threads, int probe_every = 16, int start = 0,
-                       std::function<int(int)> idle = [](int ours) { return idle_cores(ours); });
+                       std::function<int(int)> idle = [](int ours) { return idle_cores(ours, 1); });
   // The count for the next unit (already set with omp_set_num_threads).
   int begin_step();
   void end_step(double seconds);

@@ -59,7 +59,7 @@ class GradientTree {
                std::vector<double>& losses)
       : model_(model), data_(d), c_(c), step_(step), losses_(losses), params_(model.parameters()) {
     for (const Tensor& p : params_) {
-      ATTEND_CHECK(p.dtype() == params_.front().dtype(),
+      ATTEND_INTERNAL_CHECK(p.dtype() == params_.front().dtype(),
                    "train_step: the parameters must share one dtype");
       numel_ += p.numel();
     }

@@ -1,4 +1,4 @@
-// The tables of `attend heads` (train/heads.h computes them): the loss with each attention
+// The tables of `attend heads` (viz/head_ablation.h computes them): the loss with each attention
 // head ablated, zeroed and mean-replaced, laid out as text, CSV and two SVG heatmaps.
 #pragma once
 

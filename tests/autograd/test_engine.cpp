@@ -156,3 +156,15 @@ TEST_CASE("a leaf takes a gradient nobody else sees and copies one that is share
   CHECK(given.to_vector<double>() == std::vector<double>{1, 1});
   CHECK(c.grad().to_vector<double>() == std::vector<double>{2, 2});
 }
+
+TEST_CASE("flatten: (2, 3, 4) to (24,) in order, and the gradient flows back in that shape") {
+  Generator g(1);
+  Tensor x = randn({2, 3, 4}, g).requires_grad_();
+  Tensor f = flatten(x);
+  CHECK(f.shape() == Shape{24});
+  CHECK(f.to_vector<float>() == kernel::contiguous(x).to_vector<float>());
+  Tensor w = randn({24}, g);
+  sum(mul(f, w)).backward();
+  CHECK(x.grad().shape() == x.shape());
+  CHECK(x.grad().to_vector<float>() == w.to_vector<float>());
+}

@@ -90,3 +90,19 @@ TEST_CASE("philox4x32_x8 gives the same blocks as eight calls of philox4x32") {
     for (int l = 0; l < 8; ++l) CHECK(out[l] == attend::philox4x32(in[l], key));
   }
 }
+
+TEST_CASE("rand: U[0, 1) in f32 and f64, a function of (seed, offset), mean near 1/2") {
+  Generator a(7), b(7);
+  const Tensor x = rand({4096}, a), y = rand({4096}, b);
+  CHECK(test::bit_identical(x, y));
+  const std::vector<double> v = rand({4096}, a, DType::F64).to_vector<double>();
+  double sum = 0;
+  for (const double u : v) {
+    REQUIRE(u >= 0.0);
+    REQUIRE(u < 1.0);
+    sum += u;
+  }
+  // The mean of 4096 uniforms has standard deviation 1/sqrt(12 * 4096) = 0.0045: 5 of them.
+  CHECK(std::abs(sum / 4096 - 0.5) < 0.0225);
+  for (const float u : x.to_vector<float>()) CHECK((u >= 0.0f && u < 1.0f));
+}

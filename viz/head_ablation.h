@@ -12,7 +12,7 @@
 #include "data/dataset.h"
 #include "nn/gpt.h"
 
-namespace attend::train {
+namespace attend::viz {
 
 struct HeadAblation {
   int64_t n_layer = 0, n_head = 0, batches = 0, tokens = 0;
@@ -23,4 +23,4 @@ struct HeadAblation {
 HeadAblation ablate_heads(nn::GPT& model, const data::TokenDataset& data, int64_t batches,
                           int64_t batch_size);
 
-}  // namespace attend::train
+}  // namespace attend::viz

@@ -1,4 +1,4 @@
-// Head ablation (train/heads.h): a head that contributes nothing costs exactly nothing to
+// Head ablation (viz/head_ablation.h): a head that contributes nothing costs exactly nothing to
 // remove, and removing a head that does contribute changes the loss.
 #include <filesystem>
 
@@ -9,7 +9,7 @@
 #include "tensor/kernels.h"
 #include "tensor/random.h"
 #include "test_util.h"
-#include "train/heads.h"
+#include "viz/head_ablation.h"
 
 using namespace attend;
 namespace fs = std::filesystem;
@@ -28,7 +28,7 @@ TEST_CASE("ablating a head whose output projection is zero costs exactly nothing
   float* p = w.data<float>();
   for (int64_t o = 0; o < 32; ++o)
     for (int64_t i = 2 * 8; i < 3 * 8; ++i) p[o * 32 + i] = 0.0f;
-  const train::HeadAblation r = train::ablate_heads(model, ds, 3, 4);
+  const viz::HeadAblation r = viz::ablate_heads(model, ds, 3, 4);
   REQUIRE(r.zero.size() == 8);
   REQUIRE(r.mean.size() == 8);
   CHECK(r.zero[1 * 4 + 2] == r.base_loss);  // exactly: its products with 0 add nothing

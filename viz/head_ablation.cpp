@@ -1,10 +1,10 @@
-#include "train/heads.h"
+#include "viz/head_ablation.h"
 
 #include "autograd/node.h"
 #include "tensor/kernels.h"
 #include "tensor/threads.h"
 
-namespace attend::train {
+namespace attend::viz {
 
 namespace {
 
@@ -69,4 +69,4 @@ HeadAblation ablate_heads(nn::GPT& model, const data::TokenDataset& data, int64_
   return r;
 }
 
-}  // namespace attend::train
+}  // namespace attend::viz
