@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Training steps with and without a CPU hog (a busy loop in another process), for 1 and 2
-# threads and for libgomp's wait policies, to see what the threads do on a shared machine.
+# Threads on a shared machine, with and without a CPU hog (a busy loop in another
+# process): first training steps of bench_train for 1 and 2 threads, libgomp's wait
+# policies and the trainer's tuner; then every computing command of `attend` (adaptive,
+# 1 and 2 threads: bench/bench_commands_load.sh) and generation speed against nanoGPT's
+# loop (bench/bench_sample.sh). See Note [Threads on a busy machine].
 #   bench/bench_load.sh [BUILD_DIR] [STEPS] [CONFIG]     (default build 10 C)
-# Each line: the median ms/step of bench_train for CONFIG.
+# The first table: the median ms/step of bench_train for CONFIG.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -30,3 +33,5 @@ for hog in no yes; do
   printf "%-48s %10s ms/step\n" "2 threads + the trainer's tuner (40 steps)" "$auto_ms"
   [ -n "$pid" ] && kill "$pid"
 done
+"$root/bench/bench_commands_load.sh" "$build" 3
+"$root/bench/bench_sample.sh" "$build" 500 20

@@ -32,6 +32,13 @@ std::string bytes_of(const fs::path& p) {
 
 void write_text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 
+// "t<k>": a fresh output name per case.
+std::string fmt_target(int k) {
+  std::string name = std::to_string(k);
+  name.insert(name.begin(), 't');
+  return name;
+}
+
 // An exported Hugging Face folder of the shared tiny run.
 fs::path exported(const fs::path& dir, const std::string& train_extra = "") {
   const fs::path r = test::trained_run(dir, train_extra);
@@ -355,6 +362,55 @@ TEST_CASE("every command refuses a FIFO, a folder or a link to them in place of 
       INFO(std::string(special), ": attend ", cmd, "\n", r.out);
       CHECK(r.code == 1);
       CHECK(has(r, (dir / special).string()));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// The class, writing: every file or folder a command writes, with a symlink to a victim
+// file, a FIFO or a folder already in its place: the victim is never written through,
+// nothing hangs, and a folder in the way is an error naming the path.
+TEST_CASE("every command's outputs: never written through a link, no hang on a FIFO") {
+  const fs::path dir = test::temp_dir("hostile_out");
+  const fs::path run = test::trained_run(dir);
+  const std::string val = (run / "data" / "val.bin").string();
+  // Each command with its output replaced by @.
+  const std::vector<std::string> commands = {
+      "attention --checkpoint " + run.string() + " --prompt So --out @.html",
+      "attention --checkpoint " + run.string() + " --prompt So --out @.json",
+      "diagram --checkpoint " + run.string() + " --out @.svg",
+      "heads --checkpoint " + run.string() + " --data " + val + " --batches 1 --csv @.csv",
+      "export --checkpoint " + run.string() + " --out @",
+      "import --from " + (dir / "hf").string() + " --out @",
+      "prepare --data " + (dir / "corpus.txt").string() + " --out @",
+      "train --data " + (dir / "corpus.txt").string() +
+          " --n_layer 1 --n_head 2 --n_embd 16 --block_size 16 --max_iters 1 --eval_iters 1 "
+          "--out @",
+  };
+  REQUIRE(attend_cmd("export --checkpoint " + run.string() + " --out " + (dir / "hf").string())
+              .code == 0);
+  write_text(dir / "victim", "precious\n");
+  int k = 0;
+  for (const std::string& c : commands) {
+    for (const char* kind : {"link", "fifo", "folder"}) {
+      const fs::path target = dir / fmt_target(k++);
+      std::string cmd = c;
+      const size_t at = cmd.find('@'), end = cmd.find(' ', at);
+      const std::string ext = cmd.substr(at + 1, end == std::string::npos ? end : end - at - 1);
+      cmd.replace(at, 1, target.string());
+      const fs::path out = target.string() + ext;  // the path the command writes
+      if (std::string(kind) == "link") fs::create_symlink(dir / "victim", out);
+      if (std::string(kind) == "fifo") REQUIRE(::mkfifo(out.c_str(), 0644) == 0);
+      if (std::string(kind) == "folder") {
+        fs::create_directories(out / "inside");
+        write_text(out / "inside" / "mine.txt", "mine\n");
+      }
+      Run r = attend_cmd(cmd, "timeout 60 ");
+      INFO(kind, ": attend ", cmd, "\n", r.out);
+      CHECK(r.code != 124);  // no hang
+      CHECK(r.code < 2);     // no crash, no internal error
+      CHECK(bytes_of(dir / "victim") == "precious\n");
+      if (std::string(kind) == "folder") CHECK(bytes_of(out / "inside" / "mine.txt") == "mine\n");
     }
   }
   fs::remove_all(dir);

@@ -91,7 +91,7 @@ TEST_CASE("philox4x32_x8 gives the same blocks as eight calls of philox4x32") {
   }
 }
 
-TEST_CASE("rand: U[0, 1) in f32 and f64, a function of (seed, offset), mean near 1/2") {
+TEST_CASE("rand: uniform with 0 <= u < 1 in f32 and f64, a function of (seed, offset), mean near 1/2") {
   Generator a(7), b(7);
   const Tensor x = rand({4096}, a), y = rand({4096}, b);
   CHECK(test::bit_identical(x, y));
