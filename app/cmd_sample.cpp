@@ -47,7 +47,8 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
   std::printf("\n");
   std::fflush(stdout);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("sampled {} tokens in {:.3f} s: {:.1f} tokens/s (prompt included in the time)",
+  // Debug level: the timing differs run to run (attend --log-level debug sample ...).
+  spdlog::debug("sampled {} tokens in {:.3f} s: {:.1f} tokens/s (prompt included in the time)",
                drawn, s, s > 0 ? static_cast<double>(drawn) / s : 0.0);
   return 0;
 }

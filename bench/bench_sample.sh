@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generation speed: `attend sample` tokens/s (its own report on stderr: from the first
+# Generation speed: `attend sample` tokens/s (its own report on stderr with --log-level debug: from the first
 # token to the last, the prompt included) for the main job's model and for GPT-2 124M
 # (random weights), idle and under a CPU hog (one busy loop in another process), beside
 # nanoGPT's sample.py loop in PyTorch on the same architecture (bench/torch_sample.py:
@@ -43,8 +43,8 @@ for hog in no yes; do
     else
       shape="50257 1024 12 12 768"; label="gpt2 124M"; n=$n_g2
     fi
-    a=$(rate X=1 "$A" sample --checkpoint "$w/$m" --prompt "The " --max_new_tokens "$n" --seed 1)
-    b=$(rate OMP_NUM_THREADS=1 "$A" sample --checkpoint "$w/$m" --prompt "The " --max_new_tokens "$n" --seed 1)
+    a=$(rate X=1 "$A" --log-level debug sample --checkpoint "$w/$m" --prompt "The " --max_new_tokens "$n" --seed 1)
+    b=$(rate OMP_NUM_THREADS=1 "$A" --log-level debug sample --checkpoint "$w/$m" --prompt "The " --max_new_tokens "$n" --seed 1)
     t=$(env "${torch_env[@]}" /usr/bin/python3 "$root/bench/torch_sample.py" $shape "$n" 2>/dev/null | sed -n 's/.*: \([0-9.]*\) tokens\/s.*/\1/p' || true)
     printf "%-22s %-5s %12s %12s %14s\n" "$label" "$hog" "$a" "$b" "${t:-n/a}"
   done
