@@ -163,11 +163,11 @@ fs::path write_imported(const std::string& out, const nn::GPT& model,
   c.model = model.config;
   c.preset = "gpt2";
   c.tokenizer = tokenizer.name;
-  AdamW opt(model.named_parameters(), {c.beta1, c.beta2, 1e-8, c.weight_decay});
+  const std::unique_ptr<Optimizer> opt = make_optimizer(c, model);  // a fresh AdamW, as train's
   io::CheckpointData d;
   d.config = to_values(c);
   d.model = model.state_dict();
-  d.optimizer = {"adamw", 0, opt.state()};
+  d.optimizer = {c.optimizer, 0, opt->state()};
   d.seed = static_cast<uint64_t>(c.seed);
   d.tokenizer = tokenizer;
   io::save_checkpoint(stage.path() / checkpoint_name(0), d);

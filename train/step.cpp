@@ -23,7 +23,9 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const nn::GPT& m
   const nn::NamedTensors named = model.named_parameters();
   if (c.optimizer == "sgd") return std::make_unique<SGD>(named, c.momentum, c.weight_decay);
   ATTEND_CHECK(c.optimizer == "adamw", "--optimizer: must be adamw or sgd, got ", c.optimizer);
-  return std::make_unique<AdamW>(named, AdamWOptions{c.beta1, c.beta2, 1e-8, c.weight_decay});
+  AdamWOptions o;  // eps keeps its default
+  o.beta1 = c.beta1, o.beta2 = c.beta2, o.weight_decay = c.weight_decay;
+  return std::make_unique<AdamW>(named, o);
 }
 
 LrSchedule make_schedule(const TrainConfig& c) {

@@ -62,7 +62,7 @@ ToyModel train_toy(const ToyOptions& o) {
   toy.model = std::make_unique<nn::Seq2Seq>(
       nn::Seq2SeqConfig{kAlphabet + 1, kToyMaxLength, 2, 4, 64}, o.seed);
   toy.model->train();
-  AdamW opt(toy.model->named_parameters(), AdamWOptions{0.9, 0.98, 1e-8, 0.0});
+  AdamW opt(toy.model->named_parameters(), AdamWOptions{.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-8, .weight_decay = 0.0});
   const std::vector<Tensor> params = toy.model->parameters();
   const LrSchedule schedule{o.learning_rate, o.learning_rate / 10, 50,
                             std::max<int64_t>(o.steps, 51), true};

@@ -53,7 +53,7 @@ void flip_byte(const fs::path& p, size_t at) {
 
 TEST_CASE("a checkpoint round-trips every group") {
   fs::path dir = temp_dir("ckpt");
-  nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
+  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 3);
   AdamW opt(m.named_parameters(), {});
   for (auto& p : m.parameters())
     p.set_grad(kernel::unary(kernel::Unary::Affine, kernel::clone(p), 0.5, 0.1));
@@ -107,7 +107,7 @@ TEST_CASE(
         "it)");
   }
   fs::path dir = temp_dir("h5py");
-  nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
+  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 3);
   AdamW opt(m.named_parameters(), {});
   io::CheckpointData d = make(m, opt);
   io::save_checkpoint(dir / "c.h5", d);
@@ -150,7 +150,7 @@ print('h5py ok')
 
 TEST_CASE("corrupt, truncated and foreign checkpoints are refused naming the file") {
   fs::path dir = temp_dir("corrupt");
-  nn::GPT m(nn::GPTConfig{101, 16, 2, 2, 2, 32, 0.0, true}, 3);
+  nn::GPT m(nn::GPTConfig{.vocab_size = 101, .block_size = 16, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 32, .dropout = 0.0, .bias = true}, 3);
   AdamW opt(m.named_parameters(), {});
   io::CheckpointData d = make(m, opt);
   io::save_checkpoint(dir / "good.h5", d);
@@ -223,7 +223,7 @@ TEST_CASE("crafted HDF5: array attributes and over-declared datasets are refused
   // heap overflow); a dataset whose byte size overflows int64 got a 0-byte buffer that
   // H5Dread then filled.
   fs::path dir = temp_dir("crafted");
-  nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
+  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 3);
   AdamW opt(m.named_parameters(), {});
   io::CheckpointData d = make(m, opt);
   io::save_checkpoint(dir / "good.h5", d);
@@ -269,7 +269,7 @@ TEST_CASE("a checkpoint is trusted only whole: every group hashed, links, slots,
   // model before any check); a tied tensor stored twice, a negative step, an extra
   // optimizer slot and external links were accepted.
   fs::path dir = temp_dir("whole");
-  nn::GPT m(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 3);
+  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 3);
   AdamW opt(m.named_parameters(), {});
   io::CheckpointData d = make(m, opt);
   io::save_checkpoint(dir / "good.h5", d);
@@ -306,7 +306,7 @@ TEST_CASE("a checkpoint is trusted only whole: every group hashed, links, slots,
   io::CheckpointData untied = d;
   for (auto& [name, t] : untied.model)
     if (name == "lm_head.weight") t = kernel::clone(t), t.data<float>()[0] += 1;
-  nn::GPT m2(nn::GPTConfig{11, 8, 2, 2, 1, 8, 0.0, true}, 4);
+  nn::GPT m2(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 4);
   check_error(
       [&] {
         m2.load_state_dict({untied.model.begin(), untied.model.end()});

@@ -65,7 +65,7 @@ TEST_CASE("causal attention weights: future exactly 0, rows sum to 1") {
 
 TEST_CASE("changing a future token leaves every earlier logit bit-identical") {
   Generator g(2);
-  GPT m(GPTConfig{23, 12, 2, 4, 2, 16, 0.0, true}, 5);
+  GPT m(GPTConfig{.vocab_size = 23, .block_size = 12, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .dropout = 0.0, .bias = true}, 5);
   Tensor idx = randint({2, 12}, 0, 23, g);
   Tensor before = m.forward(idx).logits;
   for (int64_t j : {0, 5, 11}) {
@@ -81,7 +81,7 @@ TEST_CASE("changing a future token leaves every earlier logit bit-identical") {
 
 TEST_CASE("the loss at position i has exactly zero gradient wrt inputs at positions j > i") {
   Generator g(3);
-  GPT m(GPTConfig{17, 10, 2, 2, 1, 8, 0.0, true}, 6);
+  GPT m(GPTConfig{.vocab_size = 17, .block_size = 10, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 6);
   const int64_t T = 10;
   Tensor x = randn({2, T, 8}, g).requires_grad_();  // the embedded input (B, T, C)
   Tensor h = x;
@@ -193,7 +193,7 @@ TEST_CASE("cross-attention reads keys and values from the context on both paths"
 
 TEST_CASE("decoding with the key/value cache equals the full forward") {
   Generator g(8);
-  GPT m(GPTConfig{19, 16, 2, 4, 2, 16, 0.0, true}, 9);
+  GPT m(GPTConfig{.vocab_size = 19, .block_size = 16, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .dropout = 0.0, .bias = true}, 9);
   m.eval();
   Tensor idx = randint({1, 9}, 0, 19, g);
   Tensor full = m.forward(idx).logits;  // (1, 9, V)
@@ -225,7 +225,7 @@ TEST_CASE(
   // agree to f32 rounding (relative to each parameter's largest gradient: measured at most
   // 1.7e-7, bound 1e-5 as for the kernel alone).
   Generator g(5);
-  GPT m(GPTConfig{23, 40, 2, 4, 2, 32, 0.2, true}, 3);
+  GPT m(GPTConfig{.vocab_size = 23, .block_size = 40, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 32, .dropout = 0.2, .bias = true}, 3);
   m.keep_logits = true;
   m.dropout_context->seed = 11;
   m.dropout_context->step = 4;
@@ -255,7 +255,7 @@ TEST_CASE(
 
 TEST_CASE("the key/value cache on the fused path equals the composed path") {
   Generator g(8);
-  GPT m(GPTConfig{19, 16, 2, 4, 2, 16, 0.0, true}, 9);
+  GPT m(GPTConfig{.vocab_size = 19, .block_size = 16, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .dropout = 0.0, .bias = true}, 9);
   m.eval();
   Tensor idx = randint({1, 9}, 0, 19, g);
   NoGradGuard no_grad;

@@ -27,7 +27,7 @@ TEST_CASE("an untrained GPT's loss on random tokens is ln(V) within 0.1") {
 }
 
 TEST_CASE("sequences longer than block_size and ids outside the vocabulary are errors") {
-  GPT m(GPTConfig{11, 8, 1, 2, 2, 8, 0.0, true});
+  GPT m(GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2, .n_kv_head = 2, .n_embd = 8, .dropout = 0.0, .bias = true});
   check_error(
       [&] {
         m.forward(zeros({1, 9}, DType::I64));
@@ -47,7 +47,7 @@ TEST_CASE("sequences longer than block_size and ids outside the vocabulary are e
 
 TEST_CASE("dropout makes train mode stochastic and eval mode deterministic") {
   Generator g(3);
-  GPT m(GPTConfig{11, 8, 1, 2, 2, 8, 0.5, true}, 1);
+  GPT m(GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2, .n_kv_head = 2, .n_embd = 8, .dropout = 0.5, .bias = true}, 1);
   Tensor idx = randint({2, 8}, 0, 11, g);
   Tensor a = m.forward(idx).logits;
   m.dropout_context->step = 1;
@@ -63,7 +63,7 @@ TEST_CASE("the chunked LM head loss equals logits then cross_entropy bit for bit
   // GPT::forward with targets runs linear_cross_entropy (no (B, T, V) logits); keep_logits
   // runs lm_head and cross_entropy. Same loss and same gradients, to the bit.
   Generator g(6);
-  GPT m(GPTConfig{37, 32, 2, 4, 4, 32, 0.1, true}, 2);
+  GPT m(GPTConfig{.vocab_size = 37, .block_size = 32, .n_layer = 2, .n_head = 4, .n_kv_head = 4, .n_embd = 32, .dropout = 0.1, .bias = true}, 2);
   Tensor idx = randint({3, 32}, 0, 37, g), tgt = randint({3, 32}, 0, 37, g);
   std::vector<std::vector<Tensor>> res(2);
   for (int keep = 0; keep < 2; ++keep) {

@@ -8,7 +8,7 @@ using namespace attend::nn;
 using attend::test::check_error;
 
 namespace {
-GPTConfig tiny() { return GPTConfig{11, 8, 2, 2, 2, 8, 0.0, true}; }
+GPTConfig tiny() { return GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 8, .dropout = 0.0, .bias = true}; }
 }  // namespace
 
 TEST_CASE("GPT parameters carry GPT-2's state_dict names, lm_head tied to wte") {
@@ -56,8 +56,8 @@ TEST_CASE("GPT parameters carry GPT-2's state_dict names, lm_head tied to wte") 
 }
 
 TEST_CASE("num_parameters counts the tied tensor once and equals count_parameters") {
-  for (GPTConfig c : {tiny(), GPTConfig{13, 6, 3, 4, 2, 16, 0.1, true},
-                      GPTConfig{13, 6, 2, 4, 1, 16, 0.0, false}}) {
+  for (GPTConfig c : {tiny(), GPTConfig{.vocab_size = 13, .block_size = 6, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .dropout = 0.1, .bias = true},
+                      GPTConfig{.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 4, .n_kv_head = 1, .n_embd = 16, .dropout = 0.0, .bias = false}}) {
     GPT m(c);
     CAPTURE(c.n_kv_head);
     CAPTURE(c.bias);

@@ -17,7 +17,7 @@ TEST_CASE("every field round-trips through the checkpoint's config values, bit f
   TrainConfig c;
   c.data = "corpus dir";
   c.tokenizer = "bpe:512";
-  c.model = nn::GPTConfig{101, 32, 3, 6, 2, 48, 0.125, false};
+  c.model = nn::GPTConfig{.vocab_size = 101, .block_size = 32, .n_layer = 3, .n_head = 6, .n_kv_head = 2, .n_embd = 48, .dropout = 0.125, .bias = false};
   c.decay_lr = false, c.optimizer = "sgd";
   c.learning_rate = 0.00031622776, c.min_lr = 3.3333333e-5, c.seed = 7, c.keep_checkpoints = 5;
   c.beta2 = 0.1 + 0.2;  // not representable in 6 or 15 digits

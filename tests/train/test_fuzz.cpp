@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 TEST_CASE("fuzz: checkpoints are refused cleanly or load exactly what was saved") {
   const fs::path dir = test::temp_dir("fuzz_ckpt");
   TrainConfig c;
-  c.model = nn::GPTConfig{5, 4, 1, 2, 1, 4, 0.0, true};
+  c.model = nn::GPTConfig{.vocab_size = 5, .block_size = 4, .n_layer = 1, .n_head = 2, .n_kv_head = 1, .n_embd = 4, .dropout = 0.0, .bias = true};
   nn::GPT m(c.model, 3);
   AdamW opt(m.named_parameters(), {});
   io::CheckpointData d;

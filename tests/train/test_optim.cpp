@@ -42,7 +42,7 @@ TEST_CASE("SGD with momentum: hand-computed steps") {
 }
 
 TEST_CASE("the tied wte/lm_head tensor is one parameter, decayed and updated once") {
-  nn::GPT m(nn::GPTConfig{11, 8, 1, 2, 2, 8, 0.0, true});
+  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2, .n_kv_head = 2, .n_embd = 8, .dropout = 0.0, .bias = true});
   auto named = m.named_parameters();
   int count = 0;
   for (auto& [n, p] : named)
@@ -88,7 +88,7 @@ TEST_CASE("an update with grad_scale equals clipping the gradients first, bit fo
     auto make = [&](const Tensor& p) -> std::unique_ptr<Optimizer> {
       const nn::NamedTensors named{{"w", p}};
       if (name == "sgd") return std::make_unique<SGD>(named, 0.9, 0.1);
-      return std::make_unique<AdamW>(named, AdamWOptions{0.9, 0.95, 1e-8, 0.1});
+      return std::make_unique<AdamW>(named, AdamWOptions{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
     };
     auto oa = make(a), ob = make(b);
     for (int step = 0; step < 3; ++step) {  // a fresh gradient each step, as in training

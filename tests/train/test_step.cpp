@@ -29,7 +29,7 @@ struct Fixture {
     const std::vector<int64_t> ids = randint({400}, 0, 13, g).to_vector<int64_t>();
     data::write_token_file(dir / "t.bin", data::TokenIds(ids.begin(), ids.end()), 13);
     ds = std::make_unique<data::TokenDataset>(dir / "t.bin", 8);
-    c.model = nn::GPTConfig{13, 8, 2, 2, 2, 16, 0.1, true};  // dropout on: masks matter too
+    c.model = nn::GPTConfig{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 16, .dropout = 0.1, .bias = true};  // dropout on: masks matter too
     c.batch_size = 3;
     c.seed = 5;
   }

@@ -36,7 +36,7 @@ int64_t sum(const std::vector<int64_t>& v) {
 struct Fixture {
   std::unique_ptr<data::Tokenizer> tok =
       data::build_char_tokenizer("abcdefgh ijklmnop\nqrstuvwxyz.,<&\"");
-  nn::GPT model{nn::GPTConfig{tok->vocab_size(), 32, 2, 4, 2, 16, 0.0, true}, 3};
+  nn::GPT model{nn::GPTConfig{.vocab_size = tok->vocab_size(), .block_size = 32, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .dropout = 0.0, .bias = true}, 3};
   Fixture() { model.eval(); }
 };
 
