@@ -277,7 +277,10 @@ class Run {
   }
 
   void record_step(const StepResult& r, double tok_s) {
-    metrics_.push_back({step, r.loss, NAN, r.lr, r.grad_norm, tok_s, elapsed()});
+    MetricsRow row;  // the evaluation's columns stay NaN (not measured at this step)
+    row.step = step, row.train_loss = r.loss, row.lr = r.lr, row.grad_norm = r.grad_norm;
+    row.tokens_per_s = tok_s, row.elapsed_s = elapsed();
+    metrics_.push_back(row);
   }
 
   // Returns whether `at` is a new best val loss; the untrained model is no candidate.
@@ -292,8 +295,11 @@ class Run {
     // A non-finite val loss is never "best" (NaN compares false, but a first one would win).
     const bool improved = at > 0 && std::isfinite(vl) && (best_step_ < 0 || vl < best_val_);
     if (improved) best_step_ = at, best_val_ = vl;
-    if (metrics_.empty() || metrics_.back().step != at)
-      metrics_.push_back({at, NAN, NAN, schedule_.at(at), NAN, NAN, elapsed()});
+    if (metrics_.empty() || metrics_.back().step != at) {
+      MetricsRow row;  // an evaluation without a logged step: only these are known
+      row.step = at, row.lr = schedule_.at(at), row.elapsed_s = elapsed();
+      metrics_.push_back(row);
+    }
     metrics_.back().val_loss = vl;
     metrics_.back().eval_train_loss = tl;
     write_files();
