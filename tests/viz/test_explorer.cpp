@@ -1,4 +1,4 @@
-// The attention explorer and the model summary: the data obeys the rules (masked cells
+// The attention explorer (and what each head adds, the diagram, the heads page): the data obeys the rules (masked cells
 // exactly 0, rows summing to 1, shown rows summing to exactly 1), the rounding rule on
 // adversarial rows, well-formed SVG with its labels, HTML that runs in a browser, and the
 // summary's published figures.
@@ -13,15 +13,17 @@
 #include "tensor/kernels.h"
 #include "tensor/random.h"
 #include "test_util.h"
+#include "xml_check.h"
 #include "train/toy.h"
 #include "viz/diagram.h"
 #include "viz/explorer.h"
 #include "viz/head_sum.h"
 #include "viz/heads_view.h"
-#include "viz/plot.h"
+#include "viz/plot.h"  // xml_escape
 
 using namespace attend;
 using namespace attend::viz;
+using attend::test::xml_problem;
 namespace fs = std::filesystem;
 
 namespace {
@@ -39,54 +41,6 @@ struct Fixture {
   nn::GPT model{nn::GPTConfig{.vocab_size = tok->vocab_size(), .block_size = 32, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .dropout = 0.0, .bias = true}, 3};
   Fixture() { model.eval(); }
 };
-
-// XML well-formedness: every tag closed in order, attributes quoted, only the five
-// predefined or numeric entities. Returns "" or what is wrong.
-std::string xml_problem(const std::string& x) {
-  std::vector<std::string> open;
-  size_t i = 0;
-  while (i < x.size()) {
-    if (x[i] == '&') {
-      size_t e = x.find(';', i);
-      if (e == std::string::npos) return "unterminated entity at " + std::to_string(i);
-      const std::string ent = x.substr(i + 1, e - i - 1);
-      if (ent != "amp" && ent != "lt" && ent != "gt" && ent != "quot" && ent != "apos" &&
-          (ent.empty() || ent[0] != '#'))
-        return "unknown entity &" + ent + ";";
-      i = e + 1;
-      continue;
-    }
-    if (x[i] != '<') {
-      ++i;
-      continue;
-    }
-    size_t e = i + 1;
-    char quote = 0;
-    for (; e < x.size(); ++e) {
-      if (quote) {
-        if (x[e] == quote) quote = 0;
-        if (x[e] == '<') return "'<' inside an attribute at " + std::to_string(e);
-      } else if (x[e] == '"' || x[e] == '\'') {
-        quote = x[e];
-      } else if (x[e] == '>') {
-        break;
-      }
-    }
-    if (e >= x.size()) return "unterminated tag at " + std::to_string(i);
-    std::string tag = x.substr(i + 1, e - i - 1);
-    i = e + 1;
-    if (tag.empty() || tag[0] == '?' || tag[0] == '!') continue;
-    if (tag[0] == '/') {
-      const std::string name = tag.substr(1);
-      if (open.empty() || open.back() != name)
-        return "</" + name + "> closes <" + (open.empty() ? "" : open.back()) + ">";
-      open.pop_back();
-    } else if (tag.back() != '/') {
-      open.push_back(tag.substr(0, tag.find_first_of(" \t\n")));
-    }
-  }
-  return open.empty() ? "" : "<" + open.back() + "> never closed";
-}
 
 }  // namespace
 
@@ -285,46 +239,6 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
                   .c_str());
   CHECK(fs::exists(png));
   MESSAGE("screenshot: ", png.string());
-}
-
-TEST_CASE("loss plots are well-formed SVG with labelled axes and a legend") {
-  Series train{"train loss (per step)", "#1f77b4", {1, 2, 3, 4}, {4.2, 3.1, 2.5, 2.2}, false};
-  Series val{"val loss (evaluation)", "#d62728", {0, 4}, {4.2, 2.4}, true};
-  for (bool log_y : {false, true}) {
-    const std::string svg =
-        line_plot_svg({train, val}, {"attend: loss", "step", "cross-entropy loss (nats)", log_y});
-    CHECK(xml_problem(svg) == "");
-    CHECK(svg.find(">step<") != std::string::npos);
-    CHECK(svg.find("cross-entropy loss (nats)") != std::string::npos);
-    CHECK(svg.find(">train loss (per step)<") != std::string::npos);
-    CHECK(svg.find(">val loss (evaluation)<") != std::string::npos);
-    CHECK((svg.find("(log scale)") != std::string::npos) == log_y);
-  }
-}
-
-TEST_CASE("log-y ticks are 1, 2, 5 times powers of ten, and panels stack") {
-  Series s{"loss", "#000", {0, 1, 2, 3}, {4.2, 2.0, 0.9, 0.3}, true, false};
-  const std::string svg = line_plot_svg({s}, {"t", "step", "loss", true});
-  CHECK(xml_problem(svg) == "");
-  for (const std::string tick : {">0.5<", ">1<", ">2<"}) {
-    INFO(tick);
-    CHECK(svg.find(tick) != std::string::npos);
-  }
-  CHECK(svg.find("polyline") == std::string::npos);  // points only: line = false
-  const std::string both = stacked_svg({svg, svg}, {420, 420}, 720);
-  CHECK(xml_problem(both) == "");
-  CHECK(both.find("<svg x=\"0\" y=\"420\"") != std::string::npos);
-}
-
-TEST_CASE("a loss plot whose values differ by an ulp ends, with a few ticks") {
-  // Regression (adversarial M5): the tick loop never ended when step < half an ulp of v.
-  Series a{"a", "#000", {0, 1}, {1.0, std::nextafter(1.0, 2.0)}, false};
-  Series b{"b", "#000", {1e17, 1e17 + 16}, {2.0, 3.0}, false};
-  for (const Series& s : {a, b}) {
-    const std::string svg = line_plot_svg({s}, {"t", "step", "loss", false});
-    CHECK(xml_problem(svg) == "");
-    CHECK(svg.size() < 20000);
-  }
 }
 
 TEST_CASE("the heads' changes summed equal concat -> c_proj to rounding (GQA model)") {
