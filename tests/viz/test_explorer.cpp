@@ -1,7 +1,7 @@
-// The attention explorer (and what each head adds, the diagram, the heads page): the data obeys the rules (masked cells
-// exactly 0, rows summing to 1, shown rows summing to exactly 1), the rounding rule on
-// adversarial rows, well-formed SVG with its labels, HTML that runs in a browser, and the
-// summary's published figures.
+// The attention explorer (and what each head adds, the diagram, the heads page): the data
+// obeys the rules (masked cells exactly 0, rows summing to 1, shown rows summing to
+// exactly 1), the rounding rule on adversarial rows, well-formed SVG with its labels, and
+// HTML that runs in a browser.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
