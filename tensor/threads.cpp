@@ -32,13 +32,14 @@ int procs_running() {
   return std::atoi(text.c_str() + at + 15);
 }
 
-// One entry of an OMP_* thread list: an integer in [1, 4096].
+// One entry of an OMP_* thread list: an integer in [1, 4096] (parse_int's strict rules).
 bool valid_count(const std::string& s) {
-  if (s.empty() || s.size() > 9) return false;
-  for (const char c : s)
-    if (c < '0' || c > '9') return false;
-  const long v = std::atol(s.c_str());
-  return v >= 1 && v <= 4096;
+  try {
+    const int64_t v = parse_int(s, "count");
+    return v >= 1 && v <= 4096;
+  } catch (const Error&) {
+    return false;
+  }
 }
 }  // namespace
 

@@ -47,7 +47,14 @@ bool ends_with(const std::string& s, const std::string& t) {
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
 }
 
-nn::GPTConfig read_hf_config(const fs::path& file) {
+// config.json's model, and whether it ties lm_head to wte (tie_word_embeddings, default
+// true as in Hugging Face).
+struct HfConfig {
+  nn::GPTConfig model;
+  bool tied = true;
+};
+
+HfConfig read_hf_config(const fs::path& file) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_file(file));
@@ -88,7 +95,14 @@ nn::GPTConfig read_hf_config(const fs::path& file) {
   } catch (const Error& e) {
     throw Error(str(file.string(), ": ", e.what()));
   }
-  return c;
+  HfConfig h{c, true};
+  if (j.contains("tie_word_embeddings")) {
+    ATTEND_CHECK(j["tie_word_embeddings"].is_boolean(), file.string(),
+                 ": tie_word_embeddings is ", j["tie_word_embeddings"].dump(),
+                 "; expected true or false");
+    h.tied = j["tie_word_embeddings"].get<bool>();
+  }
+  return h;
 }
 
 // attend's GPT-2 ties lm_head to wte. A file whose head is a tensor of its own is kept
@@ -96,15 +110,8 @@ nn::GPTConfig read_hf_config(const fs::path& file) {
 // equal wte bit for bit; with true (Hugging Face's default, which then ties and ignores a
 // stored head) a different stored head is dropped with a warning naming it.
 void check_tied_head(const io::SafetensorsFile& st, const fs::path& model_file,
-                     const fs::path& config_file, const std::string& head, const nn::GPT& model) {
-  const nlohmann::json j = nlohmann::json::parse(read_file(config_file));
-  bool tied = true;
-  if (j.contains("tie_word_embeddings")) {
-    ATTEND_CHECK(j["tie_word_embeddings"].is_boolean(), config_file.string(),
-                 ": tie_word_embeddings is ", j["tie_word_embeddings"].dump(),
-                 "; expected true or false");
-    tied = j["tie_word_embeddings"].get<bool>();
-  }
+                     const fs::path& config_file, bool tied, const std::string& head,
+                     const nn::GPT& model) {
   if (head.empty()) {
     ATTEND_CHECK(tied, config_file.string(),
                  ": tie_word_embeddings is false but ", model_file.string(),
@@ -189,7 +196,8 @@ ImportResult import_gpt2(const ImportOptions& o) {
   ATTEND_CHECK(fs::exists(config_file, ec), config_file.string(),
                ": no such file (give --config config.json)");
   ImportResult r;
-  r.model = read_hf_config(config_file);
+  const HfConfig hf = read_hf_config(config_file);
+  r.model = hf.model;
   io::SafetensorsFile st(model_file);
   // HF name (prefix stripped) -> entry; buffers and the tied head set aside.
   std::map<std::string, std::string> by_name;
@@ -242,7 +250,7 @@ ImportResult import_gpt2(const ImportOptions& o) {
                ": the tensors do not match GPT-2's;", missing.empty() ? "" : " missing:", miss,
                extra.empty() ? "" : " unexpected:", extra);
   r.tensors = static_cast<int64_t>(used.size());
-  check_tied_head(st, model_file, config_file, head, model);
+  check_tied_head(st, model_file, config_file, hf.tied, head, model);
   const std::string bad = first_non_finite(model.named_parameters());
   ATTEND_CHECK(bad.empty(), model_file.string(), ": ", bad, " holds NaN or infinite values");
 

@@ -1,5 +1,5 @@
 // GPT-2 weights in and out, in Hugging Face's layout: a folder with model.safetensors
-// (train/safetensors.h) and config.json, as `GPT2LMHeadModel.save_pretrained` writes and
+// (io/safetensors.h) and config.json, as `GPT2LMHeadModel.save_pretrained` writes and
 // `from_pretrained` reads.
 //
 // Names: HF's are ours (nanoGPT kept them), with or without the "transformer." prefix;

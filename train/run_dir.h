@@ -1,4 +1,4 @@
-// A run folder, everything in it but the checkpoint format (train/checkpoint.h):
+// A run folder, everything in it but the checkpoint format (io/checkpoint.h):
 //
 //   RUN_DIR/ckpt_00000250.h5   checkpoints, named by step (8 digits, so names sort by step)
 //   RUN_DIR/metrics.csv        step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,

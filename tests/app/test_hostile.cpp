@@ -25,6 +25,12 @@ namespace {
 
 bool has(const Run& r, const std::string& text) { return r.out.find(text) != std::string::npos; }
 
+// The command failed as a user's error (exit 1) and said `text`.
+void check_refused(const Run& r, const std::string& text) {
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(has(r, text), r.out);
+}
+
 std::string bytes_of(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -76,12 +82,10 @@ TEST_CASE("R2: export never writes through a symlink already in the output folde
   fs::create_directories(dir / "elsewhere");
   fs::create_directory_symlink(dir / "elsewhere", dir / "linked");
   Run l = attend_cmd("export --checkpoint " + r.string() + " --out " + (dir / "linked").string());
-  CHECK(l.code == 1);
-  CHECK_MESSAGE(has(l, "symbolic link"), l.out);
+  check_refused(l, "symbolic link");
   write_text(dir / "out" / "notes.txt", "mine\n");
   Run n = attend_cmd("export --checkpoint " + r.string() + " --out " + (dir / "out").string());
-  CHECK(n.code == 1);
-  CHECK_MESSAGE(has(n, "notes.txt"), n.out);
+  check_refused(n, "notes.txt");
   CHECK(bytes_of(dir / "out" / "notes.txt") == "mine\n");
   fs::remove_all(dir);
 }
@@ -102,8 +106,7 @@ TEST_CASE("R3: import keeps an untied head or refuses, and a tied config drops i
   cfg["tie_word_embeddings"] = false;
   write_text(hf / "config.json", cfg.dump());
   Run untied = attend_cmd("import --from " + hf.string() + " --out " + (dir / "a").string());
-  CHECK(untied.code == 1);
-  CHECK_MESSAGE(has(untied, "lm_head.weight differs from transformer.wte.weight"), untied.out);
+  check_refused(untied, "lm_head.weight differs from transformer.wte.weight");
   CHECK(!fs::exists(dir / "a" / "ckpt_00000000.h5"));
   cfg["tie_word_embeddings"] = true;
   write_text(hf / "config.json", cfg.dump());
@@ -129,8 +132,7 @@ TEST_CASE("R4: an import folder's damaged merges.txt is refused, never swapped f
   for (const std::string& bad : {std::string(), merges.substr(0, merges.size() / 2)}) {
     write_text(hf / "merges.txt", bad);
     Run r = attend_cmd("import --from " + hf.string() + " --out " + (dir / "i").string());
-    CHECK(r.code == 1);
-    CHECK_MESSAGE(has(r, "merges.txt: not GPT-2's merges.txt"), r.out);
+    check_refused(r, "merges.txt: not GPT-2's merges.txt");
   }
   fs::remove_all(dir);
 }
@@ -142,19 +144,16 @@ TEST_CASE("R5: a FIFO where a file is read is refused at once, not waited on") {
   REQUIRE(::mkfifo((hf / "model.safetensors").c_str(), 0644) == 0);
   Run i = attend_cmd("import --from " + hf.string() + " --out " + (dir / "i").string(),
                      "timeout 60 ");
-  CHECK(i.code == 1);
-  CHECK_MESSAGE(has(i, "not a regular file"), i.out);
+  check_refused(i, "not a regular file");
   fs::create_directories(dir / "g");
   REQUIRE(::mkfifo((dir / "g" / "encoder.json").c_str(), 0644) == 0);
   REQUIRE(::mkfifo((dir / "g" / "vocab.bpe").c_str(), 0644) == 0);
   Run t = attend_cmd("tokenize --tokenizer gpt2 --text hi",
                      "timeout 60 env ATTEND_GPT2_DIR=" + (dir / "g").string() + " ");
-  CHECK(t.code == 1);
-  CHECK_MESSAGE(has(t, "not a regular file"), t.out);
+  check_refused(t, "not a regular file");
   Run e = attend_cmd("eval --checkpoint " + (dir / "run").string() + " --data /dev/zero",
                      "timeout 60 ");
-  CHECK(e.code == 1);
-  CHECK_MESSAGE(has(e, "/dev/zero: not a regular file"), e.out);
+  check_refused(e, "/dev/zero: not a regular file");
   fs::remove_all(dir);
 }
 
@@ -218,16 +217,14 @@ TEST_CASE("R8: a checkpoint's tokenizer name that is not UTF-8 is refused naming
   io::save_checkpoint(dir / "bad.h5", d);
   Run a = attend_cmd("attention --checkpoint " + (dir / "bad.h5").string() +
                      " --prompt So --out " + (dir / "a.html").string());
-  CHECK(a.code == 1);
-  CHECK_MESSAGE(has(a, "/tokenizer: name"), a.out);
+  check_refused(a, "/tokenizer: name");
   CHECK(!has(a, "internal error"));
   d.tokenizer.name = "char";
   d.tokenizer.kind = "evil";  // R16: the kind is checked too
   io::save_checkpoint(dir / "evil.h5", d);
   Run k = attend_cmd("train --init_from " + (dir / "evil.h5").string() + " --data " +
                      (dir / "corpus.txt").string() + " --out " + (dir / "t").string());
-  CHECK(k.code == 1);
-  CHECK_MESSAGE(has(k, "kind is 'evil'"), k.out);
+  check_refused(k, "kind is 'evil'");
   fs::remove_all(dir);
 }
 
@@ -239,8 +236,7 @@ TEST_CASE("R10: summary --checkpoint checks /config against the stored weights")
     if (name == "n_layer") v = int64_t{1000000};
   io::save_checkpoint(dir / "big.h5", d);
   Run s = attend_cmd("summary --checkpoint " + (dir / "big.h5").string());
-  CHECK(s.code == 1);
-  CHECK_MESSAGE(has(s, "/config describes a model of"), s.out);
+  check_refused(s, "/config describes a model of");
   fs::remove_all(dir);
 }
 
@@ -249,15 +245,13 @@ TEST_CASE("R11: errors show the user's numbers: integer flags and huge config.js
   const fs::path hf = exported(dir);
   Run l = attend_cmd("attention --checkpoint " + (dir / "run").string() +
                      " --prompt So --out x.html --layer -3");
-  CHECK(l.code == 1);
-  CHECK_MESSAGE(has(l, "expected an integer >= 0, got '-3'"), l.out);
+  check_refused(l, "expected an integer >= 0, got '-3'");
   CHECK(!has(l, "1.797"));
   nlohmann::json cfg = nlohmann::json::parse(bytes_of(hf / "config.json"));
   cfg["n_layer"] = uint64_t{18446744073709551615ull};
   write_text(hf / "config.json", cfg.dump());
   Run i = attend_cmd("import --from " + hf.string() + " --out " + (dir / "i").string());
-  CHECK(i.code == 1);
-  CHECK_MESSAGE(has(i, "18446744073709551615"), i.out);
+  check_refused(i, "18446744073709551615");
   fs::remove_all(dir);
 }
 
@@ -266,8 +260,7 @@ TEST_CASE("R12: diagram --prompt \"\" is refused like every other empty prompt")
   const fs::path r = test::trained_run(dir);
   Run d = attend_cmd("diagram --checkpoint " + r.string() + " --prompt \"\" --out " +
                      (dir / "d.html").string());
-  CHECK(d.code == 1);
-  CHECK_MESSAGE(has(d, "--prompt is empty"), d.out);
+  check_refused(d, "--prompt is empty");
   CHECK(!fs::exists(dir / "d.html"));
   fs::remove_all(dir);
 }
@@ -286,8 +279,7 @@ TEST_CASE("R14: --eval_iters has a bound, named in the error") {
   const fs::path r = test::trained_run(dir);
   Run e = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --out " +
                      (dir / "r").string() + " --max_iters 2 --eval_iters 1000000000000");
-  CHECK(e.code == 1);
-  CHECK_MESSAGE(has(e, "eval_iters"), e.out);
+  check_refused(e, "eval_iters");
   CHECK(!has(e, "out of memory"));
   fs::remove_all(dir);
 }
@@ -300,8 +292,7 @@ TEST_CASE("R15: a tokens_seen near 2^63 is refused on resume, not wrapped into a
   for (const fs::path& c : train::list_checkpoints(r)) fs::remove(c);
   io::save_checkpoint(r / train::checkpoint_name(d.meta.step), d);
   Run t = attend_cmd("train --resume " + r.string() + " --max_iters 5");
-  CHECK(t.code == 1);
-  CHECK_MESSAGE(has(t, "overflows a 64-bit count"), t.out);
+  check_refused(t, "overflows a 64-bit count");
   for (const fs::path& c : train::list_checkpoints(r))
     CHECK_NOTHROW(io::load_checkpoint(c));
   fs::remove_all(dir);
