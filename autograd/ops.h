@@ -88,20 +88,22 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 Tensor softmax(const Tensor& x);      // over the last dim
 Tensor log_softmax(const Tensor& x);  // over the last dim
 // softmax(scale x) over the last dim of (..., Tq, Tk) scores with key j of query row i
-// masked (weight exactly 0) when j > i + offset; offset < 0: no mask. Attention's fused
-// mul + masked_fill + softmax, equal to them bit for bit (tests/autograd).
-Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset);
+// masked (weight exactly 0) when j > i + offset; offset < 0: no mask. A sliding window
+// W > 0 (Mistral; causal only) also masks j <= i + offset - W: each query sees its W
+// newest keys. Attention's fused mul + masked_fill + softmax, equal to them bit for bit
+// (tests/autograd).
+Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset, int64_t window = 0);
 // Fused attention, one node (kernel::attention_forward; no (Tq, Tk) tensor is made or
 // kept): for each batch and query head h,
 //   dropout(scaled_softmax(q k^T, scale, offset)) v  with k, v of key/value head h / G,
 // q (B, NH, Tq, HS), k and v (B, KVH, Tk, HS) -> (B, NH, Tq, HS). The dropout masks are
 // drop's (drop.p = 0: none), the same as nn::Dropout would draw for the composed weights.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t offset,
-                 const DropoutStream& drop);
+                 const DropoutStream& drop, int64_t window = 0);
 // The same from self-attention's packed projections qkv (B, T, NH HS + 2 KVH HS), q then k
 // then v: (B, T, NH HS), heads concatenated, and qkv's gradient in one tensor.
 Tensor attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, double scale,
-                     int64_t offset, const DropoutStream& drop);
+                     int64_t offset, const DropoutStream& drop, int64_t window = 0);
 // Over the last dim; bias may be an undefined Tensor (no bias).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // logits (..., V), targets (...) integer: mean over targets != ignore_index (PyTorch's
@@ -116,5 +118,16 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targ
                             int64_t ignore_index = -100, int64_t chunk_rows = 0);
 // weight (V, C), ids (...) integer -> (..., C)
 Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+// ---- Llama's layers (ops/nn_ops.cpp), each one node -------------------------------------
+// RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+// SwiGLU on packed [gate | up] (..., 2H) -> (..., H): silu(gate) * up.
+Tensor swiglu(const Tensor& x);
+// Rotary position embedding on x (B, T, D): the first `rotated` columns, heads of
+// head_size, pairs (2i, 2i+1) turned by (pos0 + t) theta^(-2i / head_size); the other
+// columns unchanged. Note [RoPE] (tensor/kernels/rope.cpp) has the convention and how
+// Hugging Face's maps to it.
+Tensor rotary(const Tensor& x, int64_t head_size, int64_t rotated, int64_t pos0, double theta);
 
 }  // namespace attend

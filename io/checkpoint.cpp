@@ -240,9 +240,11 @@ void write_meta(h5::File& f, const Meta& m) {
 
 Meta read_meta(const h5::File& f) {
   const int64_t version = f.attr_int("/meta", "format_version");
-  ATTEND_CHECK(version == kCheckpointFormatVersion, f.path(), ": checkpoint format version ",
-               version, " is not supported: this attend reads version ", kCheckpointFormatVersion,
-               version < kCheckpointFormatVersion
+  ATTEND_CHECK(version >= kOldestCheckpointFormatVersion && version <= kCheckpointFormatVersion,
+               f.path(), ": checkpoint format version ", version,
+               " is not supported: this attend reads versions ", kOldestCheckpointFormatVersion,
+               " to ", kCheckpointFormatVersion,
+               version < kOldestCheckpointFormatVersion
                    ? " (version 2 changed the random streams; retrain, or use the attend that "
                      "wrote it)"
                    : " (written by a newer attend)");

@@ -76,9 +76,13 @@ struct CheckpointData {
 
 // 2: named random streams (Note [Random streams]): batches, dropout, evaluation and
 // sampling draw other numbers than under 1, so a version-1 run cannot resume exactly.
-inline constexpr int64_t kCheckpointFormatVersion = 2;
+// 3: /config records the architecture (arch, norm_eps, hidden_dim, multiple_of,
+// rope_theta, tie_embeddings, sliding_window). Version 2 files load too: without those
+// attributes they are what they always were, GPT-2 models (the defaults).
+inline constexpr int64_t kCheckpointFormatVersion = 3;
 
 void save_checkpoint(const std::filesystem::path& path, CheckpointData& data);
+inline constexpr int64_t kOldestCheckpointFormatVersion = 2;
 // Throws naming the file and the reason for a missing, truncated, corrupt or foreign file.
 CheckpointData load_checkpoint(const std::filesystem::path& path);
 

@@ -37,6 +37,11 @@ Attention::Attention(const AttentionConfig& c) : config(c) {
                " must be divisible by n_head ", c.n_head);
   ATTEND_CHECK(c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0, "Attention: n_head ", c.n_head,
                " must be divisible by n_kv_head ", c.n_kv_head);
+  ATTEND_CHECK(c.rope_theta == 0 || (c.rope_theta > 1 && head_size() % 2 == 0),
+               "Attention: RoPE needs theta > 1 and an even head size, got theta ", c.rope_theta,
+               ", head size ", head_size());
+  ATTEND_CHECK(c.window >= 0 && (c.window == 0 || c.causal), "Attention: window ", c.window,
+               " needs causal attention and must be >= 0");
   const int64_t kv_dim = c.n_kv_head * head_size();
   c_attn =
       register_module("c_attn", std::make_shared<Linear>(c.n_embd, c.n_embd + 2 * kv_dim, c.bias));
@@ -55,20 +60,33 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   const bool use_fused = fused && trace == nullptr && replace_head.empty();
 
+  const bool rope = config.rope_theta > 0;
+  const int64_t W = config.window;
+  const int64_t pos0 = cache ? cache->position : 0;
   if (use_fused && !context.defined() && cache == nullptr) {
     // Self-attention in training and evaluation: straight from the packed projections.
-    Tensor heads = attention_qkv(c_attn->forward(x), NH, KVH, scale, config.causal ? 0 : -1,
-                                 attn_dropout->stream());  // (B, Tq, C)
+    Tensor qkv = c_attn->forward(x);  // (B, Tq, C + 2 kv_dim)
+    if (rope) qkv = rotary(qkv, HS, C + kv_dim, 0, config.rope_theta);  // q and k turned
+    Tensor heads = attention_qkv(qkv, NH, KVH, scale, config.causal ? 0 : -1,
+                                 attn_dropout->stream(), W);  // (B, Tq, C)
     return {resid_dropout->forward(c_proj->forward(heads))};
   }
 
   Tensor q, k, v;
   if (!context.defined()) {
     Tensor qkv = c_attn->forward(x);  // (B, Tq, C + 2 kv_dim)
+    if (rope) {
+      if (trace) {
+        trace->q_raw = transpose(reshape(narrow(qkv, 2, 0, C), {B, Tq, NH, HS}), 1, 2);
+        trace->k_raw = transpose(reshape(narrow(qkv, 2, C, kv_dim), {B, Tq, KVH, HS}), 1, 2);
+      }
+      qkv = rotary(qkv, HS, C + kv_dim, pos0, config.rope_theta);
+    }
     q = narrow(qkv, 2, 0, C);
     k = narrow(qkv, 2, C, kv_dim);
     v = narrow(qkv, 2, C + kv_dim, kv_dim);
   } else {
+    ATTEND_CHECK(!rope, "Attention: RoPE is for self-attention only");
     ATTEND_CHECK(context.dim() == 3 && context.size(0) == B && context.size(2) == C,
                  "Attention: expected context of shape (", B, ", Tk, ", C, "), got ",
                  shape_str(context.shape()));
@@ -89,9 +107,14 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
       k = cat({cache->k, k}, 2);
       v = cat({cache->v, v}, 2);
     }
-    cache->k = k;
-    cache->v = v;
+    // A sliding window keeps only the W newest positions for the next call (this call's
+    // queries still see all of k).
+    const int64_t keep = W > 0 ? std::min(W, k.size(2)) : k.size(2);
+    cache->k = keep < k.size(2) ? contiguous(narrow(k, 2, k.size(2) - keep, keep)) : k;
+    cache->v = keep < v.size(2) ? contiguous(narrow(v, 2, v.size(2) - keep, keep)) : v;
+    cache->position += Tq;
   }
+  if (trace) trace->position = pos0;
   const int64_t Tk = k.size(2);
   if (config.causal)
     ATTEND_CHECK(Tk >= Tq,
@@ -99,7 +122,7 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
                  " keys for ", Tq, " queries");
   const int64_t offset = config.causal ? Tk - Tq : -1;
   if (use_fused) {  // cross-attention, or self-attention with a cache
-    Tensor out = attention(q, k, v, scale, offset, attn_dropout->stream());  // (B, NH, Tq, HS)
+    Tensor out = attention(q, k, v, scale, offset, attn_dropout->stream(), W);  // (B, NH, Tq, HS)
     out = reshape(transpose(out, 1, 2), {B, Tq, C});  // a view: the kernel's layout
     return {resid_dropout->forward(c_proj->forward(out))};
   }
@@ -116,7 +139,7 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
   }
   // softmax(scores / sqrt(HS)) with the future masked (query i sees keys j <= i + Tk - Tq),
   // fused: one pass instead of mul, masked_fill and softmax (its oracle in the tests).
-  Tensor weights = scaled_softmax(scores, scale, offset);  // (B, NH, Tq, Tk), rows sum to 1
+  Tensor weights = scaled_softmax(scores, scale, offset, W);  // (B, NH, Tq, Tk), rows sum to 1
   if (trace) trace->weights = weights;
   Tensor dropped = attn_dropout->forward(weights);
   Tensor out =

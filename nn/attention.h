@@ -15,6 +15,11 @@
 //   y = concat_h(out_h) Wo^T + bo             (B, Tq, C), Wo = c_proj.weight, then
 //                                              residual dropout
 //
+// Llama: with rope_theta > 0, q and k are turned by rotary position embeddings after the
+// projection (Note [RoPE] in tensor/kernels/rope.cpp; positions from 0, or from the
+// cache's position); the scores then depend on i - j only. Mistral: with window W > 0
+// (causal only), query i sees keys j with i - W < j <= i (plus the offset with a cache).
+//
 // MHA is KVH = NH, MQA is KVH = 1, GQA anything between (NH divisible by KVH): query
 // head h reads key/value head h / (NH / KVH), Llama's repeat_kv, computed without
 // copying k and v (the key/value heads broadcast over their group in the matmul).
@@ -41,11 +46,16 @@ struct AttentionConfig {
   bool causal = true;
   bool bias = true;
   double dropout = 0.0;
+  double rope_theta = 0;  // > 0: rotary position embeddings on q and k with this theta
+  int64_t window = 0;     // > 0: sliding-window attention over the W newest keys
 };
 
-// Keys and values of earlier positions, for decoding one token at a time.
+// Keys and values of earlier positions, for decoding one token at a time. With a sliding
+// window W it rolls: only the W newest positions are kept (older ones are never seen
+// again), so decoding runs past any length in O(W) memory.
 struct KVCache {
-  Tensor k, v;  // (B, KVH, T_cached, HS)
+  Tensor k, v;            // (B, KVH, T_cached, HS)
+  int64_t position = 0;   // positions seen: the next token's position
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
 };
 
@@ -59,8 +69,10 @@ struct AttentionTrace {
   Tensor scores;   // (B, NH, Tq, Tk) q_i . k_j, before the 1/sqrt(HS) scale and the mask
   Tensor weights;  // (B, NH, Tq, Tk) after softmax, before dropout; rows sum to 1
   Tensor heads;    // (B, NH, Tq, HS) each head's weighted sum of values, before concat
-  Tensor q;        // (B, NH, Tq, HS) the queries (the explorer's neuron view)
-  Tensor k;        // (B, KVH, Tk, HS) the keys, cached positions included
+  Tensor q;        // (B, NH, Tq, HS) the queries (the explorer's neuron view), rotated with RoPE
+  Tensor k;        // (B, KVH, Tk, HS) the keys, cached positions included, rotated with RoPE
+  Tensor q_raw, k_raw;  // with RoPE: q and k before rotation (shapes of q and k's new rows)
+  int64_t position = 0;  // the first query's position
 };
 
 class Attention : public Module {

@@ -4,8 +4,17 @@
 #include <map>
 
 #include "tensor/kernels.h"
+#include "tensor/util.h"
 
 namespace attend::nn {
+
+int64_t GPTConfig::mlp_hidden() const {
+  if (hidden_dim > 0) return hidden_dim;
+  if (!is_llama()) return 4 * n_embd;
+  // Llama's rule (Meta's FeedForward): 2/3 of 4C, rounded up to a multiple of multiple_of.
+  const int64_t h = 2 * (4 * n_embd) / 3;
+  return (h + multiple_of - 1) / multiple_of * multiple_of;
+}
 
 void GPTConfig::validate(const std::string& flag) const {
   // Without a flag prefix, messages name the struct: "GPTConfig: n_head ...".
@@ -26,10 +35,35 @@ void GPTConfig::validate(const std::string& flag) const {
   ATTEND_CHECK(dropout >= 0 && dropout < 1, who, flag, "dropout must be in [0, 1), got ", dropout);
   ATTEND_CHECK(vocab_size <= (int64_t{1} << 31), who, flag, "vocab_size ", vocab_size,
                " exceeds 2^31 (token ids are 32-bit)");
+  ATTEND_CHECK(arch == "gpt2" || arch == "llama", who, flag, "arch must be gpt2 or llama, got '",
+               printable(arch), "'");
+  ATTEND_CHECK(norm_eps > 0 && norm_eps < 1, who, flag, "norm_eps must be in (0, 1), got ",
+               norm_eps);
+  ATTEND_CHECK(hidden_dim >= 0 && hidden_dim <= (int64_t{1} << 40), who, flag,
+               "hidden_dim must be >= 0 (0: the architecture's rule), got ", hidden_dim);
+  ATTEND_CHECK(multiple_of > 0 && multiple_of <= (int64_t{1} << 20), who, flag,
+               "multiple_of must be in [1, 2^20], got ", multiple_of);
+  ATTEND_CHECK(sliding_window >= 0, who, flag, "sliding_window must be >= 0 (0: off), got ",
+               sliding_window);
+  if (is_llama()) {
+    ATTEND_CHECK(!bias, who, flag, "bias must be false for arch llama (a Llama has no biases)");
+    ATTEND_CHECK((n_embd / n_head) % 2 == 0, who, flag, "arch llama needs an even head size for "
+                 "RoPE: ", flag, "n_embd ", n_embd, " / ", flag, "n_head ", n_head, " = ",
+                 n_embd / n_head);
+    ATTEND_CHECK(rope_theta > 1 && rope_theta < 1e12, who, flag,
+                 "rope_theta must be in (1, 1e12), got ", rope_theta);
+  } else {
+    ATTEND_CHECK(tie_embeddings, who, flag,
+                 "tie_embeddings must be true for arch gpt2 (GPT-2's lm_head is wte)");
+    ATTEND_CHECK(sliding_window == 0, who, flag, "sliding_window needs arch llama, got ",
+                 sliding_window, " with arch gpt2");
+  }
   // Sizes a machine could hold, so that every count below fits int64 without overflow.
   const double C = static_cast<double>(n_embd);
-  const double params = static_cast<double>(vocab_size) * C + static_cast<double>(block_size) * C +
-                        static_cast<double>(n_layer) * (12 * C * C + 13 * C) + 2 * C;
+  const double H = hidden_dim > 0 ? static_cast<double>(hidden_dim) : 4 * C;
+  const double params = 2 * static_cast<double>(vocab_size) * C +
+                        static_cast<double>(block_size) * C +
+                        static_cast<double>(n_layer) * (4 * C * C + 3 * H * C + 13 * C + H) + 2 * C;
   ATTEND_CHECK(params < 1e15, who, "the model would have about ", params, " parameters (", flag,
                "n_layer ", n_layer, ", ", flag, "n_embd ", n_embd, ", ", flag, "vocab_size ",
                vocab_size, ", ", flag, "block_size ", block_size,
@@ -38,16 +72,43 @@ void GPTConfig::validate(const std::string& flag) const {
 
 namespace {
 
+GPTConfig gpt(int64_t V, int64_t block, int64_t layers, int64_t heads, int64_t C,
+              double dropout = 0.0) {
+  GPTConfig c;
+  c.vocab_size = V, c.block_size = block, c.n_layer = layers, c.n_head = heads;
+  c.n_kv_head = heads, c.n_embd = C, c.dropout = dropout;
+  return c;
+}
+
+GPTConfig llama(int64_t V, int64_t block, int64_t layers, int64_t heads, int64_t kv_heads,
+                int64_t C, int64_t hidden, double theta, bool tied, int64_t window = 0) {
+  GPTConfig c;
+  c.arch = "llama", c.bias = false;
+  c.vocab_size = V, c.block_size = block, c.n_layer = layers, c.n_head = heads;
+  c.n_kv_head = kv_heads, c.n_embd = C, c.hidden_dim = hidden, c.rope_theta = theta;
+  c.tie_embeddings = tied, c.sliding_window = window;
+  return c;
+}
+
 const std::map<std::string, GPTConfig>& presets() {
-  //                      V      block  layer head  kvh   C      dropout bias
   static const std::map<std::string, GPTConfig> p = {
-      {"gpt2", {50257, 1024, 12, 12, 12, 768, 0.0, true}},
-      {"gpt2-medium", {50257, 1024, 24, 16, 16, 1024, 0.0, true}},
-      {"gpt2-large", {50257, 1024, 36, 20, 20, 1280, 0.0, true}},
-      {"gpt2-xl", {50257, 1024, 48, 25, 25, 1600, 0.0, true}},
-      {"gpt3-175b", {50257, 2048, 96, 96, 96, 12288, 0.0, true}},
-      {"shakespeare-char", {65, 256, 6, 6, 6, 384, 0.2, true}},
-      {"cpu-char", {65, 64, 4, 4, 4, 128, 0.0, true}},
+      //                    V      block  layer head C
+      {"gpt2", gpt(50257, 1024, 12, 12, 768)},
+      {"gpt2-medium", gpt(50257, 1024, 24, 16, 1024)},
+      {"gpt2-large", gpt(50257, 1024, 36, 20, 1280)},
+      {"gpt2-xl", gpt(50257, 1024, 48, 25, 1600)},
+      {"gpt3-175b", gpt(50257, 2048, 96, 96, 12288)},
+      {"shakespeare-char", gpt(65, 256, 6, 6, 384, 0.2)},
+      {"cpu-char", gpt(65, 64, 4, 4, 128)},
+      //                            V       block  layer head kvh C     H      theta   tied
+      // cpu-char's size: H 352 is Llama's rule at C 128 with multiple_of 32 (llama2.c's)
+      {"llama-char", llama(65, 64, 4, 4, 4, 128, 352, 10000.0, true)},
+      // llama2.c's stories15M (its model.py ModelArgs: dim 288, multiple_of 32 -> H 768)
+      {"stories15m", llama(32000, 256, 6, 6, 6, 288, 768, 10000.0, true)},
+      // Meta's Llama 2 7B and Llama 3 8B, Mistral AI's Mistral 7B v0.1 (their config.json)
+      {"llama2-7b", llama(32000, 4096, 32, 32, 32, 4096, 11008, 10000.0, false)},
+      {"llama3-8b", llama(128256, 8192, 32, 32, 8, 4096, 14336, 500000.0, false)},
+      {"mistral-7b", llama(32000, 32768, 32, 32, 8, 4096, 14336, 10000.0, false, 4096)},
   };
   return p;
 }
@@ -65,46 +126,67 @@ GPTConfig gpt_preset(const std::string& name) {
 }
 
 std::vector<std::string> gpt_preset_names() {
-  return {"gpt2",      "gpt2-medium",      "gpt2-large", "gpt2-xl",
-          "gpt3-175b", "shakespeare-char", "cpu-char"};
+  return {"gpt2",     "gpt2-medium", "gpt2-large", "gpt2-xl",   "gpt3-175b", "shakespeare-char",
+          "cpu-char", "llama-char",  "stories15m", "llama2-7b", "llama3-8b", "mistral-7b"};
 }
 
 ParameterCount count_parameters(const GPTConfig& c) {
   c.validate();
-  const int64_t C = c.n_embd, HS = C / c.n_head, kv = c.n_kv_head * HS;
+  const int64_t C = c.n_embd, HS = C / c.n_head, kv = c.n_kv_head * HS, H = c.mlp_hidden();
   ParameterCount p;
   p.n_layer = c.n_layer;
   p.token_embedding = c.vocab_size * C;
-  p.position_embedding = c.block_size * C;
+  p.position_embedding = c.is_llama() ? 0 : c.block_size * C;
+  p.lm_head = c.tie_embeddings ? 0 : c.vocab_size * C;
   p.attn_q = C * C;
   p.attn_k = kv * C;
   p.attn_v = kv * C;
   p.attn_o = C * C;
-  p.mlp_fc = 4 * C * C;
-  p.mlp_proj = 4 * C * C;
+  p.mlp_gate = c.is_llama() ? H * C : 0;
+  p.mlp_fc = H * C;
+  p.mlp_proj = H * C;
   p.layernorms = c.bias ? 4 * C : 2 * C;
-  p.biases = c.bias ? (C + 2 * kv) + C + 4 * C + C : 0;
+  p.biases = c.bias ? (C + 2 * kv) + C + H + C : 0;
   p.final_layernorm = c.bias ? 2 * C : C;
   return p;
 }
 
-MLP::MLP(int64_t C, bool bias, double p) {
-  c_fc = register_module("c_fc", std::make_shared<Linear>(C, 4 * C, bias));
-  gelu = register_module("gelu", std::make_shared<GELU>());
-  c_proj = register_module("c_proj", std::make_shared<Linear>(4 * C, C, bias));
+MLP::MLP(int64_t C, int64_t H, bool bias, double p, bool gated_) : gated(gated_) {
+  c_fc = register_module("c_fc", std::make_shared<Linear>(C, gated ? 2 * H : H, bias));
+  if (gated) {
+    swiglu = register_module("swiglu", std::make_shared<SwiGLU>());
+  } else {
+    gelu = register_module("gelu", std::make_shared<GELU>());
+  }
+  c_proj = register_module("c_proj", std::make_shared<Linear>(H, C, bias));
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
 }
 
 Tensor MLP::forward(const Tensor& x) const {
-  return dropout->forward(c_proj->forward(gelu->forward(c_fc->forward(x))));
+  Tensor h = c_fc->forward(x);
+  h = gated ? swiglu->forward(h) : gelu->forward(h);
+  return dropout->forward(c_proj->forward(h));
 }
 
+namespace {
+
+std::shared_ptr<Norm> make_norm(const GPTConfig& c) {
+  if (c.is_llama()) return std::make_shared<RMSNorm>(c.n_embd, c.norm_eps);
+  return std::make_shared<LayerNorm>(c.n_embd, c.bias, c.norm_eps);
+}
+
+}  // namespace
+
 Block::Block(const GPTConfig& c) {
-  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.bias));
-  attn = register_module("attn", std::make_shared<Attention>(AttentionConfig{
-                                     c.n_embd, c.n_head, c.n_kv_head, true, c.bias, c.dropout}));
-  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.bias));
-  mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, c.bias, c.dropout));
+  ln_1 = register_module("ln_1", make_norm(c));
+  AttentionConfig a;
+  a.n_embd = c.n_embd, a.n_head = c.n_head, a.n_kv_head = c.n_kv_head, a.causal = true;
+  a.bias = c.bias, a.dropout = c.dropout;
+  if (c.is_llama()) a.rope_theta = c.rope_theta, a.window = c.sliding_window;
+  attn = register_module("attn", std::make_shared<Attention>(a));
+  ln_2 = register_module("ln_2", make_norm(c));
+  mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, c.mlp_hidden(), c.bias, c.dropout,
+                                                     c.is_llama()));
 }
 
 Tensor Block::forward(const Tensor& x, AttentionTrace* trace, KVCache* cache) const {
@@ -115,17 +197,18 @@ Tensor Block::forward(const Tensor& x, AttentionTrace* trace, KVCache* cache) co
 
 GPT::Transformer::Transformer(const GPTConfig& c) {
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
-  wpe = register_module("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd));
+  if (!c.is_llama())
+    wpe = register_module("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd));
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
   h = register_module("h", std::make_shared<ModuleList<Block>>());
   for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<Block>(c));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.bias));
+  ln_f = register_module("ln_f", make_norm(c));
 }
 
 GPT::GPT(const GPTConfig& c, uint64_t seed) : config((c.validate(), c)) {
   transformer = register_module("transformer", std::make_shared<Transformer>(c));
   lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
-  lm_head->tie_weight(transformer->wte->weight);
+  if (c.tie_embeddings) lm_head->tie_weight(transformer->wte->weight);
   attach_dropout_context(*this, dropout_context);
   dropout_context->seed = seed;
   Generator gen(seed);
@@ -154,9 +237,16 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
                "GPT: expected token ids of shape (B, T) and an integer dtype, got ",
                shape_str(idx.shape()), " ", dtype_name(idx.dtype()));
   const int64_t B = idx.size(0), T = idx.size(1);
-  const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
-  ATTEND_CHECK(past + T <= config.block_size, "GPT: sequence length ", past + T,
-               " exceeds block_size ", config.block_size);
+  const int64_t past = caches && !caches->empty() ? (*caches)[0].position : 0;
+  if (config.is_llama() && config.sliding_window > 0) {
+    // The caches roll (W positions); RoPE has no table: any position is fine.
+    ATTEND_CHECK(T <= config.block_size, "GPT: ", T, " new positions exceed block_size ",
+                 config.block_size);
+  } else {
+    ATTEND_CHECK(past + T <= config.block_size, "GPT: sequence length ", past + T,
+                 " exceeds block_size ", config.block_size,
+                 past > 0 ? " (decoding past the context needs a sliding-window model)" : "");
+  }
   {
     Tensor ids = kernel::cast(idx, DType::I64);
     const int64_t* p = ids.data<int64_t>();
@@ -167,8 +257,11 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
   if (caches && caches->empty()) caches->resize(config.n_layer);
 
   const auto& t = *transformer;
-  Tensor pos = arange(static_cast<double>(past), static_cast<double>(past + T), 1, DType::I64);
-  Tensor x = add(t.wte->forward(idx), t.wpe->forward(pos));  // (B, T, C) + (T, C)
+  Tensor x = t.wte->forward(idx);  // (B, T, C)
+  if (t.wpe) {  // gpt2: + the positions' rows (T, C); llama: RoPE inside attention
+    Tensor pos = arange(static_cast<double>(past), static_cast<double>(past + T), 1, DType::I64);
+    x = add(x, t.wpe->forward(pos));
+  }
   x = t.drop->forward(x);
   if (trace) trace->assign(config.n_layer, AttentionTrace());
   for (int64_t l = 0; l < config.n_layer; ++l) {

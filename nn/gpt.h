@@ -1,5 +1,7 @@
-// The GPT model (GPT-2's architecture, nanoGPT's names), its blocks and its config.
+// The model family: GPT-2 and Llama (Mistral = Llama with a sliding window), one model
+// whose architecture is its config (`arch`), nanoGPT's module names for both.
 //
+// arch gpt2:
 //   idx (B, T) token ids
 //   x = wte[idx] + wpe[0..T)                 (B, T, C), then dropout
 //   x = x + attn(ln_1(x))                    pre-LayerNorm blocks, n_layer of them
@@ -10,6 +12,18 @@
 // Parameter names are GPT-2's state_dict keys: transformer.wte.weight, transformer.wpe.weight,
 // transformer.h.{i}.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}.{weight, bias},
 // transformer.ln_f.{weight, bias}, lm_head.weight (the same tensor as transformer.wte.weight).
+//
+// arch llama (Llama 2/3; Mistral with sliding_window > 0):
+//   x = wte[idx]                             no position table: positions enter by RoPE
+//   x = x + attn(rmsnorm_1(x))               q, k turned by RoPE (rope_theta), GQA/MQA as
+//                                            GPT's, sliding window when set
+//   x = x + mlp(rmsnorm_2(x)),  mlp = down(silu(gate(x)) * up(x)), C -> H -> C
+//   logits = rmsnorm_f(x) lm_head^T          lm_head tied to wte or not (tie_embeddings)
+// No biases anywhere; every norm is RMSNorm with eps norm_eps. The module tree keeps
+// GPT's names: ln_1, ln_2 and ln_f are the RMSNorms, attn.c_attn packs [q | k | v]
+// (q_proj, k_proj, v_proj), attn.c_proj is o_proj, mlp.c_fc packs [gate | up] (gate_proj
+// then up_proj, (2H, C)), mlp.c_proj is down_proj. H is hidden_dim, or Llama's rule
+// when 0: 2/3 of 4C, rounded up to a multiple of multiple_of (4096 -> 11008 at 256).
 #pragma once
 
 #include <string>
@@ -27,7 +41,18 @@ struct GPTConfig {
   int64_t n_kv_head = 12;  // KVH: n_head for MHA, 1 for MQA, between for GQA
   int64_t n_embd = 768;    // C
   double dropout = 0.0;
-  bool bias = true;  // biases in Linear layers and LayerNorms
+  bool bias = true;  // biases in Linear layers and LayerNorms (gpt2 only)
+  // The architecture and what only some architectures have:
+  std::string arch = "gpt2";    // gpt2 | llama
+  double norm_eps = 1e-5;       // LayerNorm's or RMSNorm's eps
+  int64_t hidden_dim = 0;       // MLP hidden size H; 0: 4C (gpt2) or Llama's rule (llama)
+  int64_t multiple_of = 256;    // llama: Llama's rule rounds H up to a multiple of this
+  double rope_theta = 10000.0;  // llama: RoPE's base
+  bool tie_embeddings = true;   // lm_head shares wte's weight (gpt2: always)
+  int64_t sliding_window = 0;   // llama: > 0 is Mistral's sliding-window attention
+
+  bool is_llama() const { return arch == "llama"; }
+  int64_t mlp_hidden() const;  // H
   // Throws naming the first invalid field and its value; flag ("--") prefixes field names
   // as the command line spells them.
   void validate(const std::string& flag = "") const;
@@ -36,40 +61,50 @@ struct GPTConfig {
 
 // Named presets: gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-175b (for counting only),
 // shakespeare-char (nanoGPT's baby GPT: 6 layers, 6 heads, C 384, block 256, dropout 0.2),
-// cpu-char (nanoGPT's CPU recipe: 4 layers, 4 heads, C 128, block 64). The char presets
-// have V = 65, tinyshakespeare's character count; a tokenizer sets the real V.
+// cpu-char (nanoGPT's CPU recipe: 4 layers, 4 heads, C 128, block 64); llama-char (a Llama
+// of cpu-char's size and budget), stories15m (llama2.c's smallest: C 288, 6 layers, 6
+// heads, H 768, context 256, V 32000), and for counting only llama2-7b, llama3-8b and
+// mistral-7b (Meta's and Mistral AI's published configs). The char presets have V = 65,
+// tinyshakespeare's character count; a tokenizer sets the real V.
 GPTConfig gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
 
 // Parameter counts from a config alone, without allocating anything.
 struct ParameterCount {
   int64_t n_layer = 0;
-  int64_t token_embedding = 0;     // V * C (the tied lm_head shares it)
-  int64_t position_embedding = 0;  // block_size * C
+  int64_t token_embedding = 0;     // V * C (a tied lm_head shares it)
+  int64_t position_embedding = 0;  // block_size * C (gpt2; llama has none)
+  int64_t lm_head = 0;             // V * C when not tied, else 0
   // Per layer, weight matrices only:
   int64_t attn_q = 0, attn_k = 0, attn_v = 0, attn_o = 0;  // C*C, KVH*HS*C, KVH*HS*C, C*C
-  int64_t mlp_fc = 0, mlp_proj = 0;                        // 4C*C each
-  // Per layer: the two LayerNorms (weights and biases) and the four Linear biases.
+  int64_t mlp_gate = 0;             // llama: H*C (gate_proj); gpt2: 0
+  int64_t mlp_fc = 0, mlp_proj = 0;  // H*C each (c_fc / up_proj, c_proj / down_proj)
+  // Per layer: the two norms (weights and, gpt2, biases) and the Linear biases.
   int64_t layernorms = 0, biases = 0;
   int64_t final_layernorm = 0;
 
   int64_t attention_matrices() const { return n_layer * (attn_q + attn_k + attn_v + attn_o); }
   int64_t per_layer() const {
-    return attn_q + attn_k + attn_v + attn_o + mlp_fc + mlp_proj + layernorms + biases;
+    return attn_q + attn_k + attn_v + attn_o + mlp_gate + mlp_fc + mlp_proj + layernorms + biases;
   }
   int64_t total() const {
-    return token_embedding + position_embedding + n_layer * per_layer() + final_layernorm;
+    return token_embedding + position_embedding + lm_head + n_layer * per_layer() +
+           final_layernorm;
   }
 };
 ParameterCount count_parameters(const GPTConfig& config);
 
+// GPT-2's MLP c_proj(gelu(c_fc(x))), or with gated = true Llama's SwiGLU MLP
+// c_proj(swiglu(c_fc(x))), c_fc packing [gate | up] as (2H, C).
 class MLP : public Module {
  public:
-  MLP(int64_t n_embd, bool bias, double dropout);
+  MLP(int64_t n_embd, int64_t hidden, bool bias, double dropout, bool gated = false);
   Tensor forward(const Tensor& x) const;
   std::shared_ptr<Linear> c_fc, c_proj;
-  std::shared_ptr<GELU> gelu;
+  std::shared_ptr<GELU> gelu;      // gpt2
+  std::shared_ptr<SwiGLU> swiglu;  // llama
   std::shared_ptr<Dropout> dropout;
+  const bool gated;
 };
 
 class Block : public Module {
@@ -77,7 +112,7 @@ class Block : public Module {
   explicit Block(const GPTConfig& config);
   // trace: when not null, receives this block's attention scores and weights.
   Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr, KVCache* cache = nullptr) const;
-  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<Norm> ln_1, ln_2;  // LayerNorm (gpt2) or RMSNorm (llama)
   std::shared_ptr<Attention> attn;
   std::shared_ptr<MLP> mlp;
 };
@@ -93,14 +128,16 @@ class GPT : public Module {
   explicit GPT(const GPTConfig& config, uint64_t seed = 0);
 
   // idx (B, T) integer ids. With caches (one per layer, for decoding), idx holds the new
-  // positions only and positions continue from the caches' length. With a trace, it
-  // receives one AttentionTrace per layer.
+  // positions only and positions continue from the caches' position. Past block_size
+  // only a sliding-window model decodes (its caches roll); others refuse. With a trace,
+  // it receives one AttentionTrace per layer.
   GPTOutput forward(const Tensor& idx, const Tensor& targets = Tensor(),
                     std::vector<AttentionTrace>* trace = nullptr,
                     std::vector<KVCache>* caches = nullptr) const;
 
-  // GPT-2 initialisation: N(0, 0.02) for Linear and Embedding weights,
-  // N(0, 0.02 / sqrt(2 n_layer)) for every c_proj weight, zero biases, LayerNorm 1 and 0.
+  // GPT-2 initialisation (llama2.c's for a Llama too): N(0, 0.02) for Linear and
+  // Embedding weights, N(0, 0.02 / sqrt(2 n_layer)) for every c_proj weight, zero biases,
+  // norm gains 1.
   void init_weights(Generator& gen);
 
   // With targets, forward computes the LM head and the loss in one chunked op
@@ -113,13 +150,13 @@ class GPT : public Module {
 
   struct Transformer : Module {
     explicit Transformer(const GPTConfig& c);
-    std::shared_ptr<Embedding> wte, wpe;
+    std::shared_ptr<Embedding> wte, wpe;  // wpe: gpt2 only
     std::shared_ptr<Dropout> drop;
     std::shared_ptr<ModuleList<Block>> h;
-    std::shared_ptr<LayerNorm> ln_f;
+    std::shared_ptr<Norm> ln_f;
   };
   std::shared_ptr<Transformer> transformer;
-  std::shared_ptr<Linear> lm_head;  // weight tied to transformer->wte->weight
+  std::shared_ptr<Linear> lm_head;  // weight tied to transformer->wte->weight unless untied
 };
 
 }  // namespace attend::nn

@@ -75,29 +75,86 @@ std::vector<GradcheckCase> make_cases() {
                      return check_module(m, {randn({3, 4}, g, F64)}, g,
                                          [&](const Inputs& x) { return m.forward(x[0]); });
                    }});
-  cases.push_back(attention_case("nn.Attention.mha.causal", {8, 4, 4, true, true, 0.0}, false));
+  cases.push_back(attention_case("nn.Attention.mha.causal", AttentionConfig{.n_embd = 8, .n_head = 4, .n_kv_head = 4, .causal = true, .bias = true, .dropout = 0.0}, false));
   cases.push_back(
-      attention_case("nn.Attention.mha.bidirectional", {8, 4, 4, false, true, 0.0}, false));
-  cases.push_back(attention_case("nn.Attention.gqa.causal", {8, 4, 2, true, true, 0.0}, false));
+      attention_case("nn.Attention.mha.bidirectional", AttentionConfig{.n_embd = 8, .n_head = 4, .n_kv_head = 4, .causal = false, .bias = true, .dropout = 0.0}, false));
+  cases.push_back(attention_case("nn.Attention.gqa.causal", AttentionConfig{.n_embd = 8, .n_head = 4, .n_kv_head = 2, .causal = true, .bias = true, .dropout = 0.0}, false));
   cases.push_back(
-      attention_case("nn.Attention.mqa.causal.no_bias", {8, 4, 1, true, false, 0.0}, false));
+      attention_case("nn.Attention.mqa.causal.no_bias", AttentionConfig{.n_embd = 8, .n_head = 4, .n_kv_head = 1, .causal = true, .bias = false, .dropout = 0.0}, false));
   cases.push_back(
-      attention_case("nn.Attention.mqa.bidirectional", {8, 4, 1, false, true, 0.0}, false));
-  cases.push_back(attention_case("nn.Attention.cross.mha", {8, 2, 2, false, true, 0.0}, true));
+      attention_case("nn.Attention.mqa.bidirectional", AttentionConfig{.n_embd = 8, .n_head = 4, .n_kv_head = 1, .causal = false, .bias = true, .dropout = 0.0}, false));
+  cases.push_back(attention_case("nn.Attention.cross.mha", AttentionConfig{.n_embd = 8, .n_head = 2, .n_kv_head = 2, .causal = false, .bias = true, .dropout = 0.0}, true));
   cases.push_back(
-      attention_case("nn.Attention.cross.gqa.causal", {8, 4, 2, true, false, 0.0}, true));
+      attention_case("nn.Attention.cross.gqa.causal", AttentionConfig{.n_embd = 8, .n_head = 4, .n_kv_head = 2, .causal = true, .bias = false, .dropout = 0.0}, true));
   cases.push_back({"nn.MLP", "(2,3,4)", [](uint64_t seed) {
                      Generator g(seed);
-                     MLP m(4, true, 0.0);
+                     MLP m(4, 16, true, 0.0);
                      return check_module(m, {randn({2, 3, 4}, g, F64)}, g,
                                          [&](const Inputs& x) { return m.forward(x[0]); });
                    }});
   cases.push_back({"nn.Block", "(2,4,8), NH 2", [](uint64_t seed) {
                      Generator g(seed);
-                     GPTConfig c{11, 8, 1, 2, 2, 8, 0.0, true};
+                     GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2, .n_kv_head = 2, .n_embd = 8, .dropout = 0.0, .bias = true};
                      Block m(c);
                      return check_module(m, {randn({2, 4, 8}, g, F64)}, g,
                                          [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  // Llama and Mistral
+  cases.push_back({"nn.RMSNorm", "(2,3,6)", [](uint64_t seed) {
+                     Generator g(seed);
+                     RMSNorm m(6);
+                     return check_module(m, {randn({2, 3, 6}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.MLP.swiglu", "(2,3,4), H 6", [](uint64_t seed) {
+                     Generator g(seed);
+                     MLP m(4, 6, false, 0.0, true);
+                     return check_module(m, {randn({2, 3, 4}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back(attention_case("nn.Attention.rope.gqa",
+                                 AttentionConfig{.n_embd = 8, .n_head = 4, .n_kv_head = 2,
+                                                 .causal = true, .bias = false, .dropout = 0.0,
+                                                 .rope_theta = 10000.0},
+                                 false));
+  cases.push_back(attention_case("nn.Attention.rope.window",
+                                 AttentionConfig{.n_embd = 8, .n_head = 2, .n_kv_head = 1,
+                                                 .causal = true, .bias = false, .dropout = 0.0,
+                                                 .rope_theta = 100.0, .window = 2},
+                                 false));
+  cases.push_back({"nn.Block.llama", "(2,4,8), NH 2, KVH 1, H 12", [](uint64_t seed) {
+                     Generator g(seed);
+                     GPTConfig c = gpt_preset("llama-char");
+                     c.vocab_size = 11, c.block_size = 8, c.n_layer = 1, c.n_head = 2;
+                     c.n_kv_head = 1, c.n_embd = 8, c.hidden_dim = 12;
+                     Block m(c);
+                     return check_module(m, {randn({2, 4, 8}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.GPT.llama.loss", "2 layers, GQA, untied, V 11, C 8, (2,5) tokens",
+                   [](uint64_t seed) {
+                     Generator g(seed);
+                     GPTConfig c = gpt_preset("llama-char");
+                     c.vocab_size = 11, c.block_size = 8, c.n_layer = 2, c.n_head = 2;
+                     c.n_kv_head = 1, c.n_embd = 8, c.hidden_dim = 0, c.multiple_of = 4;
+                     c.tie_embeddings = false;
+                     GPT m(c, seed);
+                     Tensor idx = randint({2, 5}, 0, 11, g), targets = randint({2, 5}, 0, 11, g);
+                     return check_module(m, {idx}, g, [&](const Inputs& x) {
+                       return m.forward(x[0], targets).loss;
+                     });
+                   }});
+  cases.push_back({"nn.GPT.mistral.loss", "2 layers, window 2, V 11, C 8, (2,5) tokens",
+                   [](uint64_t seed) {
+                     Generator g(seed);
+                     GPTConfig c = gpt_preset("llama-char");
+                     c.vocab_size = 11, c.block_size = 8, c.n_layer = 2, c.n_head = 2;
+                     c.n_kv_head = 2, c.n_embd = 8, c.hidden_dim = 6, c.sliding_window = 2;
+                     GPT m(c, seed);
+                     Tensor idx = randint({2, 5}, 0, 11, g), targets = randint({2, 5}, 0, 11, g);
+                     return check_module(m, {idx}, g, [&](const Inputs& x) {
+                       return m.forward(x[0], targets).loss;
+                     });
                    }});
   cases.push_back({"nn.Seq2Seq.loss", "1+1 layers, V 7, C 8, NH 2, Ts 4, Tt 3", [](uint64_t seed) {
                      Generator g(seed);
@@ -110,7 +167,7 @@ std::vector<GradcheckCase> make_cases() {
                    }});
   cases.push_back({"nn.GPT.loss", "2 layers, V 11, C 8, (2,5) tokens", [](uint64_t seed) {
                      Generator g(seed);
-                     GPTConfig c{11, 8, 2, 2, 1, 8, 0.0, true};
+                     GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true};
                      GPT m(c, seed);
                      Tensor idx = randint({2, 5}, 0, 11, g), targets = randint({2, 5}, 0, 11, g);
                      return check_module(m, {idx}, g, [&](const Inputs& x) {

@@ -33,9 +33,16 @@ Embedding::Embedding(int64_t n, int64_t dim) {
 
 Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight, ids); }
 
-LayerNorm::LayerNorm(int64_t dim, bool has_bias, double e) : eps(e) {
+LayerNorm::LayerNorm(int64_t dim, bool has_bias, double e) {
+  eps = e;
   weight = register_parameter("weight", ones({dim}));
   if (has_bias) bias = register_parameter("bias", zeros({dim}));
+}
+
+RMSNorm::RMSNorm(int64_t dim, double e) {
+  ATTEND_CHECK(dim > 0 && e > 0, "RMSNorm: expected a positive size and eps, got ", dim, ", ", e);
+  eps = e;
+  weight = register_parameter("weight", ones({dim}));
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }

@@ -3,7 +3,9 @@
 //   Linear     y = x W^T + b          W (out, in), b (out,)     x (..., in) -> (..., out)
 //   Embedding  y = W[ids]             W (V, C)                  ids (...) -> (..., C)
 //   LayerNorm  y = (x - mean) / sqrt(var + eps) * w + b over the last dim, eps 1e-5
+//   RMSNorm    y = x / sqrt(mean(x^2) + eps) * w over the last dim (Llama's; no mean, no bias)
 //   GELU       GPT-2's tanh approximation
+//   SwiGLU     packed [gate | up] (..., 2H) -> silu(gate) * up (..., H), Llama's MLP gate
 //   Dropout    inverted dropout: each element kept with probability 1-p and scaled by
 //              1/(1-p); identity in eval mode or with p = 0
 //
@@ -38,17 +40,39 @@ class Embedding : public Module {
   Tensor weight;
 };
 
-class LayerNorm : public Module {
+// A normalisation over the last dim with a gain: LayerNorm or RMSNorm (a block holds
+// either, as its architecture says).
+class Norm : public Module {
+ public:
+  virtual Tensor forward(const Tensor& x) const = 0;
+  virtual const char* kind() const = 0;  // "LayerNorm" or "RMSNorm"
+  Tensor weight;
+  double eps = 1e-5;
+};
+
+class LayerNorm : public Norm {
  public:
   explicit LayerNorm(int64_t dim, bool bias = true, double eps = 1e-5);
-  Tensor forward(const Tensor& x) const;
-  Tensor weight, bias;
-  double eps;
+  Tensor forward(const Tensor& x) const override;
+  const char* kind() const override { return "LayerNorm"; }
+  Tensor bias;
+};
+
+class RMSNorm : public Norm {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) const override { return rms_norm(x, weight, eps); }
+  const char* kind() const override { return "RMSNorm"; }
 };
 
 class GELU : public Module {
  public:
   Tensor forward(const Tensor& x) const { return gelu(x); }
+};
+
+class SwiGLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) const { return swiglu(x); }
 };
 
 // Where the dropout masks of one model come from; the trainer sets step and micro_step

@@ -18,10 +18,9 @@ void Seq2SeqConfig::validate() const {
 
 EncoderBlock::EncoderBlock(const Seq2SeqConfig& c) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd));
-  attn = register_module("attn", std::make_shared<Attention>(AttentionConfig{
-                                     c.n_embd, c.n_head, c.n_head, false, true, 0.0}));
+  attn = register_module("attn", std::make_shared<Attention>(AttentionConfig{.n_embd = c.n_embd, .n_head = c.n_head, .n_kv_head = c.n_head, .causal = false, .bias = true, .dropout = 0.0}));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd));
-  mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, true, 0.0));
+  mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, 4 * c.n_embd, true, 0.0));
 }
 
 Tensor EncoderBlock::forward(const Tensor& x, AttentionTrace* trace) const {
@@ -31,13 +30,11 @@ Tensor EncoderBlock::forward(const Tensor& x, AttentionTrace* trace) const {
 
 DecoderBlock::DecoderBlock(const Seq2SeqConfig& c) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd));
-  attn = register_module("attn", std::make_shared<Attention>(AttentionConfig{
-                                     c.n_embd, c.n_head, c.n_head, true, true, 0.0}));
+  attn = register_module("attn", std::make_shared<Attention>(AttentionConfig{.n_embd = c.n_embd, .n_head = c.n_head, .n_kv_head = c.n_head, .causal = true, .bias = true, .dropout = 0.0}));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd));
-  cross = register_module("cross", std::make_shared<Attention>(AttentionConfig{
-                                       c.n_embd, c.n_head, c.n_head, false, true, 0.0}));
+  cross = register_module("cross", std::make_shared<Attention>(AttentionConfig{.n_embd = c.n_embd, .n_head = c.n_head, .n_kv_head = c.n_head, .causal = false, .bias = true, .dropout = 0.0}));
   ln_3 = register_module("ln_3", std::make_shared<LayerNorm>(c.n_embd));
-  mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, true, 0.0));
+  mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, 4 * c.n_embd, true, 0.0));
 }
 
 Tensor DecoderBlock::forward(const Tensor& x, const Tensor& memory, AttentionTrace* self_trace,

@@ -85,9 +85,11 @@ Tensor matmul_naive(const Tensor& a, const Tensor& b);
 Tensor softmax(const Tensor& x);                            // over the last dim
 Tensor softmax_backward(const Tensor& y, const Tensor& g);  // y = softmax(x)
 // Attention's softmax over the last dim of (..., Tq, Tk) scores, scaled, with key j of
-// query row i masked when j > i + offset (offset < 0: no mask); tensor/kernels/nn.cpp.
-Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset);
-Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, int64_t offset);
+// query row i masked when j > i + offset (offset < 0: no mask) and, with a sliding window
+// W > 0 (causal only), when j <= i + offset - W; tensor/kernels/nn.cpp.
+Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset, int64_t window = 0);
+Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, int64_t offset,
+                               int64_t window = 0);
 // Fused attention (tensor/kernels/attention.cpp): for every batch b and query head h,
 //   out[b, h] = dropout(scaled_softmax(q[b, h] k[b, h / G]^T, scale, offset)) v[b, h / G]
 // with q (B, NH, Tq, HS), k and v (B, KVH, Tk, HS), G = NH / KVH, without a (Tq, Tk)
@@ -96,13 +98,16 @@ Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, i
 // ((b NH + h) Tq + i) Tk + j, so the same as nn::Dropout on the composed weights. Every
 // operand is read through its strides (the last one 1); `out` (q's shape, last stride 1)
 // is written.
+// window > 0: the sliding-window mask of scaled_softmax too (keys before a block's first
+// visible one are not computed either).
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                       int64_t offset, const DropoutStream& drop, const Tensor& out);
+                       int64_t offset, const DropoutStream& drop, const Tensor& out,
+                       int64_t window = 0);
 // Gradients from the output gradient g (q's shape): dq, dk, dv (the shapes of q, k, v,
 // last stride 1, possibly views into one buffer) are written. The weights are recomputed.
 void attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
                         double scale, int64_t offset, const DropoutStream& drop, const Tensor& dq,
-                        const Tensor& dk, const Tensor& dv);
+                        const Tensor& dk, const Tensor& dv, int64_t window = 0);
 Tensor log_softmax(const Tensor& x);
 Tensor log_softmax_backward(const Tensor& y, const Tensor& g);  // y = log_softmax(x)
 
@@ -142,5 +147,26 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
 // weight (V, C), ids any shape of integers in [0, V) -> ids.shape + (C,)
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t num_rows);
+
+// ---- Llama's layers (tensor/kernels/nn.cpp, tensor/kernels/rope.cpp) -----------------
+// rms_norm over the last dim: rstd = 1 / sqrt(mean(x^2) + eps), y = x rstd w.
+struct RMSNormOut {
+  Tensor y, rstd;  // rstd: (rows,)
+};
+RMSNormOut rms_norm(const Tensor& x, const Tensor& weight, double eps);
+struct RMSNormGrads {
+  Tensor dx, dweight;
+};
+RMSNormGrads rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
+                               const Tensor& rstd);
+// SwiGLU on packed [gate | up] (..., 2H) -> (..., H): silu(gate) * up, silu(a) = a sigmoid(a).
+Tensor swiglu(const Tensor& x);
+Tensor swiglu_backward(const Tensor& g, const Tensor& x);  // -> (..., 2H)
+// Rotary position embedding on x (B, T, D), Meta's convention (see Note [RoPE] in
+// tensor/kernels/rope.cpp): the first `rotated` columns, in heads of head_size, have
+// each pair (2i, 2i+1) of a head turned by the angle (pos0 + t) theta^(-2i / head_size);
+// the columns past `rotated` are copied. sign -1 turns the other way (the backward).
+Tensor rotary(const Tensor& x, int64_t head_size, int64_t rotated, int64_t pos0, double theta,
+              int sign = 1);
 
 }  // namespace attend::kernel

@@ -70,7 +70,20 @@ const std::vector<ConfigField>& config_fields() {
       {"n_embd", "channels C", G::Model, R::Refuse, &M::n_embd},
       {"block_size", "context length T", G::Model, R::Refuse, &M::block_size},
       {"dropout", "dropout probability", G::Model, R::Refuse, &M::dropout},
-      {"bias", "biases in Linear layers and LayerNorms", G::Model, R::Refuse, &M::bias},
+      {"bias", "biases in Linear layers and LayerNorms (gpt2; arch llama sets false)", G::Model,
+       R::Refuse, &M::bias},
+      {"arch", "architecture: gpt2 | llama (RMSNorm, RoPE, SwiGLU, no biases)", G::Model,
+       R::Refuse, &M::arch},
+      {"norm_eps", "eps of every LayerNorm or RMSNorm", G::Model, R::Refuse, &M::norm_eps},
+      {"hidden_dim", "MLP hidden size H (0: 4C for gpt2, Llama's rule for llama)", G::Model,
+       R::Refuse, &M::hidden_dim},
+      {"multiple_of", "llama: Llama's rule rounds H up to a multiple of this", G::Model,
+       R::Refuse, &M::multiple_of},
+      {"rope_theta", "llama: RoPE's base theta", G::Model, R::Refuse, &M::rope_theta},
+      {"tie_embeddings", "lm_head shares wte's weight (gpt2: always)", G::Model, R::Refuse,
+       &M::tie_embeddings},
+      {"sliding_window", "llama: attend to the W newest keys only (Mistral; 0: off)", G::Model,
+       R::Refuse, &M::sliding_window},
       {"optimizer", "adamw | sgd", G::Optim, R::Refuse, &C::optimizer},
       {"batch_size", "sequences per micro-step B", G::Optim, R::Refuse, &C::batch_size},
       {"gradient_accumulation_steps", "micro-steps per optimizer step", G::Optim, R::Refuse,
@@ -255,6 +268,11 @@ ResolvedConfig resolve_config(const std::vector<SettingsLayer>& layers, const Tr
       if (name == "n_head") head_source = l.source;
     }
   }
+  // A Llama has no biases: arch llama set over a gpt2 model turns them off unless bias is
+  // given too.
+  if (r.explicit_fields.count("arch") && !r.explicit_fields.count("bias") &&
+      r.config.model.arch != before.arch)
+    r.config.model.bias = !r.config.model.is_llama();
   // n_kv_head follows n_head unless set: an MHA preset stays MHA whatever n_head is.
   if (!head_source.empty() && !r.explicit_fields.count("n_kv_head")) {
     ATTEND_CHECK(before.n_kv_head == before.n_head, head_source, ": n_head ", r.config.model.n_head,

@@ -81,7 +81,7 @@ struct ConfigField {
   OnResume on_resume;
   std::variant<int64_t TrainConfig::*, double TrainConfig::*, bool TrainConfig::*,
                std::string TrainConfig::*, int64_t nn::GPTConfig::*, double nn::GPTConfig::*,
-               bool nn::GPTConfig::*>
+               bool nn::GPTConfig::*, std::string nn::GPTConfig::*>
       member;
   bool train_flag = true;  // vocab_size is the tokenizer's: a summary flag only
 

@@ -267,6 +267,8 @@ ImportResult import_gpt2(const ImportOptions& o) {
 ExportResult export_gpt2(const std::string& checkpoint, const fs::path& dir) {
   LoadedModel m = load_model(checkpoint);
   const nn::GPTConfig& c = m.model->config;
+  ATTEND_CHECK(!c.is_llama(), "export: ", m.checkpoint.string(),
+               " is a Llama (arch llama); this export writes GPT-2's layout only");
   ATTEND_CHECK(c.n_kv_head == c.n_head, "export: ", m.checkpoint.string(), " has n_kv_head ",
                c.n_kv_head, " of n_head ", c.n_head,
                " (GQA/MQA); GPT-2's layout has one key/value head per query head");
@@ -291,9 +293,9 @@ ExportResult export_gpt2(const std::string& checkpoint, const fs::path& dir) {
       {"n_embd", c.n_embd},
       {"n_layer", c.n_layer},
       {"n_head", c.n_head},
-      {"n_inner", nullptr},
+      {"n_inner", c.hidden_dim > 0 ? nlohmann::ordered_json(c.hidden_dim) : nullptr},
       {"activation_function", "gelu_new"},
-      {"layer_norm_epsilon", 1e-5},
+      {"layer_norm_epsilon", c.norm_eps},
       {"resid_pdrop", c.dropout},
       {"embd_pdrop", c.dropout},
       {"attn_pdrop", c.dropout},

@@ -70,6 +70,7 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
     std::vector<double> v(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
     return tensor(v, {1, static_cast<int64_t>(v.size())}, DType::I64);
   };
+  const bool rolling = model.config.is_llama() && model.config.sliding_window > 0;
   std::vector<nn::KVCache> caches;
   Tensor logits = model.forward(to_tensor(seq, 0), Tensor(), nullptr, &caches).logits;  // (1, t, V)
   data::TokenIds out;
@@ -93,10 +94,13 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
                               : 0;
       if (text.find(o.stop, from) != std::string::npos) break;
     }
-    if (static_cast<int64_t>(seq.size()) <= T) {
+    if (static_cast<int64_t>(seq.size()) <= T || rolling) {
+      // A sliding-window model's caches roll: it decodes past block_size from them.
       logits = model.forward(to_tensor({next}, 0), Tensor(), nullptr, &caches).logits;
     } else {
-      // The window slides: positions shift, so the cached keys no longer apply.
+      // Past the context of a model without a sliding window: the last block_size tokens
+      // again, from position 0 (nanoGPT's crop): positions shift, so the cached keys no
+      // longer apply.
       data::TokenIds window(seq.end() - T, seq.end());
       caches.clear();
       logits = model.forward(to_tensor(window, 0), Tensor(), nullptr, nullptr).logits;

@@ -7,7 +7,8 @@
 // the uniform number of Philox block sample_counter(i) keyed by the seed (stream Sample,
 // Note [Random streams]): same seed, same text. The context is the last block_size tokens, as
 // nanoGPT's: once the sequence outgrows it, positions shift and each token recomputes the window
-// (no cache).
+// (no cache). A sliding-window model (Mistral) instead decodes on from its rolling caches,
+// at any length: its query i never saw keys older than i - W + 1 anyway.
 #pragma once
 
 #include <cstdint>

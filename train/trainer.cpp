@@ -237,8 +237,8 @@ class Run {
   // Finetuning: the checkpoint's weights, the position table cropped to block_size.
   void take_weights(const io::CheckpointData& d) {
     std::map<std::string, Tensor> state(d.model.begin(), d.model.end());
-    Tensor& wpe = state.at("transformer.wpe.weight");
-    wpe = kernel::narrow(wpe, 0, 0, c_.model.block_size);
+    auto wpe = state.find("transformer.wpe.weight");  // gpt2 only
+    if (wpe != state.end()) wpe->second = kernel::narrow(wpe->second, 0, 0, c_.model.block_size);
     model_.load_state_dict(state);
     spdlog::info("finetuning from {} (weights only: a fresh optimizer at step 0)", c_.init_from);
   }

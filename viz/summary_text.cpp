@@ -58,27 +58,53 @@ std::string per_head(const nn::ModelSummary& s) {
 
 std::string components(const nn::ModelSummary& s) {
   const nn::ParameterCount& p = s.counts;
-  const int64_t L = s.config.n_layer;
+  const nn::GPTConfig& c = s.config;
+  const int64_t L = c.n_layer;
+  const bool llama = c.is_llama();
   std::string o = "\nparameters by component\n";
   auto line = [&](const std::string& what, int64_t per, int64_t times) {
     o += fmt::format("  {:<56} {:>18}", what, with_commas(per * times));
     if (times > 1) o += fmt::format("  ({} x {} layers)", with_commas(per), times);
     o += "\n";
   };
-  line("token embedding wte (V x C; lm_head tied, counted once)", p.token_embedding, 1);
-  line("position embedding wpe (block_size x C)", p.position_embedding, 1);
+  line(c.tie_embeddings ? "token embedding wte (V x C; lm_head tied, counted once)"
+                        : "token embedding wte (V x C)",
+       p.token_embedding, 1);
+  if (!c.tie_embeddings) line("lm_head (V x C, not tied)", p.lm_head, 1);
+  if (!llama) line("position embedding wpe (block_size x C)", p.position_embedding, 1);
   line("attention Q (C x C)", p.attn_q, L);
   line("attention K (KVH*HS x C)", p.attn_k, L);
   line("attention V (KVH*HS x C)", p.attn_v, L);
   line("attention O, c_proj (C x C)", p.attn_o, L);
-  line("MLP c_fc (4C x C)", p.mlp_fc, L);
-  line("MLP c_proj (C x 4C)", p.mlp_proj, L);
-  line("LayerNorms ln_1, ln_2 (weights and biases)", p.layernorms, L);
-  line("Linear biases", p.biases, L);
-  line("final LayerNorm ln_f", p.final_layernorm, 1);
+  const int64_t H = c.mlp_hidden();
+  if (llama) {
+    line(fmt::format("MLP gate (H x C, H = {})", H), p.mlp_gate, L);
+    line("MLP up (H x C)", p.mlp_fc, L);
+    line("MLP down, c_proj (C x H)", p.mlp_proj, L);
+    line("RMSNorms ln_1, ln_2 (weights)", p.layernorms, L);
+    line("final RMSNorm ln_f", p.final_layernorm, 1);
+  } else {
+    line(fmt::format("MLP c_fc (H x C, H = {})", H), p.mlp_fc, L);
+    line("MLP c_proj (C x H)", p.mlp_proj, L);
+    line(c.bias ? "LayerNorms ln_1, ln_2 (weights and biases)" : "LayerNorms ln_1, ln_2 (weights)",
+         p.layernorms, L);
+    line("Linear biases", p.biases, L);
+    line("final LayerNorm ln_f", p.final_layernorm, 1);
+  }
   line("attention matrices Q, K, V, O (all layers)", p.attention_matrices(), 1);
   line("total", p.total(), 1);
-  line("total without position embeddings (N below)", s.flops_n, 1);
+  if (c.n_kv_head != c.n_head) {
+    nn::GPTConfig mha = c;
+    mha.n_kv_head = c.n_head;
+    const int64_t saved = nn::count_parameters(mha).total() - p.total();
+    line(fmt::format("saved by {} against MHA (K, V at {} of {} heads)",
+                     c.n_kv_head == 1 ? "MQA" : "GQA", c.n_kv_head, c.n_head),
+         saved, 1);
+  }
+  line(llama ? (c.tie_embeddings ? "matmul parameters (N below)"
+                                 : "matmul parameters: all but wte (N below)")
+             : "total without position embeddings (N below)",
+       s.flops_n, 1);
   return o + per_head(s);
 }
 
@@ -86,8 +112,9 @@ std::string costs(const nn::ModelSummary& s) {
   const nn::GPTConfig& c = s.config;
   std::string o = fmt::format(
       "\nmemory for training (f32)\n  weights {}, gradients {}, AdamW state (m, v) {}\n"
-      "  activations kept for backward at B {}, T {}: {} (estimate: per layer 12C + 2 KVH HS "
-      "per position, NH T^2 per sequence, masks with dropout; then 2C + 2V per position)\n"
+      "  activations kept for backward at B {}, T {}: {} (estimate: per layer 3C + (C + 2 KVH "
+      "HS) (twice with RoPE) + c_fc's and the activation's outputs per position, NH T^2 per "
+      "sequence, masks with dropout; then 2C + 2V per position)\n"
       "  total {}\n",
       human_bytes(s.weight_bytes), human_bytes(s.grad_bytes), human_bytes(s.adamw_bytes), s.batch,
       s.seq, human_bytes(s.activation_bytes),
@@ -111,11 +138,24 @@ std::string costs(const nn::ModelSummary& s) {
 
 std::string format_summary(const nn::ModelSummary& s) {
   const nn::GPTConfig& c = s.config;
-  std::string o = fmt::format(
-      "GPT: V {}, block_size {}, n_layer {}, n_head {}, n_kv_head {}, n_embd {}, dropout {}, "
-      "bias {}\ninput: B {} x T {} token ids\n\n",
-      c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.dropout, c.bias,
-      s.batch, s.seq);
+  std::string o;
+  if (c.is_llama()) {
+    o = fmt::format(
+        "{}: V {}, block_size {}, n_layer {}, n_head {}, n_kv_head {}, n_embd {}, hidden_dim {}, "
+        "rope_theta {}, norm_eps {}, tie_embeddings {}{}, dropout {}\ninput: B {} x T {} token "
+        "ids\n\n",
+        c.sliding_window > 0 ? "Llama (Mistral: sliding window)" : "Llama", c.vocab_size,
+        c.block_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.mlp_hidden(), c.rope_theta,
+        c.norm_eps, c.tie_embeddings,
+        c.sliding_window > 0 ? fmt::format(", sliding_window {}", c.sliding_window) : "",
+        c.dropout, s.batch, s.seq);
+  } else {
+    o = fmt::format(
+        "GPT: V {}, block_size {}, n_layer {}, n_head {}, n_kv_head {}, n_embd {}, dropout {}, "
+        "bias {}\ninput: B {} x T {} token ids\n\n",
+        c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.dropout, c.bias,
+        s.batch, s.seq);
+  }
   return o + module_table(s) + components(s) + costs(s);
 }
 

@@ -17,12 +17,13 @@ Tensor softmax(const Tensor& x) {
   return out;
 }
 
-Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
-  Tensor out = kernel::scaled_softmax(x, scale, offset);
-  autograd::record(
-      "scaled_softmax", {x}, out, [y = out.detach(), scale, offset](const Tensor& g, const Needs&) {
-        return std::vector<Tensor>{kernel::scaled_softmax_backward(y, g, scale, offset)};
-      });
+Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset, int64_t window) {
+  Tensor out = kernel::scaled_softmax(x, scale, offset, window);
+  autograd::record("scaled_softmax", {x}, out,
+                   [y = out.detach(), scale, offset, window](const Tensor& g, const Needs&) {
+                     return std::vector<Tensor>{
+                         kernel::scaled_softmax_backward(y, g, scale, offset, window)};
+                   });
   return out;
 }
 
@@ -42,29 +43,29 @@ Tensor heads_view(const Tensor& x, int64_t start, int64_t H, int64_t HS) {
 }  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t offset,
-                 const DropoutStream& drop) {
+                 const DropoutStream& drop, int64_t window) {
   ATTEND_CHECK(q.dim() == 4, "attention: expected q of shape (B, NH, Tq, HS), got ",
                shape_str(q.shape()));
   Tensor qc = unit_last(q), kc = unit_last(k), vc = unit_last(v);
   // out is (B, NH, Tq, HS) over a (B, Tq, NH, HS) buffer: concatenating the heads is a view.
   Tensor out =
       kernel::transpose(empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.dtype()), 1, 2);
-  kernel::attention_forward(qc, kc, vc, scale, offset, drop, out);
+  kernel::attention_forward(qc, kc, vc, scale, offset, drop, out, window);
   // saves: q, k, v (the weights are recomputed in backward)
   autograd::record("attention", {q, k, v}, out,
-                   [qc = qc.detach(), kc = kc.detach(), vc = vc.detach(), scale, offset, drop](
-                       const Tensor& g, const Needs&) {
+                   [qc = qc.detach(), kc = kc.detach(), vc = vc.detach(), scale, offset, drop,
+                    window](const Tensor& g, const Needs&) {
                      Tensor dq = empty(qc.shape(), qc.dtype()), dk = empty(kc.shape(), kc.dtype()),
                             dv = empty(vc.shape(), vc.dtype());
                      kernel::attention_backward(unit_last(g), qc, kc, vc, scale, offset, drop, dq,
-                                                dk, dv);
+                                                dk, dv, window);
                      return std::vector<Tensor>{dq, dk, dv};
                    });
   return out;
 }
 
 Tensor attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, double scale,
-                     int64_t offset, const DropoutStream& drop) {
+                     int64_t offset, const DropoutStream& drop, int64_t window) {
   ATTEND_CHECK(qkv.dim() == 3 && n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 &&
                    qkv.size(2) % (n_head + 2 * n_kv_head) == 0,
                "attention_qkv: expected qkv of shape (B, T, (NH + 2 KVH) HS) with NH ", n_head,
@@ -75,10 +76,10 @@ Tensor attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, doubl
   Tensor o = empty({B, T, C}, qkv.dtype());
   kernel::attention_forward(heads_view(x, 0, n_head, HS), heads_view(x, C, n_kv_head, HS),
                             heads_view(x, C + kv, n_kv_head, HS), scale, offset, drop,
-                            heads_view(o, 0, n_head, HS));
+                            heads_view(o, 0, n_head, HS), window);
   // saves: qkv (the weights are recomputed in backward)
   autograd::record("attention_qkv", {qkv}, o,
-                   [x = x.detach(), n_head, n_kv_head, HS, C, kv, scale, offset, drop](
+                   [x = x.detach(), n_head, n_kv_head, HS, C, kv, scale, offset, drop, window](
                        const Tensor& g, const Needs&) {
                      Tensor gc = kernel::contiguous(g);
                      Tensor dx = empty(x.shape(), x.dtype());
@@ -86,7 +87,8 @@ Tensor attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, doubl
                          heads_view(gc, 0, n_head, HS), heads_view(x, 0, n_head, HS),
                          heads_view(x, C, n_kv_head, HS), heads_view(x, C + kv, n_kv_head, HS),
                          scale, offset, drop, heads_view(dx, 0, n_head, HS),
-                         heads_view(dx, C, n_kv_head, HS), heads_view(dx, C + kv, n_kv_head, HS));
+                         heads_view(dx, C, n_kv_head, HS), heads_view(dx, C + kv, n_kv_head, HS),
+                         window);
                      return std::vector<Tensor>{dx};
                    });
   return o;
@@ -181,6 +183,38 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   autograd::record("embedding", {weight}, out,
                    [ids, rows = weight.size(0)](const Tensor& g, const Needs&) {
                      return std::vector<Tensor>{kernel::embedding_backward(g, ids, rows)};
+                   });
+  return out;
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  auto r = kernel::rms_norm(x, weight, eps);
+  // saves: x, weight and the per-row 1/rms
+  autograd::record("rms_norm", {x, weight}, r.y,
+                   [x = x.detach(), w = weight.detach(), rstd = r.rstd](const Tensor& g,
+                                                                         const Needs&) {
+                     auto d = kernel::rms_norm_backward(g, x, w, rstd);
+                     return std::vector<Tensor>{d.dx, d.dweight};
+                   });
+  return r.y;
+}
+
+Tensor swiglu(const Tensor& x) {
+  Tensor out = kernel::swiglu(x);
+  // saves: x (gate and up)
+  autograd::record("swiglu", {x}, out, [x = x.detach()](const Tensor& g, const Needs&) {
+    return std::vector<Tensor>{kernel::swiglu_backward(g, x)};
+  });
+  return out;
+}
+
+Tensor rotary(const Tensor& x, int64_t head_size, int64_t rotated, int64_t pos0, double theta) {
+  Tensor out = kernel::rotary(x, head_size, rotated, pos0, theta);
+  // saves: nothing (the backward turns the gradient back)
+  autograd::record("rotary", {x}, out,
+                   [head_size, rotated, pos0, theta](const Tensor& g, const Needs&) {
+                     return std::vector<Tensor>{
+                         kernel::rotary(g, head_size, rotated, pos0, theta, -1)};
                    });
   return out;
 }

@@ -1,7 +1,8 @@
 // Fused attention, forward and backward (declared in tensor/kernels.h).
 //
-// Per (batch, query head) and block of kRows query rows [r0, r1), with nk keys visible to
-// the block (all Tk, or r1 - 1 + offset + 1 under the causal mask):
+// Per (batch, query head) and block of kRows query rows [r0, r1), with the keys [k0, nk)
+// visible to some row of the block (k0 = 0 but under a sliding window; nk all Tk, or
+// r1 - 1 + offset + 1 under the causal mask; K[:nk] below stands for K[k0:nk]):
 //   forward   S = Q_blk K[:nk]^T                 (gemm, rows x nk, in a per-thread buffer)
 //             P = scaled_softmax(S) row by row     (kernels/rowmath.h, as the composed op)
 //             Pd = P * mask                        (dropout, drawn from the same stream)
@@ -11,7 +12,7 @@
 //             S, P recomputed as above; dPd = dO_blk V[:nk]^T; dP = dPd * mask
 //             dS = (P (dP - sum_j dP_j P_j)) scale  (rowmath.h, as scaled_softmax_backward)
 //             dV[:nk] += Pd^T dO_blk;  dQ_blk = dS K[:nk];  dK[:nk] += dS^T Q_blk
-// Keys past nk get no work; masked keys inside a block have P = 0 and dS = 0. Tasks
+// Keys outside [k0, nk) get no work; masked keys inside a block have P = 0 and dS = 0. Tasks
 // write disjoint outputs and each sums in a fixed order, so the result does not depend on
 // the thread count. With the same gemm K-blocking as the composed path the forward gives
 // its bits; the gradients sum in another order (tests compare them with a tolerance and
@@ -87,9 +88,13 @@ void product(int64_t M, int64_t n, int64_t k, MatrixRef<T> A, const T* packed, i
   }
 }
 
-// Keys row i may see.
-inline int64_t visible(int64_t i, int64_t Tk, int64_t offset) {
-  return offset < 0 ? Tk : std::min(Tk, i + offset + 1);
+// The keys a block of query rows [r0, r0 + rows) needs: [k0, nk) (first_key and end_key in
+// kernels/rowmath.h; both grow with the row).
+struct KeyRange {
+  int64_t k0, nk;
+};
+inline KeyRange block_keys(int64_t r0, int64_t rows, int64_t Tk, int64_t offset, int64_t window) {
+  return {first_key(r0, offset, window), end_key(r0 + rows - 1, Tk, offset)};
 }
 
 // A per-thread buffer that only grows (slot 0..5).
@@ -103,7 +108,7 @@ T* scratch(int slot, int64_t n) {
 
 template <typename T>
 void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t offset,
-                  const DropoutStream& drop, const Tensor& out) {
+                  const DropoutStream& drop, const Tensor& out, int64_t window) {
   const Plan p = plan("attention", q, k, v, offset, drop);
   const Heads ho = heads_of(out, "attention", "out");
   ATTEND_CHECK(out.shape() == q.shape() && out.dtype() == q.dtype(),
@@ -112,7 +117,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
   const T *Q = q.data<T>(), *K = k.data<T>(), *V = v.data<T>();
   T* O = out.data<T>();
   const T ts = static_cast<T>(scale);
-  const bool dropping = drop.p > 0, prepack = Tk <= kMaxPrepackedKeys;
+  const bool dropping = drop.p > 0, prepack = Tk <= kMaxPrepackedKeys && window == 0;
   parallel_for(p.q.B * NH * p.nblk, 1, [&](int64_t s, int64_t e) {
     T* S = scratch<T>(0, kRows * Tk);
     T* M = dropping ? scratch<T>(1, Tk) : nullptr;
@@ -122,7 +127,8 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
     for (int64_t task = s; task < e; ++task) {
       const int64_t blk = task % p.nblk, bh = task / p.nblk, h = bh % NH, b = bh / NH;
       const int64_t kvh = h / p.G, r0 = blk * kRows, rows = std::min(kRows, Tq - r0);
-      const int64_t nk = visible(r0 + rows - 1, Tk, offset);
+      const auto [k0, nk] = block_keys(r0, rows, Tk, offset, window);
+      const int64_t w = nk - k0;  // the block's keys
       const T* qb = Q + b * p.q.sb + h * p.q.sh + r0 * p.q.st;
       const T* kb = K + b * p.k.sb + kvh * p.k.sh;
       const T* vb = V + b * p.v.sb + kvh * p.v.sh;
@@ -132,17 +138,21 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
         pack_b_all<T>(Tk, HS, {vb, p.v.st, 1}, PV);
         packed_for = b * p.k.H + kvh;
       }
-      product<T>(rows, nk, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kb, 1, p.k.st}, S, nk);
+      const T* kw = kb + k0 * p.k.st;  // key k0 on
+      const T* vw = vb + k0 * p.v.st;
+      product<T>(rows, w, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kw, 1, p.k.st}, S, w);
       for (int64_t i = 0; i < rows; ++i) {
-        T* y = S + i * nk;
-        const int64_t valid = visible(r0 + i, Tk, offset);
-        softmax_row(y, y, valid, nk, ts);
-        if (dropping) {
-          dropout_fill(drop, static_cast<uint64_t>((bh * Tq + r0 + i) * Tk), valid, M);
-          for (int64_t j = 0; j < valid; ++j) y[j] *= M[j];
+        T* y = S + i * w;
+        const int64_t lo = first_key(r0 + i, offset, window) - k0;
+        const int64_t valid = end_key(r0 + i, Tk, offset) - k0;
+        softmax_row_range(y, y, lo, valid, w, ts);
+        if (dropping && valid > lo) {
+          dropout_fill(drop, static_cast<uint64_t>((bh * Tq + r0 + i) * Tk + k0 + lo), valid - lo,
+                       M + lo);
+          for (int64_t j = lo; j < valid; ++j) y[j] *= M[j];
         }
       }
-      product<T>(rows, HS, nk, {S, nk, 1}, PV, Tk, HS, {vb, p.v.st, 1}, ob, ho.st);
+      product<T>(rows, HS, w, {S, w, 1}, PV, Tk, HS, {vw, p.v.st, 1}, ob, ho.st);
     }
   });
 }
@@ -150,7 +160,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
 template <typename T>
 void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                    int64_t offset, const DropoutStream& drop, const Tensor& dq, const Tensor& dk,
-                   const Tensor& dv) {
+                   const Tensor& dv, int64_t window) {
   const Plan p = plan("attention_backward", q, k, v, offset, drop);
   const Heads hg = heads_of(g, "attention_backward", "g"),
               hdq = heads_of(dq, "attention_backward", "dq"),
@@ -164,7 +174,7 @@ void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   const T *Q = q.data<T>(), *K = k.data<T>(), *V = v.data<T>(), *GO = g.data<T>();
   T *DQ = dq.data<T>(), *DK = dk.data<T>(), *DV = dv.data<T>();
   const T ts = static_cast<T>(scale);
-  const bool dropping = drop.p > 0, prepack = Tk <= kMaxPrepackedKeys;
+  const bool dropping = drop.p > 0, prepack = Tk <= kMaxPrepackedKeys && window == 0;
   parallel_for(p.q.B * KVH, 1, [&](int64_t s, int64_t e) {
     T* P = scratch<T>(0, kRows * Tk);
     T* D = scratch<T>(2, kRows * Tk);
@@ -191,29 +201,35 @@ void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
         const int64_t bh = b * NH + h;
         for (int64_t blk = 0; blk < p.nblk; ++blk) {
           const int64_t r0 = blk * kRows, rows = std::min(kRows, Tq - r0);
-          const int64_t nk = visible(r0 + rows - 1, Tk, offset);
+          const auto [k0, nk] = block_keys(r0, rows, Tk, offset, window);
+          const int64_t w = nk - k0;  // the block's keys
           const T* qb = Q + b * p.q.sb + h * p.q.sh + r0 * p.q.st;
           const T* gb = GO + b * hg.sb + h * hg.sh + r0 * hg.st;
-          product<T>(rows, nk, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kb, 1, p.k.st}, P, nk);
-          product<T>(rows, nk, HS, {gb, hg.st, 1}, PVT, HS, Tk, {vb, 1, p.v.st}, D, nk);
+          const T* kw = kb + k0 * p.k.st;
+          const T* vw = vb + k0 * p.v.st;
+          product<T>(rows, w, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kw, 1, p.k.st}, P, w);
+          product<T>(rows, w, HS, {gb, hg.st, 1}, PVT, HS, Tk, {vw, 1, p.v.st}, D, w);
           for (int64_t i = 0; i < rows; ++i) {
-            T* y = P + i * nk;
-            T* d = D + i * nk;
-            const int64_t valid = visible(r0 + i, Tk, offset);
-            softmax_row(y, y, valid, nk, ts);
-            if (dropping) {
-              dropout_fill(drop, static_cast<uint64_t>((bh * Tq + r0 + i) * Tk), valid, M);
-              for (int64_t j = 0; j < valid; ++j) d[j] *= M[j];
+            T* y = P + i * w;
+            T* d = D + i * w;
+            const int64_t lo = first_key(r0 + i, offset, window) - k0;
+            const int64_t valid = end_key(r0 + i, Tk, offset) - k0;
+            softmax_row_range(y, y, lo, valid, w, ts);
+            const bool drop_row = dropping && valid > lo;
+            if (drop_row) {
+              dropout_fill(drop, static_cast<uint64_t>((bh * Tq + r0 + i) * Tk + k0 + lo),
+                           valid - lo, M + lo);
+              for (int64_t j = lo; j < valid; ++j) d[j] *= M[j];
             }
-            softmax_grad_row(y, d, d, valid, nk, ts);
-            if (dropping)
-              for (int64_t j = 0; j < valid; ++j) y[j] *= M[j];
+            softmax_grad_row_range(y, d, d, lo, valid, w, ts);
+            if (drop_row)
+              for (int64_t j = lo; j < valid; ++j) y[j] *= M[j];
           }
-          // dV[:nk] += Pd^T dO_blk, dQ_blk = dS K[:nk], dK[:nk] += dS^T Q_blk
-          gemm<T>(nk, HS, rows, {P, 1, nk}, {gb, hg.st, 1}, dvb, hdv.st, false, true);
+          // dV[k0:nk] += Pd^T dO_blk, dQ_blk = dS K[k0:nk], dK[k0:nk] += dS^T Q_blk
+          gemm<T>(w, HS, rows, {P, 1, w}, {gb, hg.st, 1}, dvb + k0 * hdv.st, hdv.st, false, true);
           T* dqb = DQ + b * hdq.sb + h * hdq.sh + r0 * hdq.st;
-          product<T>(rows, HS, nk, {D, nk, 1}, PKK, Tk, HS, {kb, p.k.st, 1}, dqb, hdq.st);
-          gemm<T>(nk, HS, rows, {D, 1, nk}, {qb, p.q.st, 1}, dkb, hdk.st, false, true);
+          product<T>(rows, HS, w, {D, w, 1}, PKK, Tk, HS, {kw, p.k.st, 1}, dqb, hdq.st);
+          gemm<T>(w, HS, rows, {D, 1, w}, {qb, p.q.st, 1}, dkb + k0 * hdk.st, hdk.st, false, true);
         }
       }
     }
@@ -223,16 +239,22 @@ void backward_impl(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                       int64_t offset, const DropoutStream& drop, const Tensor& out) {
-  dispatch_float(q.dtype(), "attention",
-                 [&]<typename T>() { forward_impl<T>(q, k, v, scale, offset, drop, out); });
+                       int64_t offset, const DropoutStream& drop, const Tensor& out,
+                       int64_t window) {
+  ATTEND_CHECK(window >= 0 && (window == 0 || offset >= 0), "attention: window ", window,
+               " needs a causal mask and must be >= 0");
+  dispatch_float(q.dtype(), "attention", [&]<typename T>() {
+    forward_impl<T>(q, k, v, scale, offset, drop, out, window);
+  });
 }
 
 void attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
                         double scale, int64_t offset, const DropoutStream& drop, const Tensor& dq,
-                        const Tensor& dk, const Tensor& dv) {
+                        const Tensor& dk, const Tensor& dv, int64_t window) {
+  ATTEND_CHECK(window >= 0 && (window == 0 || offset >= 0), "attention_backward: window ", window,
+               " needs a causal mask and must be >= 0");
   dispatch_float(q.dtype(), "attention_backward", [&]<typename T>() {
-    backward_impl<T>(g, q, k, v, scale, offset, drop, dq, dk, dv);
+    backward_impl<T>(g, q, k, v, scale, offset, drop, dq, dk, dv, window);
   });
 }
 

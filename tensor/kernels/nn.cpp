@@ -4,7 +4,8 @@
 // softmax:      y_i = exp(x_i - m) / sum_j exp(x_j - m),  m = max_j x_j
 //   backward:   dx_i = y_i (g_i - sum_j g_j y_j)
 // scaled_softmax (attention's, fused): rows of (..., Tq, Tk) scores, row i of Tq,
-//               z_j = scale x_j for j <= i + offset (all j when offset < 0), else -inf,
+//               z_j = scale x_j for j <= i + offset (all j when offset < 0) and, with a
+//               window W > 0, j > i + offset - W; else -inf,
 //               y = softmax(z): masked keys get exactly 0 and are never exponentiated
 //   backward:   dx_j = (y_j (g_j - sum_k g_k y_k)) scale, 0 on masked keys
 //   The rows are kernels/rowmath.h's (vectorised: exp_f32 in f32, sums over 8 lanes),
@@ -20,6 +21,11 @@
 //               loss = (1/n) sum_rows (lse_r - x_{r, t_r}),  lse_r = log sum_j exp(x_rj)
 //   backward:   dx_rj = g (exp(x_rj - lse_r) - [j == t_r]) / n, zero on ignored rows
 // embedding:    out[..., :] = W[id, :];  backward: dW[id, :] += g[..., :] (in order)
+// rms_norm:     xhat = x rstd, rstd = 1 / sqrt(mean(x^2) + eps), y = xhat * w
+//   backward:   dxhat = g * w,  dx = rstd * (dxhat - xhat * mean(dxhat * xhat))
+//               dw = sum_rows g * xhat
+// swiglu:       x = [a | b] (..., 2H), y = silu(a) b, silu(a) = a s, s = sigmoid(a)
+//   backward:   da = g b s (1 + a (1 - s)),  db = g silu(a)
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -96,9 +102,11 @@ int64_t count_targets(const Tensor& t, int64_t N, int64_t V, int64_t ignore_inde
 
 }  // namespace
 
-Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
+Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset, int64_t window) {
   ATTEND_CHECK(x.dim() >= (offset < 0 ? 1 : 2),
                "scaled_softmax: expected (..., Tq, Tk) scores, got ", x.dim(), " dims");
+  ATTEND_CHECK(window >= 0 && (window == 0 || offset >= 0), "scaled_softmax: window ", window,
+               " needs a causal mask (offset >= 0) and must be >= 0");
   const int64_t tq = x.dim() >= 2 ? x.size(-2) : 1, n = x.size(-1);
   Tensor xc = contiguous(x);
   Tensor y = empty(x.shape(), x.dtype());
@@ -107,14 +115,16 @@ Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset) {
     T* out = y.data<T>();
     const T ts = static_cast<T>(scale);
     for_rows(x.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
-      const int64_t valid = offset < 0 ? n : std::min(n, r % tq + offset + 1);
-      softmax_row(in + r * n, out + r * n, valid, n, ts);
+      const int64_t i = r % tq;
+      softmax_row_range(in + r * n, out + r * n, first_key(i, offset, window),
+                        end_key(i, n, offset), n, ts);
     });
   });
   return y;
 }
 
-Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, int64_t offset) {
+Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, int64_t offset,
+                               int64_t window) {
   ATTEND_CHECK(y.dim() >= (offset < 0 ? 1 : 2) && y.shape() == g.shape(),
                "scaled_softmax_backward: y and g must be the same (..., Tq, Tk) shape");
   const int64_t tq = y.dim() >= 2 ? y.size(-2) : 1, n = y.size(-1);
@@ -125,8 +135,9 @@ Tensor scaled_softmax_backward(const Tensor& y, const Tensor& g, double scale, i
     T* dp = dx.data<T>();
     const T ts = static_cast<T>(scale);
     for_rows(y.numel() / std::max<int64_t>(n, 1), n, [&](int64_t r) {
-      const int64_t valid = offset < 0 ? n : std::min(n, r % tq + offset + 1);
-      softmax_grad_row(yp + r * n, gp + r * n, dp + r * n, valid, n, ts);
+      const int64_t i = r % tq;
+      softmax_grad_row_range(yp + r * n, gp + r * n, dp + r * n, first_key(i, offset, window),
+                             end_key(i, n, offset), n, ts);
     });
   });
   return dx;
@@ -395,6 +406,117 @@ Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t num_rows) 
     }
   });
   return dw;
+}
+
+RMSNormOut rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  const int64_t C = last_dim(x, "rms_norm");
+  ATTEND_CHECK(weight.shape() == Shape{C}, "rms_norm: expected weight of shape (", C,
+               ",) for input ", shape_str(x.shape()), ", got ", shape_str(weight.shape()));
+  ATTEND_CHECK(weight.dtype() == x.dtype(), "rms_norm: expected input and weight of one dtype");
+  const int64_t rows = C ? x.numel() / C : 0;
+  Tensor xc = contiguous(x), wc = contiguous(weight);
+  RMSNormOut o{empty(x.shape(), x.dtype()), empty({rows}, x.dtype())};
+  dispatch_float(x.dtype(), "rms_norm", [&]<typename T>() {
+    const T *xp = xc.data<T>(), *w = wc.data<T>();
+    T *yp = o.y.data<T>(), *rp = o.rstd.data<T>();
+    for_rows(rows, C, [&](int64_t r) {
+      const T* xr = xp + r * C;
+      const double ss = lane_sum(C, [&](int64_t i) {
+        const double v = xr[i];
+        return v * v;
+      });
+      const double rstd = 1.0 / std::sqrt(ss / C + eps);
+      rp[r] = static_cast<T>(rstd);
+      const T tr = static_cast<T>(rstd);
+      for (int64_t i = 0; i < C; ++i) yp[r * C + i] = xr[i] * tr * w[i];
+    });
+  });
+  return o;
+}
+
+RMSNormGrads rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
+                               const Tensor& rstd) {
+  const int64_t C = x.size(-1);
+  const int64_t rows = C ? x.numel() / C : 0;
+  Tensor gc = contiguous(g), xc = contiguous(x), wc = contiguous(weight);
+  RMSNormGrads out{empty(x.shape(), x.dtype()), Tensor()};
+  Tensor g_xhat = empty({rows, C}, x.dtype());  // g * xhat, summed over rows for dw
+  dispatch_float(x.dtype(), "rms_norm_backward", [&]<typename T>() {
+    const T *gp = gc.data<T>(), *xp = xc.data<T>(), *w = wc.data<T>(), *rp = rstd.data<T>();
+    T *dx = out.dx.data<T>(), *gx = g_xhat.data<T>();
+    for_rows(rows, C, [&](int64_t r) {
+      const T *gr = gp + r * C, *xr = xp + r * C;
+      const T rs = rp[r];
+      const double sum_dx = lane_sum(
+          C, [&](int64_t i) { return static_cast<double>(gr[i] * w[i]) * (xr[i] * rs); });
+      const T mean_dx = static_cast<T>(sum_dx / C);
+      for (int64_t i = 0; i < C; ++i) {
+        const T xhat = xr[i] * rs;
+        gx[r * C + i] = gr[i] * xhat;
+        dx[r * C + i] = rs * (gr[i] * w[i] - xhat * mean_dx);
+      }
+    });
+  });
+  out.dweight = sum(g_xhat, {0}, false);
+  return out;
+}
+
+namespace {
+
+// sigmoid(a) from exp(-|a|) (never overflows).
+template <typename T>
+[[gnu::always_inline]] inline T sigmoid(T a) {
+  const T e = exp_fast<T>(a < T(0) ? a : -a);
+  return a < T(0) ? e / (T(1) + e) : T(1) / (T(1) + e);
+}
+
+int64_t swiglu_half(const Tensor& x, const char* op) {
+  const int64_t n = last_dim(x, op);
+  ATTEND_CHECK(n % 2 == 0, op, ": expected packed [gate | up] with an even last dim, got ",
+               shape_str(x.shape()));
+  return n / 2;
+}
+
+}  // namespace
+
+Tensor swiglu(const Tensor& x) {
+  const int64_t H = swiglu_half(x, "swiglu");
+  const int64_t rows = H ? x.numel() / (2 * H) : 0;
+  Shape shape = x.shape();
+  shape.back() = H;
+  Tensor xc = contiguous(x), y = empty(shape, x.dtype());
+  dispatch_float(x.dtype(), "swiglu", [&]<typename T>() {
+    const T* xp = xc.data<T>();
+    T* yp = y.data<T>();
+    for_rows(rows, 2 * H, [&](int64_t r) {
+      const T *a = xp + r * 2 * H, *b = a + H;
+      T* o = yp + r * H;
+      for (int64_t i = 0; i < H; ++i) o[i] = a[i] * sigmoid(a[i]) * b[i];
+    });
+  });
+  return y;
+}
+
+Tensor swiglu_backward(const Tensor& g, const Tensor& x) {
+  const int64_t H = swiglu_half(x, "swiglu_backward");
+  const int64_t rows = H ? x.numel() / (2 * H) : 0;
+  ATTEND_CHECK(g.numel() == rows * H, "swiglu_backward: g ", shape_str(g.shape()),
+               " does not fit x ", shape_str(x.shape()));
+  Tensor xc = contiguous(x), gc = contiguous(g), dx = empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), "swiglu_backward", [&]<typename T>() {
+    const T *xp = xc.data<T>(), *gp = gc.data<T>();
+    T* dp = dx.data<T>();
+    for_rows(rows, 2 * H, [&](int64_t r) {
+      const T *a = xp + r * 2 * H, *b = a + H, *gr = gp + r * H;
+      T *da = dp + r * 2 * H, *db = da + H;
+      for (int64_t i = 0; i < H; ++i) {
+        const T s = sigmoid(a[i]);
+        da[i] = gr[i] * b[i] * s * (T(1) + a[i] * (T(1) - s));
+        db[i] = gr[i] * a[i] * s;
+      }
+    });
+  });
+  return dx;
 }
 
 }  // namespace attend::kernel

@@ -271,4 +271,40 @@ void softmax_grad_row(const T* y, const T* g, T* dx, int64_t valid, int64_t n, T
   softmax_grad_row_plain(y, g, dx, valid, n, ts);
 }
 
+// ---- Attention masks --------------------------------------------------------------------
+// Row i of (Tq, Tk) scores sees keys [first_key(i), end_key(i)):
+//   causal (offset >= 0): j <= i + offset (the future hidden)
+//   sliding window W > 0 (Mistral): also j > i + offset - W, i.e. the W newest keys
+//   offset < 0: every key (no mask; a window needs a causal mask)
+inline int64_t end_key(int64_t i, int64_t Tk, int64_t offset) {
+  return offset < 0 ? Tk : std::min(Tk, i + offset + 1);
+}
+inline int64_t first_key(int64_t i, int64_t offset, int64_t window) {
+  return offset < 0 || window <= 0 ? 0 : std::max<int64_t>(0, i + offset - window + 1);
+}
+
+// softmax_row over the keys [lo, valid) of a row of n (zeros elsewhere). The lanes count
+// from lo, so the fused attention (which starts its block at some key <= lo) and
+// scaled_softmax give the same bits whenever both start the row's keys at lo.
+template <typename T>
+void softmax_row_range(const T* x, T* y, int64_t lo, int64_t valid, int64_t n, T ts) {
+  if (lo > 0) std::fill(y, y + std::min(lo, n), T(0));
+  if (lo >= valid) {
+    std::fill(y, y + n, T(0));
+    return;
+  }
+  softmax_row(x + lo, y + lo, valid - lo, n - lo, ts);
+}
+
+template <typename T>
+void softmax_grad_row_range(const T* y, const T* g, T* dx, int64_t lo, int64_t valid, int64_t n,
+                            T ts) {
+  if (lo > 0) std::fill(dx, dx + std::min(lo, n), T(0));
+  if (lo >= valid) {
+    std::fill(dx, dx + n, T(0));
+    return;
+  }
+  softmax_grad_row(y + lo, g + lo, dx + lo, valid - lo, n - lo, ts);
+}
+
 }  // namespace attend::kernel

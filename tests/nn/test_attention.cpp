@@ -176,7 +176,7 @@ TEST_CASE("concat-then-c_proj equals the sum over heads of each head's slice of 
 
 TEST_CASE("cross-attention reads keys and values from the context on both paths") {
   Generator g(7);
-  Attention a({8, 2, 2, false, false, 0.0});
+  Attention a(AttentionConfig{.n_embd = 8, .n_head = 2, .n_kv_head = 2, .causal = false, .bias = false, .dropout = 0.0});
   randomize(a, g, DType::F64);
   Tensor x = randn({2, 3, 8}, g, DType::F64), ctx = randn({2, 5, 8}, g, DType::F64);
   const Tensor& W = a.c_attn->weight;
