@@ -81,12 +81,15 @@ int models_differing(const fs::path& run_a, const fs::path& run_b) {
 
 }  // namespace
 
-TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for bit") {
+namespace {
+
+// 8 steps straight against 3 steps + resume for 5, for the model `arch` flags describe.
+void check_exact_resume(const std::string& arch) {
   fs::path dir = temp_dir("resume");
   fs::path corpus = make_corpus(dir);
   // Dropout on, warmup and cosine, gradient accumulation: everything that could drift.
   const std::string common =
-      "train --data " + corpus.string() + kTiny +
+      "train --data " + corpus.string() + kTiny + arch +
       " --dropout 0.1 --warmup_iters 2 --lr_decay_iters 8 --gradient_accumulation_steps 2"
       " --eval_interval 4 --log_interval 1 --checkpoint_interval 100";
   Run a = attend_cmd(common + " --max_iters 8 --out " + (dir / "A").string());
@@ -118,6 +121,17 @@ TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for 
   CHECK(la.size() == 8);
   CHECK(la == lb);
   fs::remove_all(dir);
+}
+
+}  // namespace
+
+TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for bit") {
+  check_exact_resume("");
+}
+
+TEST_CASE("exact resume of a Llama with a sliding window and an untied head, bit for bit") {
+  // RMSNorm, RoPE, SwiGLU, GQA (kTiny's n_kv_head 1), Mistral's window, lm_head its own.
+  check_exact_resume(" --arch llama --tie_embeddings false --sliding_window 5");
 }
 
 TEST_CASE("exact resume keeps non-round settings bit for bit (4 steps + resume to 8)") {

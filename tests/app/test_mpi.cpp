@@ -146,6 +146,23 @@ TEST_CASE("mpirun -np 2 and -np 4 train the same bits as one process") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("a Llama (GQA, sliding window) trains the same bits at -np 2 as in one process") {
+  REQUIRE_MPI();
+  const fs::path dir = test::temp_dir("mpi_llama");
+  const fs::path data = prepared(dir);
+  const std::string f =
+      flags(data) + " --arch llama --n_kv_head 1 --sliding_window 6 --max_iters 3";
+  REQUIRE(
+      shell("OMP_NUM_THREADS=2 " + std::string(ATTEND_BIN) + f + " --out " + (dir / "w1").string())
+          .code == 0);
+  const Run r = shell(mpirun(2) + ATTEND_BIN + f + " --out " + (dir / "w2").string());
+  CAPTURE(r.out);
+  REQUIRE(r.code == 0);
+  check_same_bits(dir / "w1" / train::checkpoint_name(3), dir / "w2" / train::checkpoint_name(3));
+  CHECK(losses(dir / "w1") == losses(dir / "w2"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a run checkpointed at 2 processes resumes at 4 and at 1 with the same bits") {
   REQUIRE_MPI();
   const fs::path dir = test::temp_dir("mpi_elastic");

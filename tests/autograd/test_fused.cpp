@@ -194,11 +194,11 @@ namespace {
 // The composed attention the fused op replaces (nn::Attention with fused = false): scores
 // by matmul, scaled_softmax, the dropout mask as a tensor, matmul.
 Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                          int64_t offset, const DropoutStream& drop) {
+                          int64_t offset, const DropoutStream& drop, int64_t window = 0) {
   const int64_t B = q.size(0), NH = q.size(1), Tq = q.size(2), HS = q.size(3);
   const int64_t KVH = k.size(1), Tk = k.size(2), G = NH / KVH;
   Tensor s = matmul(reshape(q, {B, KVH, G, Tq, HS}), transpose(unsqueeze(k, 2), -1, -2));
-  Tensor w = scaled_softmax(reshape(s, {B, NH, Tq, Tk}), scale, offset);
+  Tensor w = scaled_softmax(reshape(s, {B, NH, Tq, Tk}), scale, offset, window);
   if (drop.p > 0) {
     Tensor mask = empty(w.shape(), w.dtype());
     dispatch_float(w.dtype(), "mask",
@@ -224,8 +224,14 @@ TEST_CASE(
     const char* what;
     int64_t B, NH, KVH, Tq, Tk, HS, offset;
     double p;
+    int64_t window = 0;
   };
   const Case cases[] = {
+      // Mistral's sliding window: blocks start at their first visible key (the composed bits
+      // while the keys fit one 256-key GEMM block; past it, see below)
+      {"window 5, 70 rows, dropout", 2, 2, 1, 70, 70, 8, 0, 0.2, 5},
+      {"window 40 of 300 keys", 1, 2, 2, 300, 300, 8, 0, 0.0, 40},
+      {"window 4, cache: 3 new of 9", 1, 2, 2, 3, 9, 8, 6, 0.1, 4},
       {"causal, 70 rows", 2, 3, 3, 70, 70, 16, 0, 0.0},
       {"causal, dropout", 2, 2, 2, 45, 45, 8, 0, 0.25},
       {"cache: 5 new of 12", 1, 2, 2, 5, 12, 8, 7, 0.0},
@@ -254,13 +260,21 @@ TEST_CASE(
       for (int path = 0; path < 2; ++path) {
         Tensor a = kernel::clone(q).requires_grad_(), b = kernel::clone(k).requires_grad_(),
                d = kernel::clone(v).requires_grad_();
-        Tensor out = path == 0 ? attention(a, b, d, scale, c.offset, drop)
-                               : attention_composed(a, b, d, scale, c.offset, drop);
+        Tensor out = path == 0 ? attention(a, b, d, scale, c.offset, drop, c.window)
+                               : attention_composed(a, b, d, scale, c.offset, drop, c.window);
         out.backward(up);
         res[path] = {out.detach(), a.grad(), b.grad(), d.grad()};
       }
-      CHECK(res[0][0].to_vector<double>() == res[1][0].to_vector<double>());
-      CHECK(res[0][1].to_vector<double>() == res[1][1].to_vector<double>());
+      // A window whose keys straddle the composed GEMM's 256-key block boundary sums
+      // (keys < 256) + (keys >= 256) there and in one run here: the same to rounding only.
+      const bool same_bits = c.window == 0 || c.Tk <= 256;
+      for (int i = 0; i < 2; ++i) {
+        if (same_bits) {
+          CHECK(res[0][i].to_vector<double>() == res[1][i].to_vector<double>());
+        } else {
+          test::check_close(res[0][i], res[1][i], dt == DType::F32 ? 1e-5 : 1e-13);
+        }
+      }
       for (int i = 2; i < 4; ++i) {
         const std::vector<double> fa = res[0][i].to_vector<double>(),
                                   co = res[1][i].to_vector<double>();
@@ -412,4 +426,127 @@ TEST_CASE(
                     kernel::cross_entropy_backward(scalar_tensor(1.0, DType::F64), x64, t, c64.lse,
                                                    c64.count, -100),
                     1e-8, 1e-5);
+}
+
+// ---- Llama's layers and Mistral's window ---------------------------------------------------
+
+TEST_CASE("rms_norm equals x / sqrt(mean(x^2) + eps) * w from primitives") {
+  Generator g(31);
+  check_same([](const std::vector<Tensor>& x) { return rms_norm(x[0], x[1], 1e-5); },
+             [](const std::vector<Tensor>& x) {
+               Tensor ms = mean(mul(x[0], x[0]), {-1}, true);
+               return mul(div(x[0], sqrt(add(ms, 1e-5))), x[1]);
+             },
+             {randn({3, 5, 8}, g, DType::F64), randn({8}, g, DType::F64)}, 32);
+}
+
+TEST_CASE("swiglu equals silu(gate) * up from primitives") {
+  Generator g(33);
+  check_same([](const std::vector<Tensor>& x) { return swiglu(x[0]); },
+             [](const std::vector<Tensor>& x) {
+               const int64_t H = x[0].size(-1) / 2;
+               Tensor a = narrow(x[0], -1, 0, H), b = narrow(x[0], -1, H, H);
+               Tensor silu = div(a, add(exp(neg(a)), 1.0));  // a sigmoid(a)
+               return mul(silu, b);
+             },
+             {mul(randn({2, 4, 12}, g, DType::F64), 4.0)}, 34);
+}
+
+namespace {
+
+// rotary from primitives: pairs (2i, 2i+1) as the last dim of a (B, T, D/2, 2) view,
+// ye = xe cos - xo sin, yo = xe sin + xo cos, with cos 1 and sin 0 past `rotated`.
+Tensor rotary_composed(const Tensor& x, int64_t HS, int64_t rotated, int64_t pos0, double theta) {
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2), P = D / 2;
+  Tensor cs = ones({T, P}, DType::F64), sn = zeros({T, P}, DType::F64);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t p = 0; p < P; ++p) {
+      if (2 * p >= rotated) continue;
+      const int64_t i = (2 * p % HS) / 2;
+      const double a = static_cast<double>(pos0 + t) * std::pow(theta, -2.0 * i / HS);
+      cs.set({t, p}, std::cos(a));
+      sn.set({t, p}, std::sin(a));
+    }
+  Tensor pairs = reshape(x, {B, T, P, 2});
+  Tensor xe = select(pairs, 3, 0), xo = select(pairs, 3, 1);
+  Tensor ye = sub(mul(xe, cs), mul(xo, sn)), yo = add(mul(xe, sn), mul(xo, cs));
+  return reshape(stack({ye, yo}, 3), {B, T, D});
+}
+
+}  // namespace
+
+TEST_CASE("rotary equals its pairs turned by cos and sin from primitives") {
+  Generator g(35);
+  check_same([](const std::vector<Tensor>& x) { return rotary(x[0], 4, 8, 5, 10000.0); },
+             [](const std::vector<Tensor>& x) { return rotary_composed(x[0], 4, 8, 5, 10000.0); },
+             {randn({2, 6, 12}, g, DType::F64)}, 36);
+}
+
+TEST_CASE("RoPE: scores depend on relative position only, position 0 is the identity, norms kept") {
+  // q . k after rotating both from position p0 is the same for every p0 (only i - j enters),
+  // to rounding; at position 0 nothing turns (exactly); each pair keeps its length.
+  Generator g(37);
+  const int64_t T = 24, HS = 16;
+  const Tensor q = randn({1, T, HS}, g, DType::F64), k = randn({1, T, HS}, g, DType::F64);
+  auto scores = [&](int64_t p0) {
+    Tensor qr = kernel::rotary(q, HS, HS, p0, 10000.0), kr = kernel::rotary(k, HS, HS, p0, 10000.0);
+    return kernel::matmul(qr, kernel::transpose(kr, 1, 2));
+  };
+  const Tensor s0 = scores(0);
+  for (int64_t p0 : {1, 17, 1000, 100000}) {
+    CAPTURE(p0);
+    test::check_close(scores(p0), s0, 1e-9, 1e-9);
+  }
+  // Not the same as unrotated scores: positions do matter.
+  const Tensor plain = kernel::matmul(q, kernel::transpose(k, 1, 2));
+  double moved = 0;
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j)
+      moved = std::max(moved, std::abs(s0.at({0, i, j}) - plain.at({0, i, j})));
+  CHECK(moved > 0.1);
+  const Tensor r0 = kernel::rotary(narrow(q, 1, 0, 1), HS, HS, 0, 10000.0);
+  CHECK(r0.to_vector<double>() == kernel::contiguous(narrow(q, 1, 0, 1)).to_vector<double>());
+  const Tensor r = kernel::rotary(q, HS, HS, 3, 10000.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t p = 0; p < HS / 2; ++p) {
+      const double a = q.at({0, t, 2 * p}), b = q.at({0, t, 2 * p + 1});
+      const double c = r.at({0, t, 2 * p}), d = r.at({0, t, 2 * p + 1});
+      CHECK(std::abs((a * a + b * b) - (c * c + d * d)) < 1e-12);
+    }
+}
+
+TEST_CASE("sliding window: full causal attention when W >= T, only the W newest keys otherwise") {
+  const int64_t T = 40;
+  Generator g(39);
+  Tensor q = randn({1, 2, T, 8}, g, DType::F32), k = randn({1, 1, T, 8}, g, DType::F32);
+  Tensor v = randn({1, 1, T, 8}, g, DType::F32);
+  const Tensor full = attention(q, k, v, 0.3, 0, DropoutStream{});
+  for (int64_t W : {T, T + 5, int64_t{1000}})
+    CHECK(attention(q, k, v, 0.3, 0, DropoutStream{}, W).to_vector<float>() ==
+          full.to_vector<float>());
+  CHECK(attention(q, k, v, 0.3, 0, DropoutStream{}, T - 1).to_vector<float>() !=
+        full.to_vector<float>());
+  // The weights themselves (v = one-hot rows, f64): key j is seen by query i iff
+  // i - W < j <= i, and each row sums to 1.
+  const int64_t W = 7;
+  Tensor q64 = randn({1, 1, T, T}, g, DType::F64), k64 = randn({1, 1, T, T}, g, DType::F64);
+  Tensor eye = zeros({1, 1, T, T}, DType::F64);
+  for (int64_t j = 0; j < T; ++j) eye.set({0, 0, j, j}, 1.0);
+  const Tensor w = attention(q64, k64, eye, 0.3, 0, DropoutStream{}, W);
+  for (int64_t i = 0; i < T; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      const double x = w.at({0, 0, i, j});
+      if (j > i || j <= i - W) {
+        CHECK(x == 0.0);
+      } else {
+        CHECK(x > 0.0);
+      }
+      s += x;
+    }
+    CHECK(std::abs(s - 1.0) < 1e-14);
+  }
+  // scaled_softmax's window is the same mask.
+  const Tensor sw = scaled_softmax(matmul(q64, transpose(k64, 2, 3)), 0.3, 0, W);
+  test::check_close(sw, w, 1e-14, 1e-14);
 }

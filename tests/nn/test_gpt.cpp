@@ -19,7 +19,7 @@ TEST_CASE("every module passes gradcheck in f64") {
 
 TEST_CASE("an untrained GPT's loss on random tokens is ln(V) within 0.1") {
   Generator g(1);
-  GPTConfig c{1000, 32, 2, 4, 4, 64, 0.0, true};
+  GPTConfig c{.vocab_size = 1000, .block_size = 32, .n_layer = 2, .n_head = 4, .n_kv_head = 4, .n_embd = 64, .dropout = 0.0, .bias = true};
   GPT m(c, 2);
   Tensor idx = randint({4, 32}, 0, 1000, g), targets = randint({4, 32}, 0, 1000, g);
   const double loss = m.forward(idx, targets).loss.item();
