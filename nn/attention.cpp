@@ -75,6 +75,7 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
   Tensor q, k, v;
   if (!context.defined()) {
     Tensor qkv = c_attn->forward(x);  // (B, Tq, C + 2 kv_dim)
+    if (trace) trace->qkv_raw = qkv;
     if (rope) {
       if (trace) {
         trace->q_raw = transpose(reshape(narrow(qkv, 2, 0, C), {B, Tq, NH, HS}), 1, 2);
@@ -82,6 +83,7 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
       }
       qkv = rotary(qkv, HS, C + kv_dim, pos0, config.rope_theta);
     }
+    if (trace) trace->qkv = qkv;
     q = narrow(qkv, 2, 0, C);
     k = narrow(qkv, 2, C, kv_dim);
     v = narrow(qkv, 2, C + kv_dim, kv_dim);

@@ -72,6 +72,8 @@ struct AttentionTrace {
   Tensor q;        // (B, NH, Tq, HS) the queries (the explorer's neuron view), rotated with RoPE
   Tensor k;        // (B, KVH, Tk, HS) the keys, cached positions included, rotated with RoPE
   Tensor q_raw, k_raw;  // with RoPE: q and k before rotation (shapes of q and k's new rows)
+  Tensor qkv_raw;       // (B, Tq, C + 2 KVH HS) c_attn's output (self-attention)
+  Tensor qkv;           // the same after RoPE (the same tensor without it)
   int64_t position = 0;  // the first query's position
 };
 

@@ -162,10 +162,16 @@ MLP::MLP(int64_t C, int64_t H, bool bias, double p, bool gated_) : gated(gated_)
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
 }
 
-Tensor MLP::forward(const Tensor& x) const {
-  Tensor h = c_fc->forward(x);
-  h = gated ? swiglu->forward(h) : gelu->forward(h);
-  return dropout->forward(c_proj->forward(h));
+Tensor MLP::forward(const Tensor& x, TapMap* taps) const {
+  Tensor fc = c_fc->forward(x);
+  Tensor h = gated ? swiglu->forward(fc) : gelu->forward(fc);
+  Tensor y = dropout->forward(c_proj->forward(h));
+  if (taps) {
+    (*taps)["mlp.c_fc"] = fc;
+    (*taps)["mlp.act"] = h;
+    (*taps)["mlp.c_proj"] = y;
+  }
+  return y;
 }
 
 namespace {
@@ -189,10 +195,33 @@ Block::Block(const GPTConfig& c) {
                                                      c.is_llama()));
 }
 
-Tensor Block::forward(const Tensor& x, AttentionTrace* trace, KVCache* cache) const {
-  AttentionOutput a = attn->forward(ln_1->forward(x), Tensor(), trace, cache);
+Tensor Block::forward(const Tensor& x, AttentionTrace* trace, KVCache* cache,
+                      TapMap* taps) const {
+  AttentionTrace local;
+  AttentionTrace* tr = trace ? trace : taps ? &local : nullptr;
+  const Tensor h1 = ln_1->forward(x);
+  AttentionOutput a = attn->forward(h1, Tensor(), tr, cache);
   Tensor h = add(x, a.y);
-  return add(h, mlp->forward(ln_2->forward(h)));
+  const Tensor h2 = ln_2->forward(h);
+  Tensor out = add(h, mlp->forward(h2, taps));
+  if (taps) {
+    TapMap& t = *taps;
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+    const int64_t qk = C + attn->config.n_kv_head * attn->head_size();
+    t["ln_1"] = h1;
+    t["attn.c_attn"] = tr->qkv_raw;
+    if (attn->config.rope_theta > 0) t["attn.rope"] = narrow(tr->qkv, 2, 0, qk);
+    t["attn.q"] = tr->q;
+    t["attn.scores"] = mul(tr->scores, 1.0 / std::sqrt(static_cast<double>(attn->head_size())));
+    t["attn.weights"] = tr->weights;
+    t["attn.heads"] = tr->heads;
+    t["attn.concat"] = reshape(transpose(tr->heads, 1, 2), {B, T, C});
+    t["attn.c_proj"] = a.y;
+    t["residual_1"] = h;
+    t["ln_2"] = h2;
+    t["residual_2"] = out;
+  }
+  return out;
 }
 
 GPT::Transformer::Transformer(const GPTConfig& c) {
@@ -232,7 +261,7 @@ void GPT::init_weights(Generator& gen) {
 }
 
 GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<AttentionTrace>* trace,
-                       std::vector<KVCache>* caches) const {
+                       std::vector<KVCache>* caches, Taps* taps) const {
   ATTEND_CHECK(idx.dim() == 2 && is_integer(idx.dtype()),
                "GPT: expected token ids of shape (B, T) and an integer dtype, got ",
                shape_str(idx.shape()), " ", dtype_name(idx.dtype()));
@@ -257,17 +286,27 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
   if (caches && caches->empty()) caches->resize(config.n_layer);
 
   const auto& t = *transformer;
+  if (taps) {
+    ATTEND_CHECK(taps->layer >= 0 && taps->layer < config.n_layer, "GPT: taps of layer ",
+                 taps->layer, " of a model with ", config.n_layer, " layers");
+    taps->at.clear();
+  }
   Tensor x = t.wte->forward(idx);  // (B, T, C)
+  if (taps) taps->at["wte"] = x;
   if (t.wpe) {  // gpt2: + the positions' rows (T, C); llama: RoPE inside attention
     Tensor pos = arange(static_cast<double>(past), static_cast<double>(past + T), 1, DType::I64);
-    x = add(x, t.wpe->forward(pos));
+    Tensor pe = t.wpe->forward(pos);
+    if (taps) taps->at["wpe"] = pe;
+    x = add(x, pe);
   }
   x = t.drop->forward(x);
   if (trace) trace->assign(config.n_layer, AttentionTrace());
   for (int64_t l = 0; l < config.n_layer; ++l) {
-    x = (*t.h)[l].forward(x, trace ? &(*trace)[l] : nullptr, caches ? &(*caches)[l] : nullptr);
+    x = (*t.h)[l].forward(x, trace ? &(*trace)[l] : nullptr, caches ? &(*caches)[l] : nullptr,
+                          taps && taps->layer == l ? &taps->at : nullptr);
   }
   x = t.ln_f->forward(x);
+  if (taps) taps->at["ln_f"] = x;
   GPTOutput out;
   if (targets.defined()) {
     ATTEND_CHECK(targets.shape() == Shape({B, T}), "GPT: expected targets of shape ",
@@ -278,6 +317,7 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
     }
   }
   out.logits = lm_head->forward(x);  // (B, T, V)
+  if (taps) taps->at["logits"] = out.logits;
   if (targets.defined()) out.loss = cross_entropy(out.logits, targets);
   return out;
 }

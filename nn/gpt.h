@@ -26,6 +26,7 @@
 // when 0: 2/3 of 4C, rounded up to a multiple of multiple_of (4096 -> 11008 at 256).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -96,10 +97,23 @@ ParameterCount count_parameters(const GPTConfig& config);
 
 // GPT-2's MLP c_proj(gelu(c_fc(x))), or with gated = true Llama's SwiGLU MLP
 // c_proj(swiglu(c_fc(x))), c_fc packing [gate | up] as (2H, C).
+// Named stages of one forward, for the views: the diagram draws its boxes from these.
+// GPT::forward fills "wte", "wpe" (gpt2), "ln_f" and "logits" and, for block `layer`,
+// Block::forward's "ln_1", "attn.c_attn" (q | k | v), "attn.rope" (llama: q | k after
+// rotation), "attn.q" (B, NH, T, HS), "attn.scores" (q k^T / sqrt(HS), before the mask),
+// "attn.weights", "attn.heads", "attn.concat", "attn.c_proj", "residual_1", "ln_2",
+// "mlp.c_fc", "mlp.act" (GELU's or SwiGLU's output), "mlp.c_proj", "residual_2". Asking
+// for taps runs attention's composed path, as a trace does.
+using TapMap = std::map<std::string, Tensor>;
+struct Taps {
+  int64_t layer = 0;  // the block whose stages are tapped
+  TapMap at;
+};
+
 class MLP : public Module {
  public:
   MLP(int64_t n_embd, int64_t hidden, bool bias, double dropout, bool gated = false);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x, TapMap* taps = nullptr) const;
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<GELU> gelu;      // gpt2
   std::shared_ptr<SwiGLU> swiglu;  // llama
@@ -110,8 +124,10 @@ class MLP : public Module {
 class Block : public Module {
  public:
   explicit Block(const GPTConfig& config);
-  // trace: when not null, receives this block's attention scores and weights.
-  Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr, KVCache* cache = nullptr) const;
+  // trace: when not null, receives this block's attention scores and weights; taps: its
+  // named stages (see Taps).
+  Tensor forward(const Tensor& x, AttentionTrace* trace = nullptr, KVCache* cache = nullptr,
+                 TapMap* taps = nullptr) const;
   std::shared_ptr<Norm> ln_1, ln_2;  // LayerNorm (gpt2) or RMSNorm (llama)
   std::shared_ptr<Attention> attn;
   std::shared_ptr<MLP> mlp;
@@ -133,7 +149,7 @@ class GPT : public Module {
   // it receives one AttentionTrace per layer.
   GPTOutput forward(const Tensor& idx, const Tensor& targets = Tensor(),
                     std::vector<AttentionTrace>* trace = nullptr,
-                    std::vector<KVCache>* caches = nullptr) const;
+                    std::vector<KVCache>* caches = nullptr, Taps* taps = nullptr) const;
 
   // GPT-2 initialisation (llama2.c's for a Llama too): N(0, 0.02) for Linear and
   // Embedding weights, N(0, 0.02 / sqrt(2 n_layer)) for every c_proj weight, zero biases,

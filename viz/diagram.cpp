@@ -19,6 +19,12 @@ struct Box {
   std::string name, shape, detail;
   int64_t params = -1;  // -1: no parameters (an operation)
   bool in_block = false, residual = false;
+  std::string tap;      // the model's stage this box shows (Taps), "" for none
+  bool masked = false;  // its activation over the keys the mask keeps only
+  Box(std::string n, std::string s, std::string d, int64_t p = -1, bool block = false,
+      bool res = false, std::string t = "", bool m = false)
+      : name(std::move(n)), shape(std::move(s)), detail(std::move(d)), params(p), in_block(block),
+        residual(res), tap(std::move(t)), masked(m) {}
 };
 
 std::string shape(const std::vector<std::string>& dims) {
@@ -27,12 +33,19 @@ std::string shape(const std::vector<std::string>& dims) {
   return s + ")";
 }
 
+// The boxes top to bottom, each named by the tap it shows: a new kind of box is one entry
+// here (and its tap in nn/gpt.cpp).
 std::vector<Box> boxes(const nn::GPTConfig& c) {
   const int64_t C = c.n_embd, NH = c.n_head, KVH = c.n_kv_head, HS = C / NH, V = c.vocab_size;
-  const int64_t b = c.bias ? 1 : 0, G = NH / KVH;
+  const int64_t b = c.bias ? 1 : 0, G = NH / KVH, H = c.mlp_hidden();
+  const bool llama = c.is_llama();
   const std::string Cs = std::to_string(C), HSs = std::to_string(HS), NHs = std::to_string(NH),
-                    KVHs = std::to_string(KVH), Vs = std::to_string(V);
+                    KVHs = std::to_string(KVH), Vs = std::to_string(V), Hs = std::to_string(H);
   const std::string kind = KVH == NH ? "MHA" : KVH == 1 ? "MQA" : "GQA";
+  const std::string norm = llama ? "RMSNorm" : "LayerNorm";
+  const int64_t norm_params = llama ? C : C * (1 + b);
+  const std::string norm_detail =
+      llama ? "over C: x / rms(x) * gain, no mean, no bias" : "over C";
   std::string sharing = kind == "MHA" ? "each query head has its own key/value head" : "";
   for (int64_t g = 0; g < KVH && kind != "MHA"; ++g) {
     if (g == 3 && KVH > 4) {
@@ -43,41 +56,73 @@ std::vector<Box> boxes(const nn::GPTConfig& c) {
     sharing += fmt::format("{}query heads {}-{} read key/value head {}", g ? "; " : "", g * G,
                            g * G + G - 1, g);
   }
-  std::vector<Box> v = {
-      {"token ids", shape({"B", "T"}), "integers in [0, " + Vs + ")"},
-      {"wte: token embedding", shape({"B", "T", Cs}), Vs + " x " + Cs + " table", V * C},
-      {"wpe: position embedding", shape({"T", Cs}),
-       std::to_string(c.block_size) + " x " + Cs + " table; added to the token embeddings",
-       c.block_size * C},
-      {"ln_1: LayerNorm", shape({"B", "T", Cs}), "over C", C * (1 + b), true},
-      {"c_attn: q | k | v", shape({"B", "T", std::to_string((NH + 2 * KVH) * HS)}),
+  const std::string TT = shape({"B", NHs, "T", "T"});
+  std::vector<Box> v;
+  auto box = [&](Box x) { v.push_back(std::move(x)); };
+  box({"token ids", shape({"B", "T"}), "integers in [0, " + Vs + ")"});
+  box({"wte: token embedding", shape({"B", "T", Cs}), Vs + " x " + Cs + " table", V * C, false,
+       false, "wte"});
+  if (!llama)
+    box({"wpe: position embedding", shape({"T", Cs}),
+         std::to_string(c.block_size) + " x " + Cs + " table; added to the token embeddings",
+         c.block_size * C, false, false, "wpe"});
+  box({"ln_1: " + norm, shape({"B", "T", Cs}), norm_detail, norm_params, true, false, "ln_1"});
+  box({"c_attn: q | k | v", shape({"B", "T", std::to_string((NH + 2 * KVH) * HS)}),
        fmt::format("Linear {} -> {} + {} + {} ({})", C, NH * HS, KVH * HS, KVH * HS, kind),
-       C * (NH + 2 * KVH) * HS + b * (NH + 2 * KVH) * HS, true},
-      {"split into heads",
+       C * (NH + 2 * KVH) * HS + b * (NH + 2 * KVH) * HS, true, false, "attn.c_attn"});
+  if (llama)
+    box({"RoPE: q and k turned", shape({"B", "T", std::to_string((NH + KVH) * HS)}),
+         fmt::format("pair (2i, 2i+1) of each head turned by position x {}^(-2i/{}); v as is",
+                     c.rope_theta, HS),
+         -1, true, false, "attn.rope"});
+  box({"split into heads",
        "q " + shape({"B", NHs, "T", HSs}) + ", k, v " + shape({"B", KVHs, "T", HSs}), sharing, -1,
-       true},
-      {"scores q k^T / sqrt(" + HSs + ")", shape({"B", NHs, "T", "T"}),
-       "query i (row) against key j (column)", -1, true},
-      {"causal mask", shape({"B", NHs, "T", "T"}), "key j > query i set to -inf (the future)", -1,
-       true},
-      {"softmax over keys", shape({"B", NHs, "T", "T"}), "each row sums to 1", -1, true},
-      {"weights x values", shape({"B", NHs, "T", HSs}), "each head's weighted sum of its values",
-       -1, true},
-      {"concat heads", shape({"B", "T", Cs}), NHs + " heads x " + HSs, -1, true},
-      {"c_proj", shape({"B", "T", Cs}),
-       "Linear " + Cs + " -> " + Cs + " (value up, summed over heads)", C * C + b * C, true},
-      {"+ residual", shape({"B", "T", Cs}), "x = x + attn(ln_1(x))", -1, true, true},
-      {"ln_2: LayerNorm", shape({"B", "T", Cs}), "over C", C * (1 + b), true},
-      {"mlp.c_fc", shape({"B", "T", std::to_string(4 * C)}),
-       "Linear " + Cs + " -> " + std::to_string(4 * C), 4 * C * C + b * 4 * C, true},
-      {"GELU (tanh)", shape({"B", "T", std::to_string(4 * C)}), "elementwise", -1, true},
-      {"mlp.c_proj", shape({"B", "T", Cs}), "Linear " + std::to_string(4 * C) + " -> " + Cs,
-       4 * C * C + b * C, true},
-      {"+ residual", shape({"B", "T", Cs}), "x = x + mlp(ln_2(x))", -1, true, true},
-      {"ln_f: LayerNorm", shape({"B", "T", Cs}), "over C", C * (1 + b)},
-      {"lm_head", shape({"B", "T", Vs}), "Linear " + Cs + " -> " + Vs + ", weight tied to wte", 0},
-      {"logits", shape({"B", "T", Vs}), "softmax over V: the next token's probabilities"},
-  };
+       true, false, "attn.q"});
+  box({"scores q k^T / sqrt(" + HSs + ")", TT, "query i (row) against key j (column)", -1, true,
+       false, "attn.scores"});
+  box({c.sliding_window > 0 ? "causal mask + sliding window" : "causal mask", TT,
+       c.sliding_window > 0
+           ? fmt::format("key j > query i (the future) or j <= i - {} (outside the window) set "
+                         "to -inf",
+                         c.sliding_window)
+           : "key j > query i set to -inf (the future)",
+       -1, true, false, "attn.scores", true});
+  box({"softmax over keys", TT, "each row sums to 1", -1, true, false, "attn.weights"});
+  box({"weights x values", shape({"B", NHs, "T", HSs}), "each head's weighted sum of its values",
+       -1, true, false, "attn.heads"});
+  box({"concat heads", shape({"B", "T", Cs}), NHs + " heads x " + HSs, -1, true, false,
+       "attn.concat"});
+  box({"c_proj", shape({"B", "T", Cs}),
+       "Linear " + Cs + " -> " + Cs + " (value up, summed over heads)", C * C + b * C, true, false,
+       "attn.c_proj"});
+  box({"+ residual", shape({"B", "T", Cs}), "x = x + attn(ln_1(x))", -1, true, true,
+       "residual_1"});
+  box({"ln_2: " + norm, shape({"B", "T", Cs}), norm_detail, norm_params, true, false, "ln_2"});
+  if (llama) {
+    box({"mlp.c_fc: gate | up", shape({"B", "T", std::to_string(2 * H)}),
+         "Linear " + Cs + " -> " + Hs + " + " + Hs, 2 * H * C, true, false, "mlp.c_fc"});
+    box({"SwiGLU", shape({"B", "T", Hs}), "silu(gate) * up, silu(a) = a sigmoid(a)", -1, true,
+         false, "mlp.act"});
+  } else {
+    box({"mlp.c_fc", shape({"B", "T", Hs}), "Linear " + Cs + " -> " + Hs, H * C + b * H, true,
+         false, "mlp.c_fc"});
+    box({"GELU (tanh)", shape({"B", "T", Hs}), "elementwise", -1, true, false, "mlp.act"});
+  }
+  box({"mlp.c_proj", shape({"B", "T", Cs}), "Linear " + Hs + " -> " + Cs, H * C + b * C, true,
+       false, "mlp.c_proj"});
+  box({"+ residual", shape({"B", "T", Cs}), "x = x + mlp(ln_2(x))", -1, true, true,
+       "residual_2"});
+  box({"ln_f: " + norm, shape({"B", "T", Cs}), norm_detail, c.bias ? 2 * C : C, false, false,
+       "ln_f"});
+  if (c.tie_embeddings) {
+    box({"lm_head", shape({"B", "T", Vs}), "Linear " + Cs + " -> " + Vs + ", weight tied to wte",
+         0, false, false, "logits"});
+  } else {
+    box({"lm_head", shape({"B", "T", Vs}), "Linear " + Cs + " -> " + Vs + ", its own weight",
+         V * C, false, false, "logits"});
+  }
+  box({"logits", shape({"B", "T", Vs}), "softmax over V: the next token's probabilities", -1,
+       false, false, "probabilities"});
   return v;
 }
 
@@ -115,58 +160,30 @@ DiagramActivations diagram_activations(const nn::GPT& model, const std::vector<i
   d.tokens = T;
   d.layer = layer;
   const Tensor idx = tensor(std::vector<double>(ids.begin(), ids.end()), {1, T}, DType::I64);
-  std::vector<BoxActivation>& b = d.boxes;
-  b.resize(boxes(c).size());
-  // The stages in the order of boxes(): see GPT::forward and Block::forward, which this
-  // repeats module by module (the test checks the logits are the model's own, bit for bit).
-  const auto& tr = *model.transformer;
-  const Tensor te = tr.wte->forward(idx);
-  const Tensor pe = tr.wpe->forward(arange(0, static_cast<double>(T), 1, DType::I64));
-  b[1] = stats(te);
-  b[2] = stats(pe);
-  Tensor x = tr.drop->forward(add(te, pe));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const nn::Block& blk = (*tr.h)[static_cast<size_t>(l)];
-    if (l != layer) {
-      x = blk.forward(x);
-      continue;
+  // One forward with taps: every box shows the stage of the model that has its name.
+  nn::Taps taps;
+  taps.layer = layer;
+  const Tensor logits = model.forward(idx, Tensor(), nullptr, nullptr, &taps).logits;
+  taps.at["probabilities"] = softmax(logits);
+  // The keys the mask keeps: j <= i, and j > i - W with a sliding window.
+  Tensor keep = zeros({T, T}, DType::F64);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j <= i; ++j)
+      if (c.sliding_window == 0 || j > i - c.sliding_window) keep.set({i, j}, 1.0);
+  const std::vector<Box> v = boxes(c);
+  for (const Box& b : v) {
+    BoxActivation a;
+    if (!b.tap.empty()) {
+      auto it = taps.at.find(b.tap);
+      ATTEND_INTERNAL_CHECK(it != taps.at.end(), "diagram: the model has no tap '", b.tap, "'");
+      a = b.masked ? stats(it->second, expand(keep, it->second.shape())) : stats(it->second);
+      if (b.masked) a.shape += " kept";
+      if (b.tap == "attn.q") a.shape = "q " + a.shape;
+      if (b.tap == "probabilities") a.shape += " probabilities";
     }
-    const Tensor h1 = blk.ln_1->forward(x);
-    nn::AttentionTrace at;
-    const Tensor y = blk.attn->forward(h1, Tensor(), &at).y;
-    const int64_t HS = c.n_embd / c.n_head;
-    const Tensor scaled = mul(at.scores, 1.0 / std::sqrt(static_cast<double>(HS)));
-    const Tensor keep = kernel::tril_mask(T, T);  // the kept (past and present) scores
-    b[3] = stats(h1);
-    b[4] = stats(blk.attn->c_attn->forward(h1));
-    b[5] = stats(at.q);
-    b[5].shape = "q " + shape_str(at.q.shape());
-    b[6] = stats(scaled);
-    b[7] = stats(scaled, expand(keep, scaled.shape()));
-    b[7].shape += " kept";
-    b[8] = stats(at.weights);
-    b[9] = stats(at.heads);
-    b[10] = stats(reshape(transpose(at.heads, 1, 2), {1, T, c.n_embd}));
-    b[11] = stats(y);
-    x = add(x, y);
-    b[12] = stats(x);
-    const Tensor h2 = blk.ln_2->forward(x);
-    b[13] = stats(h2);
-    const Tensor fc = blk.mlp->c_fc->forward(h2);
-    b[14] = stats(fc);
-    const Tensor g = blk.mlp->gelu->forward(fc);
-    b[15] = stats(g);
-    const Tensor m = blk.mlp->dropout->forward(blk.mlp->c_proj->forward(g));
-    b[16] = stats(m);
-    x = add(x, m);
-    b[17] = stats(x);
+    d.boxes.push_back(a);
+    d.taps.push_back(b.tap);
   }
-  x = tr.ln_f->forward(x);
-  b[18] = stats(x);
-  const Tensor logits = model.lm_head->forward(x);
-  b[19] = stats(logits);
-  b[20] = stats(softmax(logits));
-  b[20].shape += " probabilities";
   d.final_logits = kernel::cast(logits, DType::F64).to_vector<double>();
   d.logits = kernel::cast(model.forward(idx).logits, DType::F64).to_vector<double>();
   return d;

@@ -156,7 +156,7 @@ TEST_CASE("decoding from caches equals a full recomputation, the window's cache 
   }
 }
 
-TEST_CASE("a sliding-window Llama decodes past block_size; others refuse with the reason") {
+TEST_CASE("a sliding-window Llama decodes past block_size, and others refuse with the reason") {
   // Past block_size (16) the window model's rolling caches go on. Its receptive field is
   // n_layer (W - 1) + 1 = 7 tokens, and RoPE makes scores depend on distances only, so the
   // logits at any position equal a fresh forward of the last 7 (or 16) tokens.

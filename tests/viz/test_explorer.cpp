@@ -1,4 +1,4 @@
-// The attention explorer (and what each head adds, the diagram, the heads page): the data
+// The attention explorer (and what each head adds, the heads page): the data
 // obeys the rules (masked cells exactly 0, rows summing to 1, shown rows summing to
 // exactly 1), the rounding rule on adversarial rows, well-formed SVG with its labels, and
 // HTML that runs in a browser.
@@ -13,9 +13,9 @@
 #include "tensor/kernels.h"
 #include "tensor/random.h"
 #include "test_util.h"
+#include "browser.h"
 #include "xml_check.h"
 #include "train/toy.h"
-#include "viz/diagram.h"
 #include "viz/explorer.h"
 #include "viz/head_sum.h"
 #include "viz/heads_view.h"
@@ -23,6 +23,7 @@
 
 using namespace attend;
 using namespace attend::viz;
+using attend::test::Browser;
 using attend::test::xml_problem;
 namespace fs = std::filesystem;
 
@@ -144,41 +145,6 @@ TEST_CASE("CSV and JSON carry the raw weights with their token labels") {
   CHECK(js.find("query position i (row)") != std::string::npos);
 }
 
-namespace {
-
-// Headless Chromium: the page's DOM after its scripts ran ("" with a skip when Chromium is
-// missing) and a screenshot beside it in the build folder.
-struct Browser {
-  std::string exe, flags;
-  bool ok = false;
-  Browser() {
-    const char* chromium = std::getenv("ATTEND_CHROMIUM");
-    exe = chromium ? chromium : "/usr/bin/chromium";
-    ok = fs::exists(exe);
-    flags =
-        " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
-        "--disable-background-networking --disable-component-update --disable-sync "
-        "--user-data-dir=" +
-        (fs::path(ATTEND_BUILD_DIR) / "chromium-profile").string();
-  }
-  std::string dom(const fs::path& page) const {
-    const fs::path out = page.string() + ".dom";
-    REQUIRE(std::system((exe + flags + " --dump-dom file://" + page.string() + " > " +
-                         out.string() + " 2>/dev/null")
-                            .c_str()) == 0);
-    std::ifstream in(out);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  }
-  void screenshot(const fs::path& page, const fs::path& png, const std::string& size) const {
-    std::system((exe + flags + " --window-size=" + size + " --screenshot=" + png.string() +
-                 " file://" + page.string() + " > /dev/null 2>&1")
-                    .c_str());
-    CHECK(fs::exists(png));
-    MESSAGE("screenshot: ", png.string());
-  }
-};
-
-}  // namespace
 
 TEST_CASE("the HTML runs in headless Chromium without script errors") {
   Fixture f;
@@ -587,46 +553,6 @@ TEST_CASE("the heads page: both heatmaps and every head in a table sorted by its
   CHECK(d < e);
   CHECK(dom.find("head output = its mean") != std::string::npos);
   b.screenshot(page, fs::path(ATTEND_BUILD_DIR) / "heads_test.png", "1000,700");
-}
-
-TEST_CASE("the diagram's activations come from the model's own forward, stage by stage") {
-  Fixture f;
-  const std::vector<int32_t> ids = f.tok->encode("a cab fed");
-  const DiagramActivations d = diagram_activations(f.model, ids, 1, "a cab fed");
-  // The stages repeat GPT::forward module by module: the last one is the model's logits.
-  CHECK(d.final_logits == d.logits);
-  REQUIRE(d.boxes.size() == 21);
-  CHECK_FALSE(d.boxes[0].present);  // token ids: no activation
-  for (size_t k = 1; k < d.boxes.size(); ++k) CHECK(d.boxes[k].present);
-  CHECK(d.boxes[3].shape == "(1,9,16)");
-  CHECK(d.boxes[3].mean == doctest::Approx(0.0).epsilon(1e-6).scale(1));  // LayerNorm, gain 1
-  // Softmax rows sum to 1 over kept keys: the mean of all T x T weights is 1/T.
-  CHECK(d.boxes[8].mean == doctest::Approx(1.0 / 9).epsilon(1e-6));
-  CHECK(d.boxes[20].mean == doctest::Approx(1.0 / 33).epsilon(1e-6));  // probabilities over V
-  const std::string svg = model_diagram_svg(f.model.config, "t", &d);
-  CHECK(xml_problem(svg) == "");
-  CHECK(svg.find("prompt (layer 1): (1,4,9,9) kept mean") != std::string::npos);
-  test::check_error([&] { diagram_activations(f.model, ids, 2, "x"); },
-                    "--layer 2: the model has 2 layers");
-  // The explorer embeds it and links to it.
-  const AttentionMap m = compute_attention(f.model, *f.tok, "a cab fed");
-  const fs::path page = fs::path(ATTEND_BUILD_DIR) / "attention_diagram_test.html";
-  std::ofstream(page) << attention_html(m, {}, svg);
-  Browser b;
-  if (!b.ok) {
-    ATTEND_SKIP("Chromium not found at " + b.exe);
-  }
-  const std::string dom = b.dom(page);
-  CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
-  CHECK(dom.find("<div class=\"note\" id=\"diagramlink\" style=\"\">") != std::string::npos);
-  CHECK(dom.find("class=\"activation\"") != std::string::npos);
-  const fs::path alone = fs::path(ATTEND_BUILD_DIR) / "diagram_test.html";
-  std::ofstream(alone) << model_diagram_html(f.model.config, "diagram test", &d);
-  CHECK(b.dom(alone).find("prompt (layer 1): (1,9,64) mean") != std::string::npos);
-  b.screenshot(alone, fs::path(ATTEND_BUILD_DIR) / "diagram_test.png", "1000,1500");
-  // Without a diagram the link stays hidden.
-  std::ofstream(page) << attention_html(m, {});
-  CHECK(b.dom(page).find("id=\"diagramlink\" style=\"display:none\"") != std::string::npos);
 }
 
 TEST_CASE("a Tq x Tk cross-attention page in both conventions runs in Chromium") {
