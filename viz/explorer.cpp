@@ -38,8 +38,34 @@ std::string display_token(const std::string& bytes) {
 }
 
 std::string describe(const nn::GPTConfig& c, const std::string& tokenizer) {
+  if (c.is_llama())
+    return fmt::format(
+        "Llama{}: {} layers, {} heads ({} key/value heads), C {}, V {}, RoPE theta {}{}, "
+        "tokenizer {}",
+        c.sliding_window > 0 ? " (Mistral)" : "", c.n_layer, c.n_head, c.n_kv_head, c.n_embd,
+        c.vocab_size, c.rope_theta,
+        c.sliding_window > 0 ? fmt::format(", sliding window {}", c.sliding_window) : "",
+        tokenizer);
   return fmt::format("GPT: {} layers, {} heads ({} key/value heads), C {}, V {}, tokenizer {}",
                      c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.vocab_size, tokenizer);
+}
+
+std::vector<double> rope_scores_by_distance(const std::vector<double>& q,
+                                            const std::vector<double>& k, double theta, int64_t n,
+                                            int64_t base) {
+  const auto HS = static_cast<int64_t>(q.size());
+  ATTEND_CHECK(HS > 0 && HS % 2 == 0 && k.size() == q.size() && n >= 0 && base >= 0,
+               "rope_scores_by_distance: q and k of one even size, n and base >= 0");
+  const Tensor qt = tensor(q, {1, 1, HS}, DType::F64), kt = tensor(k, {1, 1, HS}, DType::F64);
+  const Tensor kr = kernel::rotary(kt, HS, HS, base, theta);
+  std::vector<double> out;
+  for (int64_t d = 0; d < n; ++d) {
+    const Tensor qr = kernel::rotary(qt, HS, HS, base + d, theta);
+    double s = 0;
+    for (int64_t c = 0; c < HS; ++c) s += qr.at({0, 0, c}) * kr.at({0, 0, c});
+    out.push_back(s);
+  }
+  return out;
 }
 
 namespace {
@@ -51,12 +77,20 @@ void add_trace(AttentionMap& m, const nn::AttentionTrace& t) {
     return kernel::cast(kernel::select(kernel::select(x, 0, 0), 0, h), DType::F64)
         .to_vector<double>();
   };
-  std::vector<std::vector<double>> w(NH), s(NH), q(NH), k(NH);
+  std::vector<std::vector<double>> w(NH), s(NH), q(NH), k(NH), qr, kr;
   for (int64_t h = 0; h < NH; ++h) {
     w[h] = head(t.weights, h);
     s[h] = head(t.scores, h);
     q[h] = head(t.q, h);
     k[h] = head(t.k, h / G);
+    if (t.q_raw.defined()) {
+      qr.push_back(head(t.q_raw, h));
+      kr.push_back(head(t.k_raw, h / G));
+    }
+  }
+  if (t.q_raw.defined()) {
+    m.q_raw.push_back(std::move(qr));
+    m.k_raw.push_back(std::move(kr));
   }
   m.weights.push_back(std::move(w));
   m.scores.push_back(std::move(s));
@@ -82,6 +116,8 @@ AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
   m.n_kv_head = c.n_kv_head;
   m.head_size = c.n_embd / c.n_head;
   m.causal = true;
+  m.window = c.is_llama() ? c.sliding_window : 0;
+  m.rope_theta = c.is_llama() ? c.rope_theta : 0;
   m.model = describe(c, tok.spec().name);
 
   // One forward of the model itself, asked for its attention.
@@ -229,6 +265,17 @@ std::string attention_caption(int decimals, const std::string& convention, bool 
       decimals);
 }
 
+namespace {
+// Appended to the caption of a sliding-window model.
+std::string window_sentence(const AttentionMap& m) {
+  if (m.window <= 0) return "";
+  return fmt::format(
+      " Sliding window of {} keys: query i sees keys i - {} < j <= i; the keys further back "
+      "are masked too, exactly 0 and drawn hatched blue.",
+      m.window, m.window);
+}
+}  // namespace
+
 HeadStats head_stats(const std::vector<double>& w, int64_t Tq, int64_t Tk, bool self) {
   if (self) return head_stats(w, Tq);
   HeadStats s;
@@ -266,10 +313,13 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
           "weights[i][j]: query position i (row) attends to key position j (column); rows "
           "sum to 1; ") +
       (m.causal ? "masked (future) entries are exactly 0" : "no mask");
-  j["caption"] = attention_caption(sel.decimals, "row", m.causal);
-  j["caption_column"] = attention_caption(sel.decimals, "column", m.causal);  // the toggle
+  j["caption"] = attention_caption(sel.decimals, "row", m.causal) + window_sentence(m);
+  j["caption_column"] =
+      attention_caption(sel.decimals, "column", m.causal) + window_sentence(m);  // the toggle
   j["convention_initial"] = sel.convention;
   j["causal"] = m.causal;
+  j["window"] = m.window;          // > 0: keys j <= i - window are masked too
+  j["rope_theta"] = m.rope_theta;  // > 0: q and k are rotated (q_raw, k_raw before)
   j["tokens"] = m.tokens;
   if (!m.key_tokens.empty()) j["key_tokens"] = m.key_tokens;
   j["ids"] = m.ids;
@@ -321,6 +371,10 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
       if (sel.vectors && l < static_cast<int64_t>(m.q.size())) {
         hj["q"] = vectors(m.q[l][h]);
         hj["k"] = vectors(m.k[l][h]);
+        if (l < static_cast<int64_t>(m.q_raw.size())) {
+          hj["q_raw"] = vectors(m.q_raw[l][h]);
+          hj["k_raw"] = vectors(m.k_raw[l][h]);
+        }
       }
       if (l < static_cast<int64_t>(m.change_norm.size())) {
         std::vector<double> norms;
@@ -439,6 +493,9 @@ std::string svg_head(const AttentionMap& m, const AttentionSelection& sel, const
       "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
       "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#d9d9d9\"/>"
       "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#999\" stroke-width=\"2\"/></pattern>\n"
+      "<pattern id=\"hatchw\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+      "patternTransform=\"rotate(-45)\"><rect width=\"6\" height=\"6\" fill=\"#dbe4f0\"/>"
+      "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#7d93b5\" stroke-width=\"2\"/></pattern>\n"
       "<linearGradient id=\"bar\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">"
       "<stop offset=\"0\" stop-color=\"{}\"/><stop offset=\"1\" stop-color=\"{}\"/>"
       "</linearGradient></defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
@@ -446,7 +503,7 @@ std::string svg_head(const AttentionMap& m, const AttentionSelection& sel, const
   s += "<text x=\"20\" y=\"24\" font-size=\"15\">attention weights (" + xml_escape(m.kind) +
        "): " + xml_escape(m.model) + "</text>\n";
   // The caption, a sentence a line.
-  std::string rest = attention_caption(sel.decimals, sel.convention, m.causal);
+  std::string rest = attention_caption(sel.decimals, sel.convention, m.causal) + window_sentence(m);
   for (int y = 40; !rest.empty(); y += 13) {
     size_t cut = rest.find(". ");
     cut = cut == std::string::npos ? rest.size() : cut + 1;
@@ -495,7 +552,8 @@ std::string svg_panel(const AttentionMap& m, const AttentionSelection& sel, cons
       s += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" "
           "stroke=\"white\"/>",
-          ox + x * cell, oy + y * cell, cell, cell, mk ? "url(#hatch)" : colour(row[j]));
+          ox + x * cell, oy + y * cell, cell, cell,
+          !mk ? colour(row[j]) : m.outside_window(i, j) ? "url(#hatchw)" : "url(#hatch)");
       if (g.numbers && !mk)
         s += fmt::format(
             "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"{:.0f}\" "
@@ -508,9 +566,17 @@ std::string svg_panel(const AttentionMap& m, const AttentionSelection& sel, cons
   return s + "</g>\n";
 }
 
-std::string svg_legend(const SvgLayout& g) {
+std::string svg_legend(const AttentionMap& m, const SvgLayout& g) {
   const double bx = g.W - 70, by = 90, bh = 200;
-  return fmt::format(
+  std::string window;
+  if (m.window > 0)
+    window = fmt::format(
+        "<rect x=\"{0:.0f}\" y=\"{1:.0f}\" width=\"16\" height=\"16\" fill=\"url(#hatchw)\" "
+        "class=\"window-legend\"/><text x=\"{2:.0f}\" y=\"{3:.0f}\">outside</text>"
+        "<text x=\"{4:.0f}\" y=\"{5:.0f}\">the window</text>"
+        "<text x=\"{4:.0f}\" y=\"{6:.0f}\">(j &lt;= i - {7}: 0)</text>\n",
+        bx, by + bh + 62, bx + 20, by + bh + 75, bx - 10, by + bh + 92, by + bh + 106, m.window);
+  return window + fmt::format(
       "<rect x=\"{0:.0f}\" y=\"{1:.0f}\" width=\"16\" height=\"{2:.0f}\" fill=\"url(#bar)\" "
       "stroke=\"#333\"/><text x=\"{3:.0f}\" y=\"{4:.0f}\">1</text>"
       "<text x=\"{3:.0f}\" y=\"{5:.0f}\">0.5</text><text x=\"{3:.0f}\" y=\"{6:.0f}\">0</text>"
@@ -547,7 +613,7 @@ std::string attention_svg(const AttentionMap& m, const AttentionSelection& sel) 
       s += svg_panel(m, sel, g, layers[r], heads[c],
                      40 + static_cast<double>(c) * g.panel_w + g.label_w,
                      95 + static_cast<double>(r) * g.panel_h + g.top);
-  return s + svg_legend(g) + "</svg>\n";
+  return s + svg_legend(m, g) + "</svg>\n";
 }
 
 }  // namespace attend::viz

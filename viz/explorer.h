@@ -3,7 +3,10 @@
 //
 // Conventions, in every view: rows are query positions i, columns are key positions j
 // (`--convention column` transposes). The weights are the softmax output before dropout,
-// in eval mode; masked (future) cells are exactly 0 in the data and drawn hatched grey.
+// in eval mode; masked (future) cells are exactly 0 in the data and drawn hatched grey, and
+// under a sliding window (Mistral) the keys outside the window too, drawn in another hatch.
+// With RoPE (a Llama) q and k are the rotated ones the model scores, and q_raw, k_raw the
+// projections before rotation.
 // Besides a GPT's causal self-attention, a map can hold an encoder's bidirectional
 // self-attention (no mask) or a decoder's cross-attention (queries are the decoder's
 // tokens, keys the encoder's: Tq x Tk, not square), from nn::Seq2Seq. Numbers written in cells are
@@ -32,6 +35,8 @@ struct AttentionMap {
   int64_t n_layer = 0, n_head = 0, head_size = 0;
   int64_t n_kv_head = 0;  // query head h reads key/value head h / (n_head / n_kv_head)
   bool causal = true;
+  int64_t window = 0;     // > 0: a sliding window of this many keys (Mistral)
+  double rope_theta = 0;  // > 0: q and k were turned by RoPE with this theta (Llama)
   // [layer][head] -> T*T row-major (query i, key j)
   std::vector<std::vector<std::vector<double>>> weights;
   std::vector<std::vector<std::vector<double>>>
@@ -39,6 +44,7 @@ struct AttentionMap {
   // [layer][head] -> Tq*HS queries and Tk*HS keys (the key/value head the head reads):
   // the neuron view, q_i . k_j = sum_d q_i[d] k_j[d].
   std::vector<std::vector<std::vector<double>>> q, k;
+  std::vector<std::vector<std::vector<double>>> q_raw, k_raw;  // with RoPE: before rotation
   // [layer] -> Tq*NH: the norm of each head's change to the residual stream at each
   // position (value up times its weighted values; see head_sum.h), and [layer] -> Tq: the
   // largest |difference| between the heads' changes summed and concat -> c_proj. GPT only.
@@ -48,8 +54,21 @@ struct AttentionMap {
   const std::string& key_token(int64_t j) const {
     return key_tokens.empty() ? tokens[static_cast<size_t>(j)] : key_tokens[static_cast<size_t>(j)];
   }
-  bool masked(int64_t i, int64_t j) const { return causal && j > i + (Tk() - T()); }
+  // Key j of query i is masked as the future, or (window > 0) as outside the window.
+  bool future(int64_t i, int64_t j) const { return causal && j > i + (Tk() - T()); }
+  bool outside_window(int64_t i, int64_t j) const {
+    return causal && window > 0 && j <= i + (Tk() - T()) - window;
+  }
+  bool masked(int64_t i, int64_t j) const { return future(i, j) || outside_window(i, j); }
 };
+
+// RoPE's promise, for one head: the score of query vector q (before rotation) placed at
+// position base + d against key vector k placed at base, for d = 0..n-1 (the query d
+// positions after the key). Every base gives the same scores up to rounding: rotation
+// makes them depend on the distance only.
+std::vector<double> rope_scores_by_distance(const std::vector<double>& q,
+                                            const std::vector<double>& k, double theta, int64_t n,
+                                            int64_t base = 0);
 
 // "GPT: 4 layers, 4 heads (4 key/value heads), C 128, V 65, tokenizer char".
 std::string describe(const nn::GPTConfig& config, const std::string& tokenizer);

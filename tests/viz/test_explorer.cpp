@@ -588,3 +588,118 @@ TEST_CASE("a Tq x Tk cross-attention page in both conventions runs in Chromium")
   b.screenshot(fs::path(ATTEND_BUILD_DIR) / "attention_cross_column.html",
                fs::path(ATTEND_BUILD_DIR) / "attention_cross_column.png", "1200,800");
 }
+
+// ---- A Llama with Mistral's window in the explorer ----------------------------------------
+
+namespace {
+
+struct LlamaFixture {
+  std::unique_ptr<data::Tokenizer> tok =
+      data::build_char_tokenizer("abcdefgh ijklmnop\nqrstuvwxyz.,<&\"");
+  nn::GPT model{[&] {
+                  nn::GPTConfig c = nn::gpt_preset("llama-char");
+                  c.vocab_size = tok->vocab_size(), c.block_size = 32, c.n_layer = 2;
+                  c.n_head = 4, c.n_kv_head = 2, c.n_embd = 16, c.hidden_dim = 24;
+                  c.sliding_window = 4;
+                  return c;
+                }(),
+                3};
+  LlamaFixture() { model.eval(); }
+};
+
+}  // namespace
+
+TEST_CASE("a Mistral's map: cells outside the window exactly 0, drawn apart from the future") {
+  LlamaFixture f;
+  const AttentionMap m = compute_attention(f.model, *f.tok, "a cab fed a bad egg");
+  const int64_t T = m.T();
+  CHECK(m.window == 4);
+  CHECK(m.rope_theta == 10000.0);
+  CHECK(m.model.find("Llama (Mistral)") == 0);
+  int outside = 0;
+  for (int64_t l = 0; l < m.n_layer; ++l)
+    for (int64_t h = 0; h < m.n_head; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        double row = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          const double w = m.weights[l][h][static_cast<size_t>(i * T + j)];
+          CHECK(m.outside_window(i, j) == (j <= i - 4));
+          CHECK(m.future(i, j) == (j > i));
+          if (m.masked(i, j)) {
+            CHECK(w == 0.0);
+          } else {
+            CHECK(w > 0.0);
+          }
+          outside += m.outside_window(i, j);
+          row += w;
+        }
+        CHECK(std::abs(row - 1.0) < 1e-6);
+      }
+  CHECK(outside > 0);
+  const std::string svg = attention_svg(m, {});
+  CHECK(xml_problem(svg) == "");
+  CHECK(svg.find("fill=\"url(#hatchw)\" stroke") != std::string::npos);  // a window cell
+  CHECK(svg.find("class=\"window-legend\"") != std::string::npos);
+  CHECK(svg.find("Sliding window of 4 keys") != std::string::npos);
+  // A GPT's page has no window legend.
+  Fixture g;
+  CHECK(attention_svg(compute_attention(g.model, *g.tok, "a cab"), {}).find("window-legend") ==
+        std::string::npos);
+}
+
+TEST_CASE("RoPE: the map's q and k are the rotated ones the model scores, q_raw and k_raw before") {
+  LlamaFixture f;
+  const AttentionMap m = compute_attention(f.model, *f.tok, "a cab fed");
+  const int64_t T = m.T(), HS = m.head_size;
+  REQUIRE(m.q_raw.size() == 2);
+  for (int64_t h = 0; h < m.n_head; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      // rotating q_raw at position i gives q
+      const std::vector<double> raw(m.q_raw[0][h].begin() + i * HS,
+                                    m.q_raw[0][h].begin() + (i + 1) * HS);
+      const Tensor turned =
+          kernel::rotary(tensor(raw, {1, 1, HS}, DType::F64), HS, HS, i, m.rope_theta);
+      for (int64_t d = 0; d < HS; ++d)
+        CHECK(turned.at({0, 0, d}) ==
+              doctest::Approx(m.q[0][h][static_cast<size_t>(i * HS + d)]).epsilon(1e-5).scale(1e-6));
+      // the neuron view: score = q_i . k_j of the rotated vectors
+      for (int64_t j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < HS; ++d)
+          s += m.q[0][h][static_cast<size_t>(i * HS + d)] * m.k[0][h][static_cast<size_t>(j * HS + d)];
+        CHECK(s == doctest::Approx(m.scores[0][h][static_cast<size_t>(i * T + j)]).epsilon(1e-5).scale(1e-6));
+      }
+    }
+  // The RoPE view's promise: the same q and k placed d apart score the same wherever they sit.
+  const std::vector<double> q(m.q_raw[1][2].begin(), m.q_raw[1][2].begin() + HS),
+      k(m.k_raw[1][2].begin() + HS, m.k_raw[1][2].begin() + 2 * HS);
+  const std::vector<double> at0 = rope_scores_by_distance(q, k, m.rope_theta, T, 0);
+  for (int64_t base : {1, 9, 500}) {
+    const std::vector<double> moved = rope_scores_by_distance(q, k, m.rope_theta, T, base);
+    for (int64_t d = 0; d < T; ++d)
+      CHECK(moved[static_cast<size_t>(d)] ==
+            doctest::Approx(at0[static_cast<size_t>(d)]).epsilon(1e-12).scale(1e-12));
+  }
+  double spread = 0;  // and the distance does matter
+  for (double s : at0) spread = std::max(spread, std::abs(s - at0[0]));
+  CHECK(spread > 1e-3);
+}
+
+TEST_CASE("a Llama's explorer page in Chromium: window legend, rotation panel, RoPE view") {
+  LlamaFixture f;
+  const AttentionMap m = compute_attention(f.model, *f.tok, "a cab fed a bad egg");
+  const fs::path page = fs::path(ATTEND_BUILD_DIR) / "attention_llama_test.html";
+  std::ofstream(page) << attention_html(m, {});
+  Browser b;
+  if (!b.ok) {
+    ATTEND_SKIP("Chromium not found at " + b.exe);
+  }
+  const std::string dom = b.dom(page);
+  CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
+  CHECK(dom.find("outside the sliding window") != std::string::npos);
+  CHECK(dom.find("class=\"w masked window\"") != std::string::npos);
+  CHECK(dom.find("RoPE: q and k before and after rotation") != std::string::npos);
+  CHECK(dom.find("RoPE view: q of query") != std::string::npos);
+  CHECK(dom.find("rotation makes the score depend on the distance only") != std::string::npos);
+  b.screenshot(page, fs::path(ATTEND_BUILD_DIR) / "attention_llama_test.png", "1400,1100");
+}
