@@ -20,16 +20,36 @@ using namespace attend;
 namespace fs = std::filesystem;
 
 // Training FLOPs of one step (PaLM's count, as nanoGPT's estimate_mfu): per token
-// 6 x (the weights of the matmuls: 12 L C^2 and the LM head V C) + 12 L T C for attention.
+// 6 x (the weights of the matmuls: the blocks' attention and MLP matrices, 12 L C^2 for
+// GPT-2's, and the LM head V C) + 12 L T C for attention.
 double step_flops(const nn::GPTConfig& c, int64_t tokens) {
+  const nn::ParameterCount p = nn::count_parameters(c);
   const double L = static_cast<double>(c.n_layer), C = static_cast<double>(c.n_embd),
                T = static_cast<double>(c.block_size), V = static_cast<double>(c.vocab_size);
-  return static_cast<double>(tokens) * (6.0 * (12.0 * L * C * C + V * C) + 12.0 * L * T * C);
+  const double matrices = static_cast<double>(p.attention_matrices()) +
+                          L * static_cast<double>(p.mlp_gate + p.mlp_fc + p.mlp_proj);
+  return static_cast<double>(tokens) * (6.0 * (matrices + V * C) + 12.0 * L * T * C);
+}
+
+nn::GPTConfig gpt(int64_t V, int64_t T, int64_t L, int64_t H, int64_t KVH, int64_t C,
+                  double dropout) {
+  nn::GPTConfig c;
+  c.vocab_size = V, c.block_size = T, c.n_layer = L, c.n_head = H, c.n_kv_head = KVH;
+  c.n_embd = C, c.dropout = dropout;
+  return c;
+}
+
+// stories15m (llama2.c's smallest) with a 4096-token vocabulary, as llama2.c trains its
+// own tokenizers.
+nn::GPTConfig stories_4096() {
+  nn::GPTConfig c = nn::gpt_preset("stories15m");
+  c.vocab_size = 4096;
+  return c;
 }
 
 int main(int argc, char** argv) {
-  // bench_train [STEPS] [A|B|C|all]: A, B, C are issue #14's configs, shared with
-  // bench/torch_twin.py; "all" (default) also runs the other configs.
+  // bench_train [STEPS] [A|B|C|D|E|all]: A, B, C are issue #14's configs, D and E issue
+  // #24's Llamas, shared with bench/torch_twin.py; "all" (default) also runs the others.
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   const std::string only = argc > 2 ? argv[2] : "all";
   // "auto": the trainer's ThreadTuner picks the thread count (probing every 4 steps).
@@ -40,13 +60,20 @@ int main(int argc, char** argv) {
     int64_t B;
   };
   const Case cases[] = {
-      {"C", {65, 64, 2, 4, 4, 128, 0.0, true}, 16},
-      {"A", {65, 256, 6, 6, 6, 384, 0.2, true}, 8},
-      {"B", {50304, 64, 12, 12, 12, 768, 0.0, true}, 4},
+      {"C", gpt(65, 64, 2, 4, 4, 128, 0.0), 16},
+      {"A", gpt(65, 256, 6, 6, 6, 384, 0.2), 8},
+      {"B", gpt(50304, 64, 12, 12, 12, 768, 0.0), 4},
+      {"D", nn::gpt_preset("llama-char"), 12},
+      {"E", stories_4096(), 4},
       {"cpu-char (nanoGPT CPU recipe)", nn::gpt_preset("cpu-char"), 12},
-      {"cpu-char, GQA kv_head 2", {65, 64, 4, 4, 2, 128, 0.0, true}, 12},
-      {"shakespeare-char baby GPT, B 4", {65, 256, 6, 6, 6, 384, 0.2, true}, 4},
-      {"gpt2-vocab tiny: V 50257, 4 layers, C 128", {50257, 64, 4, 4, 4, 128, 0.0, true}, 8},
+      {"cpu-char, GQA kv_head 2", gpt(65, 64, 4, 4, 2, 128, 0.0), 12},
+      {"llama-char, GQA kv_head 2", [] {
+         nn::GPTConfig c = nn::gpt_preset("llama-char");
+         c.n_kv_head = 2;
+         return c;
+       }(), 12},
+      {"shakespeare-char baby GPT, B 4", gpt(65, 256, 6, 6, 6, 384, 0.2), 4},
+      {"gpt2-vocab tiny: V 50257, 4 layers, C 128", gpt(50257, 64, 4, 4, 4, 128, 0.0), 8},
   };
   std::printf("attend bench_train: threads %d, %d timed steps after 2 warm-up, median\n",
               omp_get_max_threads(), steps);

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# attend against its PyTorch twin in one sitting: issue #14's configs A, B, C, the same
+# attend against its PyTorch twin in one sitting: issue #14's configs A, B, C (GPT-2's
+# block) and issue #24's D (llama-char) and E (stories15m, V 4096), the same
 # model and step on both sides (bench/bench_train.cpp, bench/torch_twin.py), alternating
 # attend and torch per config, REPS rounds. Prints ms/step, tokens/s, attend's speed-up
 # (torch ms / attend ms) and MFU against the FMA peak bench_peak measures first.
 #
 #   bench/bench_vs_torch.sh [BUILD_DIR] [STEPS] [REPS]     (default build 10 2; 2 threads)
-#   CONFIGS="C" runs only some of the configs (default "C A B"); THREADS=N another count.
+#   CONFIGS="C" runs only some of the configs (default "C A B D E"); THREADS=N another count.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -48,7 +49,7 @@ peak="$(echo "$peak_line" | sed -n 's/.*best \([0-9.]*\)).*/\1/p')"
 printf "%-4s %5s %12s %12s %10s %10s %9s %9s\n" cfg round "attend ms" "torch ms" "speed-up" \
   "attend tok/s" "attend MFU" "torch MFU"
 for rep in $(seq "$reps"); do
-  for cfg in ${CONFIGS:-C A B}; do
+  for cfg in ${CONFIGS:-C A B D E}; do
     a="$(OMP_NUM_THREADS=$threads "$build/bench/bench_train" "$steps" "$cfg" | awk -v c="$cfg" '$1 == c')"
     t="$(env "${torch_env[@]}" /usr/bin/python3 "$root/bench/torch_twin.py" "$steps" "$cfg" --threads "$threads" | awk -v c="$cfg" '$1 == c')"
     # attend: name params B T ms tok/s GFLOP/s; torch: name params B T ms tok/s

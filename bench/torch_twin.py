@@ -1,13 +1,14 @@
 #!/usr/bin/python3
-"""PyTorch twin of attend's GPT for speed comparisons (not a test, not in CI).
+"""PyTorch twin of attend's models for speed comparisons (not a test, not in CI).
 
-The same model as nn::GPT (GPT-2's block: pre-LayerNorm, causal self-attention, GELU(tanh)
-MLP, tied LM head, biases) and the same training step as train::train_step: forward,
-cross-entropy, backward, global-norm clipping at 1.0, AdamW (weight decay 0.1 on matrices
-and embeddings). Same configs A, B, C as bench_train. Prints ms/step (median of STEPS after
-two warm-up steps) and tokens/s.
+The same models as nn::GPT: GPT-2's block (configs A, B, C: pre-LayerNorm, causal
+self-attention, GELU(tanh) MLP, tied LM head, biases) and a Llama (configs D, E: RMSNorm,
+RoPE on q and k, SwiGLU MLP, no biases, tied head), written from torch.nn modules, and the
+same training step as train::train_step: forward, cross-entropy, backward, global-norm
+clipping at 1.0, AdamW (weight decay 0.1 on matrices and embeddings). Same configs as
+bench_train. Prints ms/step (median of STEPS after two warm-up steps) and tokens/s.
 
-    bench/torch_twin.py [STEPS] [A|B|C]... [--threads N]
+    bench/torch_twin.py [STEPS] [A|B|C|D|E]... [--threads N]
 """
 import math
 import sys
@@ -25,6 +26,10 @@ CONFIGS = {  # vocab, block (T), layers, heads, channels, dropout, batch
     "C": (65, 64, 2, 4, 128, 0.0, 16),
     "A": (65, 256, 6, 6, 384, 0.2, 8),
     "B": (50304, 64, 12, 12, 768, 0.0, 4),
+}
+LLAMAS = {  # vocab, block (T), layers, heads, channels, MLP hidden, batch
+    "D": (65, 64, 4, 4, 128, 352, 12),  # llama-char
+    "E": (4096, 256, 6, 6, 288, 768, 4),  # stories15m with a 4096-token BPE
 }
 
 
@@ -65,10 +70,72 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope(x, cos, sin):  # x (B, H, T, HS), pairs (2i, 2i+1) as attend turns them
+    xe, xo = x[..., 0::2], x[..., 1::2]
+    return torch.stack((xe * cos - xo * sin, xe * sin + xo * cos), -1).flatten(-2)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, C, H, hidden):
+        super().__init__()
+        self.H = H
+        self.ln_1, self.ln_2 = RMSNorm(C), RMSNorm(C)
+        self.q, self.k, self.v = (nn.Linear(C, C, bias=False) for _ in range(3))
+        self.o = nn.Linear(C, C, bias=False)
+        self.gate, self.up = nn.Linear(C, hidden, bias=False), nn.Linear(C, hidden, bias=False)
+        self.down = nn.Linear(hidden, C, bias=False)
+
+    def forward(self, x, mask, cos, sin):
+        B, T, C = x.shape
+        h = self.ln_1(x)
+        q, k, v = [t(h).view(B, T, self.H, C // self.H).transpose(1, 2) for t in (self.q, self.k, self.v)]
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.H))
+        att = att.masked_fill(mask[:T, :T] == 0, float("-inf")).softmax(-1)
+        x = x + self.o((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+        h = self.ln_2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, V, T, L, H, C, hidden, theta=10000.0):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.h = nn.ModuleList([LlamaBlock(C, H, hidden) for _ in range(L)])
+        self.ln_f = RMSNorm(C)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)))
+        HS = C // H
+        freq = theta ** (-torch.arange(0, HS, 2, dtype=torch.float64) / HS)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]
+        self.register_buffer("cos", ang.cos().float())
+        self.register_buffer("sin", ang.sin().float())
+
+    def forward(self, idx, targets):
+        x = self.wte(idx)
+        T = idx.shape[1]
+        for b in self.h:
+            x = b(x, self.mask, self.cos[:T], self.sin[:T])
+        logits = self.ln_f(x) @ self.wte.weight.T
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
 def bench(name, steps):
-    V, T, L, H, C, p, B = CONFIGS[name]
     torch.manual_seed(1)
-    model = GPT(V, T, L, H, C, p)
+    if name in LLAMAS:
+        V, T, L, H, C, hidden, B = LLAMAS[name]
+        model = Llama(V, T, L, H, C, hidden)
+    else:
+        V, T, L, H, C, p, B = CONFIGS[name]
+        model = GPT(V, T, L, H, C, p)
     model.train()
     decay = [q for q in model.parameters() if q.dim() >= 2]
     rest = [q for q in model.parameters() if q.dim() < 2]

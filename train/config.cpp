@@ -221,7 +221,7 @@ const Preset& find_preset(const std::string& name) {
     std::vector<Preset> p;
     for (const std::string& n : nn::gpt_preset_names()) p.push_back({n, nn::gpt_preset(n)});
     for (Preset& x : p) {
-      if (x.name == "cpu-char")  // nanoGPT's README CPU recipe
+      if (x.name == "cpu-char" || x.name == "llama-char")  // nanoGPT's README CPU recipe
         x = {x.name, x.model, true, 12, 2000, 100, 2000, 1e-3, 1e-4, 0.99};
       if (x.name == "shakespeare-char")  // nanoGPT's train_shakespeare_char.py
         x = {x.name, x.model, true, 64, 5000, 100, 5000, 1e-3, 1e-4, 0.99};

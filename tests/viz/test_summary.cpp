@@ -29,6 +29,43 @@ TEST_CASE("summary: published totals, and the key/value cache of MQA and GQA aga
   CHECK(format_summary(sg).find("3x more") != std::string::npos);
 }
 
+TEST_CASE("summary: the Llamas' published totals, by component, and GQA's saving") {
+  // Meta's Llama 2 7B and Llama 3 8B, Mistral AI's Mistral 7B: their published counts.
+  struct Want {
+    const char* preset;
+    int64_t total;
+    const char* text;
+  };
+  for (const Want& w : {Want{"llama2-7b", 6738415616, "6,738,415,616"},
+                        Want{"llama3-8b", 8030261248, "8,030,261,248"},
+                        Want{"mistral-7b", 7241732096, "7,241,732,096"}}) {
+    CAPTURE(w.preset);
+    const nn::ModelSummary s = nn::summarize(nn::gpt_preset(w.preset), 1, 128);
+    CHECK(s.counts.total() == w.total);
+    const std::string t = format_summary(s);
+    CHECK(t.find(w.text) != std::string::npos);
+    for (const char* part : {"MLP gate (H x C", "MLP up (H x C)", "MLP down, c_proj (C x H)",
+                             "RMSNorms ln_1, ln_2", "lm_head (V x C, not tied)", "RMSNorm",
+                             "SwiGLU", "RoPE"})
+      CHECK_MESSAGE(t.find(part) != std::string::npos, part);
+    CHECK(t.find("position embedding") == std::string::npos);
+    // The module rows add up to the total, as for the GPT.
+    int64_t rows = 0;
+    for (const nn::SummaryRow& r : s.rows)
+      if (r.depth == 1) rows += r.params;
+    CHECK(rows == w.total);
+  }
+  // Llama 3 8B: GQA (8 of 32 key/value heads) saves 2 x 32 layers x 24 x 128 x 4096
+  // parameters against MHA, and the cache per token is 4x smaller.
+  const std::string t = format_summary(nn::summarize(nn::gpt_preset("llama3-8b"), 1, 128));
+  CHECK(t.find("saved by GQA against MHA (K, V at 8 of 32 heads)") != std::string::npos);
+  CHECK(t.find(viz::with_commas(2LL * 32 * 24 * 128 * 4096)) != std::string::npos);
+  CHECK(t.find("4x more") != std::string::npos);
+  CHECK(t.find("sliding_window") == std::string::npos);
+  CHECK(format_summary(nn::summarize(nn::gpt_preset("mistral-7b"), 1, 128)).find("sliding_window 4096") !=
+        std::string::npos);
+}
+
 TEST_CASE("summary: per-head value down and value up, GPT-3's 12288 x 128 each way") {
   const nn::ModelSummary g3 = nn::summarize(nn::gpt_preset("gpt3-175b"), 1, 2048);
   const std::string t = format_summary(g3);
