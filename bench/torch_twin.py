@@ -19,6 +19,8 @@ try:
     import torch.nn as nn
     import torch.nn.functional as F
 except ImportError:
+    if __name__ != "__main__":
+        raise
     print("torch_twin: python3-torch not installed (apt-get install python3-torch); skipped")
     sys.exit(77)
 
@@ -34,10 +36,10 @@ LLAMAS = {  # vocab, block (T), layers, heads, channels, MLP hidden, batch
 
 
 class Block(nn.Module):
-    def __init__(self, C, H, p):
+    def __init__(self, C, H, p, eps=1e-5):
         super().__init__()
         self.H, self.p = H, p
-        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.ln_1, self.ln_2 = nn.LayerNorm(C, eps=eps), nn.LayerNorm(C, eps=eps)
         self.c_attn, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
         self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
         self.drop = nn.Dropout(p)
@@ -54,19 +56,26 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, V, T, L, H, C, p):
+    """GPT-2 with nanoGPT's layout; tests/app/gpt2_torch.py loads attend's export into it
+    (state_dict names: wte, wpe, h.{i}.{ln_1, c_attn, attn_proj, ln_2, c_fc, mlp_proj},
+    ln_f; the LM head is wte)."""
+
+    def __init__(self, V, T, L, H, C, p, eps=1e-5):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
         self.drop = nn.Dropout(p)
-        self.h = nn.ModuleList([Block(C, H, p) for _ in range(L)])
-        self.ln_f = nn.LayerNorm(C)
-        self.register_buffer("mask", torch.tril(torch.ones(T, T)))
+        self.h = nn.ModuleList([Block(C, H, p, eps) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C, eps=eps)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)), persistent=False)
 
-    def forward(self, idx, targets):
+    def logits(self, idx):
         x = self.drop(self.wte(idx) + self.wpe(torch.arange(idx.shape[1])))
         for b in self.h:
             x = b(x, self.mask)
-        logits = self.ln_f(x) @ self.wte.weight.T
+        return self.ln_f(x) @ self.wte.weight.T
+
+    def forward(self, idx, targets):
+        logits = self.logits(idx)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
@@ -112,7 +121,7 @@ class Llama(nn.Module):
         self.wte = nn.Embedding(V, C)
         self.h = nn.ModuleList([LlamaBlock(C, H, hidden) for _ in range(L)])
         self.ln_f = RMSNorm(C)
-        self.register_buffer("mask", torch.tril(torch.ones(T, T)))
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)), persistent=False)
         HS = C // H
         freq = theta ** (-torch.arange(0, HS, 2, dtype=torch.float64) / HS)
         ang = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]

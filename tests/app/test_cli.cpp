@@ -49,6 +49,16 @@ const std::string kTiny =
     " --n_layer 2 --n_head 2 --n_kv_head 1 --n_embd 16 --block_size 16 --batch_size 4 --eval_iters "
     "2";
 
+// kTiny's model trained `iters` steps (plus `extra` flags) on `data` into `run`: the
+// preamble of most cases here.
+fs::path tiny_run(const fs::path& data, const fs::path& run, int iters,
+                  const std::string& extra = "") {
+  const Run t = attend_cmd("train --data " + data.string() + " --out " + run.string() + kTiny +
+                           " --max_iters " + std::to_string(iters) + extra);
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  return run;
+}
+
 std::vector<std::string> column(const fs::path& csv, int col) {
   std::ifstream in(csv);
   std::string line;
@@ -444,9 +454,7 @@ TEST_CASE("one trainer per run folder - settings that cannot change on resume ar
   fs::path dir = temp_dir("lock");
   fs::path corpus = make_corpus(dir);
   const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
-                     " --max_iters 2")
-              .code == 0);
+  tiny_run(corpus, run, 2);
   {
     const int fd = ::open((run / "lock").c_str(), O_RDWR);
     REQUIRE(fd >= 0);
@@ -579,21 +587,24 @@ TEST_CASE("prepare replaces a prepared folder whole or not at all") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("data on stdout, diagnostics on stderr, and small inputs that were silently wrong") {
-  // Regressions (adversarial M6, L2, L5, L6, L7, L12).
+TEST_CASE("sample: a warning stays on stderr, and a failed sample prints no text") {
+  // Regression (adversarial M6): a prompt longer than block_size warns; the warning must
+  // not land in the text a pipe receives.
   fs::path dir = temp_dir("streams");
-  fs::path corpus = make_corpus(dir);
-  const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
-                     " --max_iters 2")
-              .code == 0);
-  // A prompt longer than block_size warns; the warning must not land in the text.
+  const fs::path run = tiny_run(make_corpus(dir), dir / "run", 2);
   const std::string text = attend_stdout("sample --checkpoint " + run.string() + " --prompt '" +
                                          std::string(40, 'a') + "' --max_new_tokens 5");
   CHECK(text.find("warn") == std::string::npos);
   CHECK(text.find("[") == std::string::npos);
   CHECK(text.rfind(std::string(40, 'a'), 0) == 0);
   CHECK(attend_stdout("sample --checkpoint /nonexistent").empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("flags that were silently wrong are refused: --log-level, --resume with --out, --head, --seed") {
+  // Regressions (adversarial L2, L5, L6, L7).
+  fs::path dir = temp_dir("badflags");
+  const fs::path run = tiny_run(make_corpus(dir), dir / "run", 2);
   Run lvl = attend_cmd("--log-level errr summary --preset gpt2");
   CHECK(lvl.code != 0);
   CHECK(lvl.out.find("errr not in") != std::string::npos);
@@ -606,7 +617,13 @@ TEST_CASE("data on stdout, diagnostics on stderr, and small inputs that were sil
   CHECK(head.code != 0);
   Run seed = attend_cmd("sample --checkpoint " + run.string() + " --seed -1");
   CHECK(seed.code != 0);
-  // Config files: integers past int64, duplicate keys, a huge value not echoed whole, 1e400.
+  fs::remove_all(dir);
+}
+
+TEST_CASE("config files: integers past int64, duplicate keys, a huge value, 1e400 are refused") {
+  // Regression (adversarial L12); a huge value is not echoed whole.
+  fs::path dir = temp_dir("configs");
+  const fs::path corpus = make_corpus(dir);
   auto train_with = [&](const std::string& name, const std::string& json) {
     std::ofstream(dir / name) << json;
     return attend_cmd("train --config " + (dir / name).string() + " --data " + corpus.string() +
@@ -623,7 +640,12 @@ TEST_CASE("data on stdout, diagnostics on stderr, and small inputs that were sil
   CHECK(huge.out.size() < 2000);
   Run inf = train_with("inf.json", R"({"learning_rate": 1e400})");
   CHECK(inf.code == 1);
-  // tokenize --decode: an id past the vocabulary is refused (4294967296 wrapped to 0).
+  fs::remove_all(dir);
+}
+
+TEST_CASE("tokenize --decode refuses an id past the vocabulary instead of wrapping it to 0") {
+  fs::path dir = temp_dir("decodewrap");
+  const fs::path corpus = make_corpus(dir);
   Run wrap =
       attend_cmd("tokenize --decode --tokenizer char:" + corpus.string() + " --text '4294967296'");
   CHECK(wrap.code == 1);
@@ -631,20 +653,24 @@ TEST_CASE("data on stdout, diagnostics on stderr, and small inputs that were sil
   fs::remove_all(dir);
 }
 
-TEST_CASE("eval of text uses a private temporary folder, and plot fails loudly") {
-  // Regressions (adversarial M3, L3): eval wrote $TMPDIR/attend_eval_<pid>.bin.tmp through
-  // a predictable, symlink-following name; plot said "wrote" when it could not write.
+TEST_CASE("eval of text uses a private temporary folder") {
+  // Regression (adversarial M3): eval wrote $TMPDIR/attend_eval_<pid>.bin.tmp through a
+  // predictable, symlink-following name.
   fs::path dir = temp_dir("evaltmp");
-  fs::path corpus = make_corpus(dir);
-  const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
-                     " --max_iters 2")
-              .code == 0);
+  const fs::path corpus = make_corpus(dir);
+  const fs::path run = tiny_run(corpus, dir / "run", 2);
   fs::create_directories(dir / "tmp");
   Run e = attend_cmd("eval --checkpoint " + run.string() + " --data " + corpus.string(),
                      "TMPDIR=" + (dir / "tmp").string() + " ");
   REQUIRE_MESSAGE(e.code == 0, e.out);
   CHECK(fs::is_empty(dir / "tmp"));  // its folder (mkdtemp, mode 0700) is gone again
+  fs::remove_all(dir);
+}
+
+TEST_CASE("plot fails loudly when it cannot write the picture") {
+  // Regression (adversarial L3): plot said "wrote" when it could not write.
+  fs::path dir = temp_dir("plotfail");
+  const fs::path run = tiny_run(make_corpus(dir), dir / "run", 2);
   fs::remove(run / "loss.svg");
   fs::create_directories(run / "loss.svg");  // where the picture should go: a folder
   Run p = attend_cmd("plot " + run.string());
@@ -657,9 +683,7 @@ TEST_CASE("sample: --num_samples, --prompt_file and --stop") {
   fs::path dir = temp_dir("sampleopts");
   fs::path corpus = make_corpus(dir);
   const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
-                     " --max_iters 20")
-              .code == 0);
+  tiny_run(corpus, run, 20);
   const std::string base = "sample --checkpoint " + run.string() + " --max_new_tokens 40 --seed 9";
   const std::string one = attend_stdout(base + " --prompt Now");
   const std::string two = attend_stdout(base + " --prompt Now --num_samples 2");
@@ -699,9 +723,7 @@ TEST_CASE("eval refuses ids made by another tokenizer, and says how many tokens 
                      " --tokenizer bpe:260")
               .code == 0);
   const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + (dir / "c").string() + " --out " + run.string() + kTiny +
-                     " --max_iters 2")
-              .code == 0);
+  tiny_run((dir / "c"), run, 2);
   Run ok = attend_cmd("eval --checkpoint " + run.string() + " --data " +
                       (dir / "c" / "val.bin").string());
   REQUIRE_MESSAGE(ok.code == 0, ok.out);
@@ -729,9 +751,7 @@ TEST_CASE("attention views take a long UTF-8 tokenizer name whole") {
   fs::path dir = temp_dir("longname");
   fs::path corpus = make_corpus(dir);
   const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
-                     " --max_iters 1")
-              .code == 0);
+  tiny_run(corpus, run, 1);
   io::CheckpointData d = train::newest_valid_checkpoint(run).data;
   std::string name;
   for (int i = 0; i < 150; ++i) name += "\xc3\xa9";  // "é" x 150: 300 bytes
@@ -761,9 +781,7 @@ TEST_CASE(
   fs::path dir = temp_dir("eval");
   fs::path corpus = make_corpus(dir);
   const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + corpus.string() + " --out " + run.string() + kTiny +
-                     " --max_iters 20")
-              .code == 0);
+  tiny_run(corpus, run, 20);
   const fs::path ckpt = train::newest_valid_checkpoint(run).path;
   Run ev = attend_cmd("eval --checkpoint " + ckpt.string() + " --data " +
                       (run / "data" / "val.bin").string());
@@ -871,9 +889,7 @@ TEST_CASE("heads: a layer x head table of ablation losses on stdout, CSV and SVG
   REQUIRE(attend_cmd("prepare --data " + corpus.string() + " --out " + (dir / "d").string()).code ==
           0);
   const fs::path run = dir / "run";
-  REQUIRE(attend_cmd("train --data " + (dir / "d").string() + " --out " + run.string() + kTiny +
-                     " --max_iters 3")
-              .code == 0);
+  tiny_run((dir / "d"), run, 3);
   const std::string out = attend_stdout(
       "heads --checkpoint " + run.string() + " --data " + (dir / "d" / "val.bin").string() +
       " --batches 2 --batch_size 2 --csv " + (dir / "h.csv").string() + " --svg " +

@@ -69,52 +69,7 @@ TEST_CASE("an independent NumPy GPT-2 reads the export and matches attend's logi
   std::vector<float> v = logits.to_vector<float>();
   std::ofstream(dir / "logits.f32", std::ios::binary)
       .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  std::ofstream(dir / "gpt2.py") << R"PY(
-import json, struct, sys, numpy as np
-d = sys.argv[1]
-raw = open(d + '/model.safetensors', 'rb').read()
-n = struct.unpack('<Q', raw[:8])[0]
-header = json.loads(raw[8:8 + n])
-data = raw[8 + n:]
-W = {}
-for name, e in header.items():
-    if name == '__metadata__': continue
-    assert e['dtype'] == 'F32', e
-    b, end = e['data_offsets']
-    W[name.replace('transformer.', '')] = np.frombuffer(data[b:end], dtype='<f4').reshape(e['shape']).astype(np.float64)
-cfg = json.load(open(d + '/config.json'))
-C, H, L = cfg['n_embd'], cfg['n_head'], cfg['n_layer']
-def ln(x, w, b):
-    m = x.mean(-1, keepdims=True); v = ((x - m) ** 2).mean(-1, keepdims=True)
-    return (x - m) / np.sqrt(v + cfg['layer_norm_epsilon']) * w + b
-def gelu(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
-ids = [int(t) for t in sys.argv[2].split(',')]
-T = len(ids)
-x = W['wte.weight'][ids] + W['wpe.weight'][:T]
-for l in range(L):
-    p = 'h.%d.' % l
-    a = ln(x, W[p + 'ln_1.weight'], W[p + 'ln_1.bias'])
-    qkv = a @ W[p + 'attn.c_attn.weight'] + W[p + 'attn.c_attn.bias']   # Conv1D: (in, out)
-    q, k, v = np.split(qkv, 3, axis=-1)
-    hs = C // H
-    q, k, v = [t.reshape(T, H, hs).transpose(1, 0, 2) for t in (q, k, v)]
-    s = q @ k.transpose(0, 2, 1) / np.sqrt(hs)
-    s = np.where(np.tril(np.ones((T, T))) == 1, s, -np.inf)
-    w = np.exp(s - s.max(-1, keepdims=True)); w /= w.sum(-1, keepdims=True)
-    y = (w @ v).transpose(1, 0, 2).reshape(T, C)
-    x = x + y @ W[p + 'attn.c_proj.weight'] + W[p + 'attn.c_proj.bias']
-    m = ln(x, W[p + 'ln_2.weight'], W[p + 'ln_2.bias'])
-    x = x + gelu(m @ W[p + 'mlp.c_fc.weight'] + W[p + 'mlp.c_fc.bias']) @ W[p + 'mlp.c_proj.weight'] + W[p + 'mlp.c_proj.bias']
-x = ln(x, W['ln_f.weight'], W['ln_f.bias'])
-logits = x @ W['wte.weight'].T
-ours = np.fromfile(sys.argv[3], dtype='<f4').reshape(logits.shape)
-err = np.abs(logits - ours).max()
-print('max abs difference %.3g' % err)
-assert err < 1e-4, err
-print('numpy ok')
-)PY";
-  Run py = run("/usr/bin/python3 " + (dir / "gpt2.py").string() + " " + (dir / "hf").string() +
+  Run py = run("/usr/bin/python3 " + (fs::path(ATTEND_SOURCE_DIR) / "tests/app/gpt2_numpy.py").string() + " " + (dir / "hf").string() +
                " 3,7,1,0,12,5,9,2,11,4 " + (dir / "logits.f32").string());
   CAPTURE(py.out);
   CHECK(py.code == 0);
@@ -139,75 +94,15 @@ TEST_CASE("a PyTorch GPT-2 built from torch.nn loads the export and matches atte
   std::vector<float> v = out.logits.to_vector<float>();
   std::ofstream(dir / "logits.f32", std::ios::binary)
       .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  // A model of torch.nn modules (Linear, LayerNorm, Embedding, GELU(tanh)); the weights are
-  // loaded into it from the safetensors bytes by name, with GPT-2's Conv1D layout
-  // transposed for nn.Linear, and strict=True so a missing or extra name fails.
-  std::ofstream(dir / "gpt2_torch.py") << R"PY(
-import json, struct, sys, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
-torch.set_default_dtype(torch.float64)
-d = sys.argv[1]
-raw = open(d + '/model.safetensors', 'rb').read()
-n = struct.unpack('<Q', raw[:8])[0]
-header = json.loads(raw[8:8 + n]); data = raw[8 + n:]
-cfg = json.load(open(d + '/config.json'))
-C, H, L, V, P = cfg['n_embd'], cfg['n_head'], cfg['n_layer'], cfg['vocab_size'], cfg['n_positions']
-eps = cfg['layer_norm_epsilon']
-class Block(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.ln_1, s.ln_2 = nn.LayerNorm(C, eps=eps), nn.LayerNorm(C, eps=eps)
-        s.c_attn, s.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        s.c_fc, s.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-        s.gelu = nn.GELU(approximate='tanh')
-    def forward(s, x):
-        B, T, _ = x.shape
-        q, k, v = s.c_attn(s.ln_1(x)).split(C, dim=2)
-        q, k, v = [t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v)]
-        att = (q @ k.transpose(-2, -1)) / (C // H) ** 0.5
-        att = att.masked_fill(torch.ones(T, T).tril() == 0, float('-inf')).softmax(-1)
-        x = x + s.attn_proj((att @ v).transpose(1, 2).reshape(B, T, C))
-        return x + s.mlp_proj(s.gelu(s.c_fc(s.ln_2(x))))
-class GPT(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.wte, s.wpe = nn.Embedding(V, C), nn.Embedding(P, C)
-        s.h = nn.ModuleList([Block() for _ in range(L)])
-        s.ln_f = nn.LayerNorm(C, eps=eps)
-    def forward(s, idx):
-        x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1]))
-        for b in s.h: x = b(x)
-        return s.ln_f(x) @ s.wte.weight.T
-rename = {'attn.c_attn': 'c_attn', 'attn.c_proj': 'attn_proj', 'mlp.c_fc': 'c_fc', 'mlp.c_proj': 'mlp_proj'}
-state = {}
-for name, e in header.items():
-    if name == '__metadata__': continue
-    assert e['dtype'] == 'F32', e
-    b, end = e['data_offsets']
-    t = torch.from_numpy(np.frombuffer(data[b:end], dtype='<f4').reshape(e['shape']).astype(np.float64))
-    name = name.replace('transformer.', '')
-    for a, z in rename.items():
-        if a in name:
-            name = name.replace(a, z)
-            if name.endswith('.weight'): t = t.T.contiguous()   # Conv1D (in, out) -> Linear (out, in)
-    state[name] = t
-model = GPT(); model.load_state_dict(state, strict=True)
-ids = torch.tensor([[int(t) for t in sys.argv[2].split(',')]])
-nxt = torch.tensor([int(t) for t in sys.argv[3].split(',')])
-with torch.no_grad():
-    logits = model(ids)
-ours = torch.from_numpy(np.fromfile(sys.argv[4], dtype='<f4').astype(np.float64)).view(logits.shape)
-err = (logits - ours).abs().max().item()
-loss = F.cross_entropy(logits[0], nxt).item()
-print('torch %s: max abs logit difference %.3g, loss %.9f vs attend %s' % (torch.__version__, err, loss, sys.argv[5]))
-assert err < 1e-4, err
-assert abs(loss - float(sys.argv[5])) < 1e-5
-print('torch ok')
-)PY";
+  // tests/app/gpt2_torch.py: bench/torch_twin.py's GPT (torch.nn modules: Linear,
+  // LayerNorm, Embedding, GELU(tanh)) loads the weights from the safetensors bytes by name,
+  // GPT-2's Conv1D layout transposed for nn.Linear, with strict=True so a missing or extra
+  // name fails.
   std::ostringstream loss_text;
   loss_text.precision(9);
   loss_text << out.loss.item();
   const std::string loss = loss_text.str();
-  Run py = run("/usr/bin/python3 " + (dir / "gpt2_torch.py").string() + " " +
+  Run py = run("/usr/bin/python3 " + (fs::path(ATTEND_SOURCE_DIR) / "tests/app/gpt2_torch.py").string() + " " +
                (dir / "hf").string() + " 3,7,1,0,12,5,9,2,11,4 7,1,0,12,5,9,2,11,4,6 " +
                (dir / "logits.f32").string() + " " + loss);
   CAPTURE(py.out);

@@ -7,11 +7,19 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "test_util.h"
 
 namespace attend::test {
 
 namespace fs = std::filesystem;
+
+// A profile folder of this process's own: two Chromiums on one profile (ctest -j2 runs
+// test cases side by side) make the second exit with status 21.
+inline fs::path chromium_profile() {
+  return fs::path(ATTEND_BUILD_DIR) / ("chromium-profile-" + std::to_string(::getpid()));
+}
 
 // The page's DOM after its scripts ran ("" with a skip when Chromium is
 // missing) and a screenshot beside it in the build folder.
@@ -26,8 +34,14 @@ struct Browser {
         " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
         "--disable-background-networking --disable-component-update --disable-sync "
         "--user-data-dir=" +
-        (fs::path(ATTEND_BUILD_DIR) / "chromium-profile").string();
+        chromium_profile().string();
   }
+  ~Browser() {
+    std::error_code ec;
+    fs::remove_all(chromium_profile(), ec);
+  }
+  Browser(const Browser&) = delete;
+  Browser& operator=(const Browser&) = delete;
   std::string dom(const fs::path& page) const {
     const fs::path out = page.string() + ".dom";
     REQUIRE(std::system((exe + flags + " --dump-dom file://" + page.string() + " > " +

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "browser.h"
+#include "fixture.h"
 #include "tensor/kernels.h"
 #include "test_util.h"
 #include "train/toy.h"
@@ -16,26 +17,13 @@
 using namespace attend;
 using namespace attend::viz;
 using attend::test::Browser;
+using attend::test::Fixture;
+using attend::test::llama_config;
 using attend::test::xml_problem;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A small untrained model and a char tokenizer over a fixed alphabet.
-struct Fixture {
-  std::unique_ptr<data::Tokenizer> tok =
-      data::build_char_tokenizer("abcdefgh ijklmnop\nqrstuvwxyz.,<&\"");
-  nn::GPT model{nn::GPTConfig{.vocab_size = tok->vocab_size(), .block_size = 32, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .dropout = 0.0, .bias = true}, 3};
-  Fixture() { model.eval(); }
-};
-
-// A Llama with Mistral's window over the same alphabet: GQA, RoPE, SwiGLU, untied head.
-nn::GPTConfig llama_config(int64_t V) {
-  nn::GPTConfig c = nn::gpt_preset("llama-char");
-  c.vocab_size = V, c.block_size = 32, c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2;
-  c.n_embd = 16, c.hidden_dim = 24, c.sliding_window = 3, c.tie_embeddings = false;
-  return c;
-}
 
 // Mean and standard deviation of every element (or those where keep != 0), by plain loops.
 std::pair<double, double> moments(const Tensor& t, const Tensor& keep = Tensor()) {

@@ -14,6 +14,7 @@
 #include "tensor/random.h"
 #include "test_util.h"
 #include "browser.h"
+#include "fixture.h"
 #include "xml_check.h"
 #include "train/toy.h"
 #include "viz/explorer.h"
@@ -24,6 +25,8 @@
 using namespace attend;
 using namespace attend::viz;
 using attend::test::Browser;
+using attend::test::Fixture;
+using attend::test::LlamaFixture;
 using attend::test::xml_problem;
 namespace fs = std::filesystem;
 
@@ -34,14 +37,6 @@ int64_t sum(const std::vector<int64_t>& v) {
   for (int64_t x : v) s += x;
   return s;
 }
-
-// A small trained-free model and a char tokenizer over a fixed alphabet.
-struct Fixture {
-  std::unique_ptr<data::Tokenizer> tok =
-      data::build_char_tokenizer("abcdefgh ijklmnop\nqrstuvwxyz.,<&\"");
-  nn::GPT model{nn::GPTConfig{.vocab_size = tok->vocab_size(), .block_size = 32, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .dropout = 0.0, .bias = true}, 3};
-  Fixture() { model.eval(); }
-};
 
 }  // namespace
 
@@ -165,7 +160,7 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
       " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
       "--disable-background-networking"
       " --disable-component-update --disable-sync --user-data-dir=" +
-      (fs::path(ATTEND_BUILD_DIR) / "chromium-profile").string();
+      attend::test::chromium_profile().string();
   const fs::path dom = fs::path(ATTEND_BUILD_DIR) / "attention_test.dom";
   const int rc = std::system(
       (exe + flags + " --dump-dom file://" + out.string() + " > " + dom.string() + " 2>/dev/null")
@@ -590,24 +585,6 @@ TEST_CASE("a Tq x Tk cross-attention page in both conventions runs in Chromium")
 }
 
 // ---- A Llama with Mistral's window in the explorer ----------------------------------------
-
-namespace {
-
-struct LlamaFixture {
-  std::unique_ptr<data::Tokenizer> tok =
-      data::build_char_tokenizer("abcdefgh ijklmnop\nqrstuvwxyz.,<&\"");
-  nn::GPT model{[&] {
-                  nn::GPTConfig c = nn::gpt_preset("llama-char");
-                  c.vocab_size = tok->vocab_size(), c.block_size = 32, c.n_layer = 2;
-                  c.n_head = 4, c.n_kv_head = 2, c.n_embd = 16, c.hidden_dim = 24;
-                  c.sliding_window = 4;
-                  return c;
-                }(),
-                3};
-  LlamaFixture() { model.eval(); }
-};
-
-}  // namespace
 
 TEST_CASE("a Mistral's map: cells outside the window exactly 0, drawn apart from the future") {
   LlamaFixture f;
