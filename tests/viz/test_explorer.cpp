@@ -200,6 +200,7 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
                   .c_str());
   CHECK(fs::exists(png));
   MESSAGE("screenshot: ", png.string());
+  fs::remove_all(attend::test::chromium_profile());
 }
 
 TEST_CASE("the heads' changes summed equal concat -> c_proj to rounding (GQA model)") {

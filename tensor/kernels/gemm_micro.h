@@ -1,0 +1,166 @@
+// The GEMM's micro-kernels (tensor/kernels/gemm.cpp is the driver): the MR x NR tile of C
+// from a packed A panel and packed B panel(s), portable, AVX2/FMA and AVX-512, and the
+// choice among them. Internal to the GEMM: include only from tensor/kernels/gemm*.
+#pragma once
+
+#include <immintrin.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "tensor/kernels/gemm.h"
+
+namespace attend::kernel::gemm_detail {
+
+constexpr int64_t MR = 6;     // rows of a micro-tile
+constexpr int64_t KC = 256;   // shared-dim block: an A and a B panel stay in L1/L2
+constexpr int64_t NC = 3072;  // columns per packed B block
+constexpr int64_t MCP = 24;   // row panels per block of A reused against one B panel pair
+
+template <typename T>
+constexpr int64_t nr() {
+  return 64 / sizeof(T);  // two AVX2 registers per row: 16 floats or 8 doubles
+}
+
+// What the CPU has and the f32 kernel in use (gemm_select.cpp: the widest the CPU has,
+// unless ATTEND_GEMM or set_gemm_kernel picked another).
+extern const bool kHasAvx2, kHasAvx512;
+extern std::atomic<GemmKernel> g_kernel;
+
+// ---- micro-kernels: the MR x NR tile at out (leading dimension ld) = sum_k a[k*MR + i] *
+// b[k*NR + j], or out += that sum when add (the sum finished first, then added once) ----
+
+template <typename T>
+inline void micro_portable(int64_t kc, const T* a, const T* b, T* out, int64_t ld, bool add) {
+  constexpr int64_t NR = nr<T>();
+  T c[MR][NR] = {};
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += NR)
+    for (int64_t i = 0; i < MR; ++i)
+      for (int64_t j = 0; j < NR; ++j) c[i][j] += a[i] * b[j];
+  for (int64_t i = 0; i < MR; ++i)
+    for (int64_t j = 0; j < NR; ++j) out[i * ld + j] = add ? out[i * ld + j] + c[i][j] : c[i][j];
+}
+
+__attribute__((target("avx2,fma"))) inline void micro_avx2(int64_t kc, const float* a,
+                                                           const float* b, float* out, int64_t ld,
+                                                           bool add) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += 16) {
+    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 ai = _mm256_broadcast_ss(a + 0);
+    c00 = _mm256_fmadd_ps(ai, b0, c00), c01 = _mm256_fmadd_ps(ai, b1, c01);
+    ai = _mm256_broadcast_ss(a + 1);
+    c10 = _mm256_fmadd_ps(ai, b0, c10), c11 = _mm256_fmadd_ps(ai, b1, c11);
+    ai = _mm256_broadcast_ss(a + 2);
+    c20 = _mm256_fmadd_ps(ai, b0, c20), c21 = _mm256_fmadd_ps(ai, b1, c21);
+    ai = _mm256_broadcast_ss(a + 3);
+    c30 = _mm256_fmadd_ps(ai, b0, c30), c31 = _mm256_fmadd_ps(ai, b1, c31);
+    ai = _mm256_broadcast_ss(a + 4);
+    c40 = _mm256_fmadd_ps(ai, b0, c40), c41 = _mm256_fmadd_ps(ai, b1, c41);
+    ai = _mm256_broadcast_ss(a + 5);
+    c50 = _mm256_fmadd_ps(ai, b0, c50), c51 = _mm256_fmadd_ps(ai, b1, c51);
+  }
+  const __m256 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int64_t i = 0; i < MR; ++i) {
+    float* o = out + i * ld;
+    if (add) {
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), c[i][0]));
+      _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), c[i][1]));
+    } else {
+      _mm256_storeu_ps(o, c[i][0]);
+      _mm256_storeu_ps(o + 8, c[i][1]);
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline void micro_avx2(int64_t kc, const double* a,
+                                                           const double* b, double* out, int64_t ld,
+                                                           bool add) {
+  __m256d c00 = _mm256_setzero_pd(), c01 = _mm256_setzero_pd();
+  __m256d c10 = _mm256_setzero_pd(), c11 = _mm256_setzero_pd();
+  __m256d c20 = _mm256_setzero_pd(), c21 = _mm256_setzero_pd();
+  __m256d c30 = _mm256_setzero_pd(), c31 = _mm256_setzero_pd();
+  __m256d c40 = _mm256_setzero_pd(), c41 = _mm256_setzero_pd();
+  __m256d c50 = _mm256_setzero_pd(), c51 = _mm256_setzero_pd();
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += 8) {
+    __m256d b0 = _mm256_loadu_pd(b), b1 = _mm256_loadu_pd(b + 4);
+    __m256d ai = _mm256_broadcast_sd(a + 0);
+    c00 = _mm256_fmadd_pd(ai, b0, c00), c01 = _mm256_fmadd_pd(ai, b1, c01);
+    ai = _mm256_broadcast_sd(a + 1);
+    c10 = _mm256_fmadd_pd(ai, b0, c10), c11 = _mm256_fmadd_pd(ai, b1, c11);
+    ai = _mm256_broadcast_sd(a + 2);
+    c20 = _mm256_fmadd_pd(ai, b0, c20), c21 = _mm256_fmadd_pd(ai, b1, c21);
+    ai = _mm256_broadcast_sd(a + 3);
+    c30 = _mm256_fmadd_pd(ai, b0, c30), c31 = _mm256_fmadd_pd(ai, b1, c31);
+    ai = _mm256_broadcast_sd(a + 4);
+    c40 = _mm256_fmadd_pd(ai, b0, c40), c41 = _mm256_fmadd_pd(ai, b1, c41);
+    ai = _mm256_broadcast_sd(a + 5);
+    c50 = _mm256_fmadd_pd(ai, b0, c50), c51 = _mm256_fmadd_pd(ai, b1, c51);
+  }
+  const __m256d c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int64_t i = 0; i < MR; ++i) {
+    double* o = out + i * ld;
+    if (add) {
+      _mm256_storeu_pd(o, _mm256_add_pd(_mm256_loadu_pd(o), c[i][0]));
+      _mm256_storeu_pd(o + 4, _mm256_add_pd(_mm256_loadu_pd(o + 4), c[i][1]));
+    } else {
+      _mm256_storeu_pd(o, c[i][0]);
+      _mm256_storeu_pd(o + 4, c[i][1]);
+    }
+  }
+}
+
+// Two adjacent B panels at once: out[i, 0:16] from b0's panel, out[i, 16:32] from b1's, each
+// element sum_k a[k*MR + i] * b[k*16 + j] by one FMA per k in k order, as micro_avx2.
+__attribute__((target("avx512f"))) inline void micro_avx512_6x32(int64_t kc, const float* a,
+                                                                 const float* b0, const float* b1,
+                                                                 float* out, int64_t ld, bool add) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
+  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
+  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
+  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
+  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k, a += MR, b0 += 16, b1 += 16) {
+    const __m512 x0 = _mm512_loadu_ps(b0), x1 = _mm512_loadu_ps(b1);
+    __m512 ai = _mm512_set1_ps(a[0]);
+    c00 = _mm512_fmadd_ps(ai, x0, c00), c01 = _mm512_fmadd_ps(ai, x1, c01);
+    ai = _mm512_set1_ps(a[1]);
+    c10 = _mm512_fmadd_ps(ai, x0, c10), c11 = _mm512_fmadd_ps(ai, x1, c11);
+    ai = _mm512_set1_ps(a[2]);
+    c20 = _mm512_fmadd_ps(ai, x0, c20), c21 = _mm512_fmadd_ps(ai, x1, c21);
+    ai = _mm512_set1_ps(a[3]);
+    c30 = _mm512_fmadd_ps(ai, x0, c30), c31 = _mm512_fmadd_ps(ai, x1, c31);
+    ai = _mm512_set1_ps(a[4]);
+    c40 = _mm512_fmadd_ps(ai, x0, c40), c41 = _mm512_fmadd_ps(ai, x1, c41);
+    ai = _mm512_set1_ps(a[5]);
+    c50 = _mm512_fmadd_ps(ai, x0, c50), c51 = _mm512_fmadd_ps(ai, x1, c51);
+  }
+  const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int64_t i = 0; i < MR; ++i) {
+    float* o = out + i * ld;
+    if (add) {
+      _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), c[i][0]));
+      _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_loadu_ps(o + 16), c[i][1]));
+    } else {
+      _mm512_storeu_ps(o, c[i][0]);
+      _mm512_storeu_ps(o + 16, c[i][1]);
+    }
+  }
+}
+
+template <typename T>
+inline void micro(int64_t kc, const T* a, const T* b, T* out, int64_t ld, bool add) {
+  if (kHasAvx2 && g_kernel.load(std::memory_order_relaxed) != GemmKernel::portable) {
+    micro_avx2(kc, a, b, out, ld, add);
+  } else {
+    micro_portable(kc, a, b, out, ld, add);
+  }
+}
+
+}  // namespace attend::kernel::gemm_detail

@@ -1,0 +1,80 @@
+// Which f32 micro-kernel the GEMM runs: the widest the CPU has, ATTEND_GEMM's choice, or
+// set_gemm_kernel's (declared in tensor/kernels/gemm.h).
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "tensor/kernels/gemm_micro.h"
+
+namespace attend::kernel {
+
+namespace gemm_detail {
+
+const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+const bool kHasAvx512 = kHasAvx2 && __builtin_cpu_supports("avx512f");
+
+// Why ATTEND_GEMM could not be honoured ("" when it is unset or honoured).
+namespace {
+
+std::string& env_problem() {
+  static std::string problem;
+  return problem;
+}
+
+// The f32 kernel in use: the widest the CPU has, unless ATTEND_GEMM (avx512, avx2,
+// portable) or set_gemm_kernel picked another. A value the CPU cannot run or that is not a
+// kernel's name leaves the widest and is reported by gemm_env_problem.
+GemmKernel initial_kernel() {
+  const GemmKernel best = kHasAvx512 ? GemmKernel::avx512
+                          : kHasAvx2 ? GemmKernel::avx2
+                                     : GemmKernel::portable;
+  const char* e = std::getenv("ATTEND_GEMM");
+  if (!e) return best;
+  const std::string v = e;
+  if (v == "portable") return GemmKernel::portable;
+  if (v == "avx2" && kHasAvx2) return GemmKernel::avx2;
+  if (v == "avx512" && kHasAvx512) return GemmKernel::avx512;
+  if (v == "avx2" || v == "avx512")
+    env_problem() =
+        "ATTEND_GEMM=" + v + ": this CPU has no " + (v == "avx2" ? "AVX2/FMA" : "AVX-512");
+  else
+    env_problem() = "ATTEND_GEMM='" + v + "': expected avx512, avx2 or portable";
+  return best;
+}
+}  // namespace
+
+std::atomic<GemmKernel> g_kernel{initial_kernel()};
+
+}  // namespace gemm_detail
+
+using gemm_detail::env_problem;
+using gemm_detail::g_kernel;
+using gemm_detail::kHasAvx2;
+using gemm_detail::kHasAvx512;
+
+GemmKernel gemm_kernel() { return g_kernel.load(); }
+
+std::string gemm_env_problem() {
+  (void)g_kernel.load();  // initialised, so env_problem is set
+  return env_problem();
+}
+
+GemmKernel set_gemm_kernel(GemmKernel k) {
+  if (k == GemmKernel::avx512 && !kHasAvx512) k = GemmKernel::avx2;
+  if (k == GemmKernel::avx2 && !kHasAvx2) k = GemmKernel::portable;
+  return g_kernel.exchange(k);
+}
+
+const char* gemm_kernel_name(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::avx512:
+      return "AVX-512 (6x32 f32 tiles; f64 AVX2/FMA)";
+    case GemmKernel::avx2:
+      return "AVX2/FMA";
+    case GemmKernel::portable:
+      break;
+  }
+  return "portable";
+}
+
+}  // namespace attend::kernel
