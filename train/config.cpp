@@ -378,6 +378,25 @@ TrainConfig from_values(const io::ConfigValues& values) {
   return c;
 }
 
+std::string config_to_wire(const TrainConfig& c) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [name, v] : to_values(c))
+    std::visit([&](const auto& x) { j.push_back({name, v.index(), x}); }, v);
+  return j.dump();
+}
+
+TrainConfig config_from_wire(const std::string& text) {
+  io::ConfigValues values;
+  for (const auto& e : nlohmann::json::parse(text)) {
+    const std::string name = e[0].get<std::string>();
+    const int kind = e[1].get<int>();
+    if (kind == 0) values.emplace_back(name, e[2].get<int64_t>());
+    if (kind == 1) values.emplace_back(name, e[2].get<double>());
+    if (kind == 2) values.emplace_back(name, e[2].get<std::string>());
+  }
+  return from_values(values);
+}
+
 TrainConfig merge_resume(const ResolvedConfig& req, const TrainConfig& saved) {
   TrainConfig c = saved;
   std::vector<std::string> refused;

@@ -136,6 +136,11 @@ SettingsLayer read_config_file(const std::string& path);
 io::ConfigValues to_values(const TrainConfig& c);
 TrainConfig from_values(const io::ConfigValues& values);
 
+// The config as text for another process (MPI ranks): every field typed, doubles bit for
+// bit. config_from_wire reads what config_to_wire wrote.
+std::string config_to_wire(const TrainConfig& c);
+TrainConfig config_from_wire(const std::string& text);
+
 // On resume: the checkpoint's settings, except explicit fields that differ and may change
 // (Warn: logged as breaking exactness; Free: logged). Refused changes throw, listing all.
 TrainConfig merge_resume(const ResolvedConfig& requested, const TrainConfig& saved);

@@ -54,35 +54,6 @@ void check_config_matches_model(const LoadedCheckpoint& ck, const nn::GPTConfig&
                " parameters but /model stores ", stored);
 }
 
-namespace {
-// MemAvailable from /proc/meminfo in bytes, or -1.
-int64_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kb = 0;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return -1;
-}
-}  // namespace
-
-void check_training_memory(const nn::GPTConfig& c, int64_t batch_size) {
-  const nn::ModelSummary s = nn::summarize(c, batch_size, c.block_size);
-  const double state = static_cast<double>(s.weight_bytes + s.grad_bytes + s.adamw_bytes);
-  const double act = static_cast<double>(s.activation_bytes), total = state + act;
-  const int64_t avail = available_memory();
-  if (avail < 0 || total <= static_cast<double>(avail)) return;
-  constexpr double GiB = 1024.0 * 1024 * 1024;
-  throw Error(fmt::format(
-      "training needs an estimated {:.2f} GiB ({:.2f} GiB of weights, gradients and optimizer "
-      "state; {:.2f} GiB of activations at --batch_size {} and --block_size {}), more than the "
-      "{:.2f} GiB this machine has available; lower {}",
-      total / GiB, state / GiB, act / GiB, batch_size, c.block_size,
-      static_cast<double>(avail) / GiB,
-      act > state ? "--batch_size or --block_size, or the model (--n_layer, --n_embd)"
-                  : "the model (--n_layer, --n_embd, the vocabulary)"));
-}
-
 LoadedModel load_model(const std::string& file_or_run_dir) {
   return load_model(load_checkpoint_or_run(file_or_run_dir));
 }

@@ -31,11 +31,6 @@ LoadedModel load_model(const std::string& file_or_run_dir);
 // config cannot make us allocate a model the file does not hold).
 void check_config_matches_model(const LoadedCheckpoint& checkpoint, const nn::GPTConfig& model);
 
-// Refuses a training run whose memory estimate (weights, gradients, optimizer state and
-// activations, from nn::summarize) exceeds what the machine has available, naming the
-// estimate and the flags that drive it. Does nothing where MemAvailable is unknown.
-void check_training_memory(const nn::GPTConfig& model, int64_t batch_size);
-
 // A token file must have been made by `tokenizer`: refused, naming both, when its
 // recorded tokenizer hash differs; a version-1 file (no hash) is used with a warning.
 void check_made_by(const data::TokenFile& file, const data::TokenizerSpec& tokenizer);

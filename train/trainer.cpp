@@ -1,9 +1,10 @@
 #include "train/trainer.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <optional>
 
@@ -14,6 +15,7 @@
 #include "tensor/kernels.h"
 #include "tensor/threads.h"
 #include "io/checkpoint.h"
+#include "nn/summary.h"
 #include "train/dist.h"
 #include "train/model_io.h"
 #include "train/progress.h"
@@ -388,24 +390,43 @@ class Run {
 // The settings rank 0 resolved, to every rank (they cannot read a resumed run's folder).
 void share_config(Dist& dist, RunStart& s) {
   if (dist.size() == 1) return;
-  nlohmann::json j = nlohmann::json::array();
-  if (dist.root())
-    for (const auto& [name, v] : to_values(s.config))
-      std::visit([&](const auto& x) { j.push_back({name, v.index(), x}); }, v);
-  std::string text = dist.root() ? j.dump() : "";
+  std::string text = dist.root() ? config_to_wire(s.config) : "";
   dist.broadcast(text);
   if (dist.root()) return;
-  io::ConfigValues values;
-  for (const auto& e : nlohmann::json::parse(text)) {
-    const std::string name = e[0].get<std::string>();
-    const int kind = e[1].get<int>();
-    if (kind == 0) values.emplace_back(name, e[2].get<int64_t>());
-    if (kind == 1) values.emplace_back(name, e[2].get<double>());
-    if (kind == 2) values.emplace_back(name, e[2].get<std::string>());
-  }
-  s.config = from_values(values);
+  s.config = config_from_wire(text);
   s.config.validate();
 }
+
+// MemAvailable from /proc/meminfo in bytes, or -1.
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
+}
+
+// Refuses a training run whose memory estimate (weights, gradients, optimizer state and
+// activations, from nn::summarize) exceeds what the machine has available, naming the
+// estimate and the flags that drive it. Does nothing where MemAvailable is unknown.
+void check_training_memory(const nn::GPTConfig& c, int64_t batch_size) {
+  const nn::ModelSummary s = nn::summarize(c, batch_size, c.block_size);
+  const double state = static_cast<double>(s.weight_bytes + s.grad_bytes + s.adamw_bytes);
+  const double act = static_cast<double>(s.activation_bytes), total = state + act;
+  const int64_t avail = available_memory();
+  if (avail < 0 || total <= static_cast<double>(avail)) return;
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  throw Error(fmt::format(
+      "training needs an estimated {:.2f} GiB ({:.2f} GiB of weights, gradients and optimizer "
+      "state; {:.2f} GiB of activations at --batch_size {} and --block_size {}), more than the "
+      "{:.2f} GiB this machine has available; lower {}",
+      total / GiB, state / GiB, act / GiB, batch_size, c.block_size,
+      static_cast<double>(avail) / GiB,
+      act > state ? "--batch_size or --block_size, or the model (--n_layer, --n_embd)"
+                  : "the model (--n_layer, --n_embd, the vocabulary)"));
+}
+
 
 // Rank 0's hold on the run folder: the lock, and the checks before a run may write there.
 void claim_run_dir(const RunStart& s, const Dist& dist, std::optional<RunLock>& lock) {

@@ -29,6 +29,17 @@ TEST_CASE("every field round-trips through the checkpoint's config values, bit f
   CHECK(back == c);
 }
 
+TEST_CASE("the config's wire format for MPI ranks carries every field bit for bit") {
+  TrainConfig c;
+  apply_preset(c, "llama-char");
+  c.learning_rate = 0.1 + 0.2;  // not a short decimal
+  c.model.rope_theta = 12345.678901234567;
+  c.model.sliding_window = 7;
+  c.model.tie_embeddings = false;
+  c.init_from = "runs/\u00e9t\u00e9";
+  CHECK(config_from_wire(config_to_wire(c)) == c);
+}
+
 TEST_CASE("resume merge: values the user repeats or leaves out come back bit for bit") {
   // The defect at 272aa40: values compared and re-set through 6-digit text.
   TrainConfig saved;
