@@ -3,12 +3,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "nn/gpt.h"
 #include "tensor/kernels.h"
 #include "test_util.h"
 #include "io/checkpoint.h"
 #include "io/hdf5_file.h"
+#include "train/config.h"
 #include "train/optim.h"
 
 using namespace attend;
@@ -365,5 +367,53 @@ TEST_CASE("crafted HDF5: data outside the file (external storage, external and s
   refused("/ext", "keeps its data in external files");
   refused("/elink", "is a soft or external link");
   refused("/slink", "is a soft or external link");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("format 2 files (no architecture in /config) load as the GPT-2 models they are") {
+  // Version 3 records arch, norm_eps, hidden_dim, multiple_of, rope_theta, tie_embeddings
+  // and sliding_window; a version-2 file has none of them and is a GPT-2.
+  fs::path dir = temp_dir("format2");
+  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 3);
+  AdamW opt(m.named_parameters(), {});
+  io::CheckpointData d = make(m, opt);
+  io::save_checkpoint(dir / "v2.h5", d);
+  set_int_attr(dir / "v2.h5", "/meta", "format_version", 2);
+  const io::CheckpointData back = io::load_checkpoint(dir / "v2.h5");
+  const TrainConfig c = from_values(back.config);
+  CHECK(c.model.arch == "gpt2");
+  CHECK(c.model.tie_embeddings);
+  CHECK(c.model.sliding_window == 0);
+  CHECK(c.model.hidden_dim == 0);
+  for (int64_t v : {1, 4}) {
+    set_int_attr(dir / "v2.h5", "/meta", "format_version", v);
+    check_error([&] { io::load_checkpoint(dir / "v2.h5"); },
+                "checkpoint format version " + std::to_string(v) +
+                    " is not supported: this attend reads versions 2 to 3");
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a Llama checkpoint records its architecture and stores an untied head on its own") {
+  fs::path dir = temp_dir("llamack");
+  TrainConfig tc;
+  apply_preset(tc, "llama-char");
+  tc.model.vocab_size = 11, tc.model.block_size = 8, tc.model.n_layer = 2, tc.model.n_head = 2;
+  tc.model.n_kv_head = 1, tc.model.n_embd = 8, tc.model.hidden_dim = 12;
+  tc.model.tie_embeddings = false, tc.model.sliding_window = 3, tc.model.rope_theta = 500000.0;
+  nn::GPT m(tc.model, 3);
+  AdamW opt(m.named_parameters(), {});
+  io::CheckpointData d = make(m, opt);
+  d.config = to_values(tc);
+  io::save_checkpoint(dir / "l.h5", d);
+  const io::CheckpointData back = io::load_checkpoint(dir / "l.h5");
+  CHECK(from_values(back.config).model == tc.model);
+  std::map<std::string, Tensor> state(back.model.begin(), back.model.end());
+  REQUIRE(state.count("lm_head.weight") == 1);
+  CHECK(state.at("lm_head.weight").impl() != state.at("transformer.wte.weight").impl());
+  CHECK(test::bit_identical(state.at("lm_head.weight"), m.lm_head->weight));
+  nn::GPT again(tc.model, 9);
+  again.load_state_dict(state);
+  CHECK(test::bit_identical(again.lm_head->weight, m.lm_head->weight));
   fs::remove_all(dir);
 }
