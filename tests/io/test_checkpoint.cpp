@@ -42,6 +42,16 @@ io::CheckpointData make(nn::GPT& m, AdamW& opt) {
   return d;
 }
 
+// The model most cases save (V 11, 2 layers, C 8, GQA 2 on 1), its AdamW, and the
+// checkpoint data around them (make).
+struct Saved {
+  nn::GPT m{nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2,
+                          .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true},
+            3};
+  AdamW opt{m.named_parameters(), {}};
+  io::CheckpointData d = make(m, opt);
+};
+
 void flip_byte(const fs::path& p, size_t at) {
   std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(static_cast<std::streamoff>(at));
@@ -109,9 +119,9 @@ TEST_CASE(
         "it)");
   }
   fs::path dir = temp_dir("h5py");
-  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 3);
-  AdamW opt(m.named_parameters(), {});
-  io::CheckpointData d = make(m, opt);
+  Saved saved;
+  nn::GPT& m = saved.m;
+  io::CheckpointData& d = saved.d;
   io::save_checkpoint(dir / "c.h5", d);
   // The sum of every parameter as we hold it, for h5py to reproduce.
   double total = 0;
@@ -225,9 +235,8 @@ TEST_CASE("crafted HDF5: array attributes and over-declared datasets are refused
   // heap overflow); a dataset whose byte size overflows int64 got a 0-byte buffer that
   // H5Dread then filled.
   fs::path dir = temp_dir("crafted");
-  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 3);
-  AdamW opt(m.named_parameters(), {});
-  io::CheckpointData d = make(m, opt);
+  Saved saved;
+  io::CheckpointData& d = saved.d;
   io::save_checkpoint(dir / "good.h5", d);
   auto fresh = [&](const char* name) {
     fs::copy_file(dir / "good.h5", dir / name, fs::copy_options::overwrite_existing);
@@ -271,9 +280,9 @@ TEST_CASE("a checkpoint is trusted only whole: every group hashed, links, slots,
   // model before any check); a tied tensor stored twice, a negative step, an extra
   // optimizer slot and external links were accepted.
   fs::path dir = temp_dir("whole");
-  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 3);
-  AdamW opt(m.named_parameters(), {});
-  io::CheckpointData d = make(m, opt);
+  Saved saved;
+  nn::GPT& m = saved.m;
+  io::CheckpointData& d = saved.d;
   io::save_checkpoint(dir / "good.h5", d);
   auto fresh = [&](const char* name) {
     fs::copy_file(dir / "good.h5", dir / name, fs::copy_options::overwrite_existing);
@@ -374,9 +383,8 @@ TEST_CASE("format 2 files (no architecture in /config) load as the GPT-2 models 
   // Version 3 records arch, norm_eps, hidden_dim, multiple_of, rope_theta, tie_embeddings
   // and sliding_window; a version-2 file has none of them and is a GPT-2.
   fs::path dir = temp_dir("format2");
-  nn::GPT m(nn::GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_kv_head = 1, .n_embd = 8, .dropout = 0.0, .bias = true}, 3);
-  AdamW opt(m.named_parameters(), {});
-  io::CheckpointData d = make(m, opt);
+  Saved saved;
+  io::CheckpointData& d = saved.d;
   io::save_checkpoint(dir / "v2.h5", d);
   set_int_attr(dir / "v2.h5", "/meta", "format_version", 2);
   const io::CheckpointData back = io::load_checkpoint(dir / "v2.h5");

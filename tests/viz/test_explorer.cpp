@@ -18,8 +18,6 @@
 #include "xml_check.h"
 #include "train/toy.h"
 #include "viz/explorer.h"
-#include "viz/head_sum.h"
-#include "viz/heads_view.h"
 #include "viz/plot.h"  // xml_escape
 
 using namespace attend;
@@ -203,39 +201,6 @@ TEST_CASE("the HTML runs in headless Chromium without script errors") {
   fs::remove_all(attend::test::chromium_profile());
 }
 
-TEST_CASE("the heads' changes summed equal concat -> c_proj to rounding (GQA model)") {
-  // #11 item 2: "concatenated or summed?" Both: c_proj on the concatenation is the sum of
-  // each head's value-up product. The sum is formed in double from f32 inputs; the model's
-  // path is an f32 GEMM over C = 16 terms, so they may differ by f32 rounding: a few ulps
-  // of outputs below 1 (measured 1.9e-9 with `attend attention --position` on a trained
-  // C = 64 model); 1e-6 bounds it, while
-  // dropping or doubling one head would differ by that head's whole change (checked).
-  Fixture f;
-  for (int64_t layer : {0, 1})
-    for (int64_t pos : {0, 5, 11}) {
-      CAPTURE(layer);
-      CAPTURE(pos);
-      const viz::HeadSum s = viz::head_sum(f.model, *f.tok, "hello, world", layer, pos, 3);
-      REQUIRE(s.heads.size() == 4);
-      CHECK(s.max_abs_difference < 1e-6);
-      double total = 0, head0 = 0;
-      for (size_t o = 0; o < s.sum.size(); ++o) {
-        double acc = 0;
-        for (const viz::HeadChange& h : s.heads) acc += h.change[o];
-        CHECK(acc == doctest::Approx(s.sum[o]).epsilon(1e-12));
-        total += std::abs(s.concat_cproj[o]);
-        head0 = std::max(head0, std::abs(s.heads[0].change[o]));
-      }
-      CHECK(head0 > 1e-4);  // a missing head would show far above the bound
-      CHECK(s.heads[0].top.size() == 3);
-      CHECK(total > 0);
-    }
-  test::check_error([&] { viz::head_sum(f.model, *f.tok, "hello", 2, 0); },
-                    "--layer 2: the model has 2 layers");
-  test::check_error([&] { viz::head_sum(f.model, *f.tok, "hello", 0, 5); },
-                    "--position 5: the prompt has 5 tokens");
-}
-
 TEST_CASE("--convention column: the same weights transposed, columns sum to 1, labelled") {
   // #11 item 1: 3Blue1Brown's column vectors (K^T Q) against the books' rows (Q K^T).
   Fixture f;
@@ -379,24 +344,6 @@ TEST_CASE("neuron view: each score is the sum over dimensions of q_i[d] k_j[d] (
         doctest::Approx(m.q[1][3][4 * HS + 1]).epsilon(1e-4));
 }
 
-TEST_CASE("what each head adds at every position equals head_sum's, and sums to concat") {
-  // The explorer's per-position panel comes from the same trace as `--position`.
-  Fixture f;
-  const std::string prompt = "hello, world";
-  const AttentionMap m = compute_attention(f.model, *f.tok, prompt);
-  for (int64_t l = 0; l < 2; ++l)
-    for (int64_t i = 0; i < m.T(); ++i) {
-      const HeadSum s = head_sum(f.model, *f.tok, prompt, l, i);
-      for (int64_t h = 0; h < m.n_head; ++h)
-        CHECK(m.change_norm[l][i * m.n_head + h] == s.heads[h].norm);  // the same computation
-      CHECK(m.change_difference[l][i] == s.max_abs_difference);
-      CHECK(m.change_difference[l][i] < 1e-6);
-    }
-  const auto j = nlohmann::json::parse(attention_json(m, {}));
-  CHECK(j["layers"][1]["change_sum_norm"].size() == static_cast<size_t>(m.T()));
-  CHECK(j["layers"][1]["heads"][0]["change_norm"].size() == static_cast<size_t>(m.T()));
-}
-
 namespace {
 
 // An untrained encoder-decoder with a 5-token source and a 3-token target: the views must
@@ -522,33 +469,6 @@ TEST_CASE(
   CHECK(dom.find("class=\"w masked\" data-i=\"0\"") == std::string::npos);  // no cell masked
   CHECK(dom.find("<td class=\"w\" data-i=\"0\" data-j=\"5\"") != std::string::npos);
   b.screenshot(page, fs::path(ATTEND_BUILD_DIR) / "attention_toy_cross.png", "1400,1000");
-}
-
-TEST_CASE("the heads page: both heatmaps and every head in a table sorted by its cost") {
-  AblationTable t{
-      2, 3, 1024, 2.0, {2.5, 2.0, 2.1, 2.9, 2.05, 2.2}, {2.3, 2.0, 2.02, 2.6, 2.01, 2.1}};
-  const std::string html = ablation_html(t);
-  CHECK(xml_problem(ablation_svg(t)) == "");
-  CHECK(html.find("<script src") == std::string::npos);
-  const fs::path page = fs::path(ATTEND_BUILD_DIR) / "heads_test.html";
-  std::ofstream(page) << html;
-  Browser b;
-  if (!b.ok) {
-    ATTEND_SKIP("Chromium not found at " + b.exe);
-  }
-  const std::string dom = b.dom(page);
-  CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
-  CHECK(dom.find("data-sort=\"5 up\"") != std::string::npos);
-  // Cheapest first by the mean increase: L0H1 (+0), L1H1 (+0.01), L0H2 (+0.02), ...
-  const size_t a = dom.find("<tr><td>0</td><td>1</td>"), c = dom.find("<tr><td>1</td><td>1</td>"),
-               d = dom.find("<tr><td>0</td><td>2</td>"), e = dom.find("<tr><td>1</td><td>0</td>");
-  REQUIRE(a != std::string::npos);
-  REQUIRE(e != std::string::npos);
-  CHECK(a < c);
-  CHECK(c < d);
-  CHECK(d < e);
-  CHECK(dom.find("head output = its mean") != std::string::npos);
-  b.screenshot(page, fs::path(ATTEND_BUILD_DIR) / "heads_test.png", "1000,700");
 }
 
 TEST_CASE("a Tq x Tk cross-attention page in both conventions runs in Chromium") {
