@@ -124,10 +124,13 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
 // SwiGLU on packed [gate | up] (..., 2H) -> (..., H): silu(gate) * up.
 Tensor swiglu(const Tensor& x);
-// Rotary position embedding on x (B, T, D): the first `rotated` columns, heads of
-// head_size, pairs (2i, 2i+1) turned by (pos0 + t) theta^(-2i / head_size); the other
-// columns unchanged. Note [RoPE] (tensor/kernels/rope.cpp) has the convention and how
-// Hugging Face's maps to it.
+// Rotary position embedding on x (B, T, D), positions pos0 + t along T: the first `rotated`
+// columns, in heads of HS = head_size, have each pair (2i, 2i+1) of a head turned by
+// a = (pos0 + t) theta^(-2i / HS):  (x_2i, x_2i+1) -> (x_2i cos a - x_2i+1 sin a,
+// x_2i sin a + x_2i+1 cos a); the other columns are unchanged. These are Meta's (and
+// llama2.c's) interleaved pairs; Hugging Face's Llama pairs (i, i + HS/2) instead, the same
+// model with Wq's and Wk's rows permuted in each head: attend's channel 2i + r is Hugging
+// Face's channel r HS/2 + i. Note [RoPE] (tensor/kernels/rope.cpp) has the details.
 Tensor rotary(const Tensor& x, int64_t head_size, int64_t rotated, int64_t pos0, double theta);
 
 }  // namespace attend
