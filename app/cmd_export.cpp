@@ -1,32 +1,58 @@
-// `attend export`: a checkpoint as Hugging Face's GPT-2 layout (model.safetensors,
-// config.json, the tokenizer's files), loadable by GPT2LMHeadModel.from_pretrained.
+// `attend export`: a checkpoint in Hugging Face's layout, loadable by from_pretrained: a
+// GPT-2 as GPT2LMHeadModel's (train/gpt2_io.h), a Llama or Mistral as LlamaForCausalLM's or
+// MistralForCausalLM's (train/hf_llama_io.h): model.safetensors (or shards and an index),
+// config.json and the tokenizer's files.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <memory>
 
 #include "app/commands.h"
+#include "app/validators.h"
 #include "tensor/error.h"
+#include "train/config.h"
 #include "train/gpt2_io.h"
+#include "train/hf_llama_io.h"
+#include "train/run_dir.h"
 
 namespace attend::cli {
 
 namespace {
 struct ExportArgs {
-  std::string checkpoint, out;
+  std::string checkpoint, out, dtype = "f32";
+  int64_t max_shard_mb = 0;
 };
 }  // namespace
 
 void add_export(CLI::App& app, int& rc) {
   auto a = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "export", "a checkpoint as Hugging Face's GPT-2 layout (model.safetensors + config.json)");
+      "export",
+      "a checkpoint in Hugging Face's layout (GPT-2, Llama or Mistral: safetensors + config.json)");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint file, or a run folder (its newest)")
       ->required();
   cmd->add_option("--out", a->out, "the folder to write")->required();
+  cmd->add_option("--dtype", a->dtype, "a Llama's tensors as f32, bf16 or f16 (GPT-2: f32)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  cmd->add_option("--max_shard_mb,--max-shard-mb", a->max_shard_mb,
+                  "a Llama: shards of at most this many MiB with model.safetensors.index.json "
+                  "(0: one file)")
+      ->check(non_negative_int());
   cmd->callback([a, &rc] {
-    const train::ExportResult r = train::export_gpt2(a->checkpoint, a->out);
-    std::printf("wrote %lld tensors to %s (model.safetensors, config.json, tokenizer)\n",
+    const train::TrainConfig c =
+        train::from_values(train::load_checkpoint_or_run(a->checkpoint).data.config);
+    train::ExportResult r;
+    if (c.model.is_llama()) {
+      ATTEND_CHECK(a->max_shard_mb <= (int64_t{1} << 30), "export: --max_shard_mb ",
+                   a->max_shard_mb, " is too large");
+      r = train::export_hf_llama({a->checkpoint, a->out, a->dtype, a->max_shard_mb << 20});
+    } else {
+      ATTEND_CHECK(a->dtype == "f32", "export: --dtype ", a->dtype,
+                   ": GPT-2's export writes f32");
+      ATTEND_CHECK(a->max_shard_mb == 0, "export: --max_shard_mb: GPT-2's export writes one file");
+      r = train::export_gpt2(a->checkpoint, a->out);
+    }
+    std::printf("wrote %lld tensors to %s (safetensors, config.json, tokenizer)\n",
                 static_cast<long long>(r.tensors), r.dir.c_str());
     rc = 0;
   });

@@ -144,17 +144,48 @@ Tensor SafetensorsFile::read(const std::string& name) const {
   return t;
 }
 
+uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;          // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;         // rounds past 65504: infinity
+  if (abs < 0x33000001u) return sign;                    // below half the smallest subnormal
+  const int32_t exp = static_cast<int32_t>(abs >> 23) - 127;
+  uint32_t mant = (abs & 0x7fffffu) | 0x800000u;         // 24 bits with the hidden one
+  // Bits to drop: 13 for a normal half; more below 2^-14 (subnormal).
+  const int32_t shift = exp >= -14 ? 13 : 13 + (-14 - exp);
+  const uint32_t half_bit = 1u << (shift - 1), rest = mant & ((half_bit << 1) - 1);
+  mant >>= shift;
+  if (rest > half_bit || (rest == half_bit && (mant & 1u))) ++mant;  // carries are fine
+  const uint32_t e = exp >= -14 ? static_cast<uint32_t>(exp + 15) : 0u;
+  return static_cast<uint16_t>(sign | ((e << 10) + (exp >= -14 ? (mant - 0x400u) : mant)));
+}
+
 void write_safetensors(const fs::path& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata,
+                       const std::string& dtype) {
+  ATTEND_CHECK(dtype == "F32" || dtype == "BF16" || dtype == "F16", path.string(),
+               ": cannot write dtype ", dtype, " (F32, BF16 or F16)");
+  const size_t width = dtype == "F32" ? 4 : 2;
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   size_t offset = 0;
   std::vector<Tensor> data;
   for (const auto& [name, t] : tensors) {
     Tensor c = kernel::contiguous(kernel::cast(t, DType::F32));
-    const size_t bytes = static_cast<size_t>(c.numel()) * 4;
-    h[name] = {{"dtype", "F32"}, {"shape", c.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    const size_t bytes = static_cast<size_t>(c.numel()) * width;
+    h[name] = {{"dtype", dtype}, {"shape", c.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     data.push_back(c);
   }
@@ -165,8 +196,17 @@ void write_safetensors(const fs::path& path,
   std::memcpy(out.data(), &n, 8);
   out += header;
   out.reserve(out.size() + offset);
-  for (const Tensor& c : data)
-    out.append(static_cast<const char*>(c.raw_data()), static_cast<size_t>(c.numel()) * 4);
+  for (const Tensor& c : data) {
+    if (width == 4) {
+      out.append(static_cast<const char*>(c.raw_data()), static_cast<size_t>(c.numel()) * 4);
+      continue;
+    }
+    const float* p = c.data<float>();
+    for (int64_t i = 0; i < c.numel(); ++i) {
+      const uint16_t v = dtype == "BF16" ? float_to_bf16(p[i]) : float_to_half(p[i]);
+      out.append(reinterpret_cast<const char*>(&v), 2);  // little-endian hosts only, as the reader
+    }
+  }
   write_file_atomic(path, out, Durability::RenameAndFsync);
 }
 

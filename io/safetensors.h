@@ -50,14 +50,18 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes f32 tensors (contiguous copies are made as needed) under their names, with the
-// header padded to 8 bytes, atomically.
+// Writes the tensors under their names as `dtype` (F32; BF16 and F16 rounded to nearest,
+// ties to even), with the header padded to 8 bytes, atomically.
 void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       const std::string& dtype = "F32");
 
-// IEEE half and bfloat16 to float, exactly.
+// IEEE half and bfloat16 to float, exactly; float to them rounded to nearest, ties to even
+// (NaN stays NaN, overflow goes to infinity, half's subnormals kept).
 float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+uint16_t float_to_bf16(float f);
 inline float bf16_to_float(uint16_t b) {
   const uint32_t bits = static_cast<uint32_t>(b) << 16;
   float f;

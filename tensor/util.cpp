@@ -213,4 +213,13 @@ double parse_double(const std::string& text, const std::string& what) {
   return v;
 }
 
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
+}
+
 }  // namespace attend

@@ -58,6 +58,9 @@ class StagedFolder {
   bool committed_ = false;
 };
 
+// MemAvailable from /proc/meminfo in bytes, or -1 where it is unknown.
+int64_t available_memory_bytes();
+
 // fsync a file or folder; throws naming it.
 void fsync_path(const std::filesystem::path& path, bool directory);
 

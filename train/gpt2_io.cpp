@@ -158,17 +158,16 @@ std::unique_ptr<data::Tokenizer> import_tokenizer(const ImportOptions& o, const 
 }  // namespace
 
 namespace {
-
-// RUN/ckpt_00000000.h5 for an imported model: a fresh AdamW state, step 0.
 // A new run folder, staged and moved into place whole: an existing --out must be empty.
 bool import_owns(const std::string&) { return false; }
+}  // namespace
 
 fs::path write_imported(const std::string& out, const nn::GPT& model,
                         const data::TokenizerSpec& tokenizer) {
   StagedFolder stage(out, "import", import_owns);
   TrainConfig c;
   c.model = model.config;
-  c.preset = "gpt2";
+  c.preset = model.config.is_llama() ? "" : "gpt2";  // no preset made an imported Llama
   c.tokenizer = tokenizer.name;
   const std::unique_ptr<Optimizer> opt = make_optimizer(c, model);  // a fresh AdamW, as train's
   io::CheckpointData d;
@@ -181,8 +180,6 @@ fs::path write_imported(const std::string& out, const nn::GPT& model,
   stage.commit();
   return fs::path(out) / checkpoint_name(0);
 }
-
-}  // namespace
 
 ImportResult import_gpt2(const ImportOptions& o) {
   std::error_code ec;

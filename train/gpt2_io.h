@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <string>
 
+#include "data/tokenizer.h"
 #include "nn/gpt.h"
 
 namespace attend::train {
@@ -35,6 +36,11 @@ struct ImportResult {
 // Writes OUT/ckpt_00000000.h5: the weights, a fresh AdamW state, the tokenizer; `sample`,
 // `eval`, `attention`, `summary` and `train --init_from` then work on it.
 ImportResult import_gpt2(const ImportOptions& options);
+
+// RUN/ckpt_00000000.h5 for an imported model (GPT-2's or a Llama): a fresh AdamW state,
+// step 0, in a new run folder staged and moved into place whole (--out must be empty).
+std::filesystem::path write_imported(const std::string& out, const nn::GPT& model,
+                                     const data::TokenizerSpec& tokenizer);
 
 struct ExportResult {
   std::filesystem::path dir;

@@ -397,16 +397,6 @@ void share_config(Dist& dist, RunStart& s) {
   s.config.validate();
 }
 
-// MemAvailable from /proc/meminfo in bytes, or -1.
-int64_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kb = 0;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return -1;
-}
-
 // Refuses a training run whose memory estimate (weights, gradients, optimizer state and
 // activations, from nn::summarize) exceeds what the machine has available, naming the
 // estimate and the flags that drive it. Does nothing where MemAvailable is unknown.
@@ -414,7 +404,7 @@ void check_training_memory(const nn::GPTConfig& c, int64_t batch_size) {
   const nn::ModelSummary s = nn::summarize(c, batch_size, c.block_size);
   const double state = static_cast<double>(s.weight_bytes + s.grad_bytes + s.adamw_bytes);
   const double act = static_cast<double>(s.activation_bytes), total = state + act;
-  const int64_t avail = available_memory();
+  const int64_t avail = available_memory_bytes();
   if (avail < 0 || total <= static_cast<double>(avail)) return;
   constexpr double GiB = 1024.0 * 1024 * 1024;
   throw Error(fmt::format(

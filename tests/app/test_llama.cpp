@@ -86,3 +86,33 @@ TEST_CASE("GPT-2's export refuses a Llama, naming why") {
   CHECK(!fs::exists(dir / "hf"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("a Llama exported in Hugging Face's layout imports back bit for bit, or sharded in bf16") {
+  const fs::path dir = attend::test::temp_dir("llama_hf");
+  const fs::path run = trained_run(dir, kLlama + " --sliding_window 6 --tie_embeddings false");
+  Run e = attend_cmd("export --checkpoint " + run.string() + " --out " + (dir / "hf").string());
+  REQUIRE_MESSAGE(e.code == 0, e.out);
+  Run i = attend_cmd("import --from " + (dir / "hf").string() + " --out " + (dir / "back").string());
+  REQUIRE_MESSAGE(i.code == 0, i.out);
+  const std::string s = " --prompt So --max_new_tokens 30 --seed 4";
+  CHECK(attend_stdout("sample --checkpoint " + run.string() + s) ==
+        attend_stdout("sample --checkpoint " + (dir / "back").string() + s));
+  const attend::train::LoadedModel a = attend::train::load_model(run.string()),
+                                   b = attend::train::load_model((dir / "back").string());
+  // The same model (config.json gives H explicitly where attend had Llama's rule).
+  const attend::nn::GPTConfig &ca = a.config.model, &cb = b.config.model;
+  CHECK(ca.mlp_hidden() == cb.mlp_hidden());
+  CHECK(ca.sliding_window == cb.sliding_window);
+  CHECK(ca.tie_embeddings == cb.tie_embeddings);
+  CHECK(ca.rope_theta == cb.rope_theta);
+  CHECK(ca.n_kv_head == cb.n_kv_head);
+  const auto sa = a.model->state_dict(), sb = b.model->state_dict();
+  REQUIRE(sa.size() == sb.size());
+  for (size_t k = 0; k < sa.size(); ++k) CHECK(attend::test::bit_identical(sa[k].second, sb[k].second));
+  Run e2 = attend_cmd("export --checkpoint " + run.string() + " --out " + (dir / "hf2").string() +
+                      " --dtype bf16 --max_shard_mb 0");
+  REQUIRE_MESSAGE(e2.code == 0, e2.out);
+  Run i2 = attend_cmd("import --from " + (dir / "hf2").string() + " --out " + (dir / "back2").string());
+  CHECK_MESSAGE(i2.code == 0, i2.out);
+  fs::remove_all(dir);
+}
