@@ -1,11 +1,13 @@
 // The attend program on Llamas: sampling past the context from a sliding window's rolling
-// cache, finetuning a Llama, the 7B-class counts, and what GPT-2's export cannot hold.
+// cache, finetuning a Llama, the 7B-class counts, what GPT-2's export cannot hold, and
+// Hugging Face's layout in and out.
 #include <filesystem>
 
 #include <algorithm>
 
 #include "run_cmd.h"
 #include "tensor/kernels.h"
+#include "train/gpt2_io.h"
 #include "train/model_io.h"
 #include "train/run_dir.h"
 
@@ -76,14 +78,33 @@ TEST_CASE("summary prints the Llama 2 7B, Llama 3 8B and Mistral 7B totals exact
   CHECK(attend_stdout("summary --preset mistral-7b").find("7,241,732,096") != std::string::npos);
 }
 
-TEST_CASE("GPT-2's export refuses a Llama, naming why") {
+TEST_CASE("GPT-2's exporter refuses a Llama, and a GPT-2 export refuses Llama-only flags") {
   const fs::path dir = attend::test::temp_dir("llama_export");
-  const fs::path run = trained_run(dir, kLlama);
-  Run e = attend_cmd("export --checkpoint " + run.string() + " --out " + (dir / "hf").string());
-  CHECK(e.code == 1);
-  CHECK(e.out.find("is a Llama (arch llama); this export writes GPT-2's layout only") !=
+  fs::create_directories(dir / "l");
+  fs::create_directories(dir / "g");
+  const fs::path llama = trained_run(dir / "l", kLlama);
+  // The library's GPT-2 writer cannot hold RMSNorm, SwiGLU or RoPE: refused, naming why.
+  std::string why;
+  try {
+    attend::train::export_gpt2(llama.string(), dir / "gpt2_layout");
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  CHECK(why.find("is a Llama (arch llama); this export writes GPT-2's layout only") !=
         std::string::npos);
-  CHECK(!fs::exists(dir / "hf"));
+  CHECK(!fs::exists(dir / "gpt2_layout"));
+  // The command sends a GPT-2 checkpoint to that writer, which has one file of f32.
+  const fs::path gpt = trained_run(dir / "g", "");
+  Run d = attend_cmd("export --checkpoint " + gpt.string() + " --out " + (dir / "a").string() +
+                     " --dtype bf16");
+  CHECK(d.code == 1);
+  CHECK(d.out.find("--dtype bf16: GPT-2's export writes f32") != std::string::npos);
+  Run m = attend_cmd("export --checkpoint " + gpt.string() + " --out " + (dir / "b").string() +
+                     " --max_shard_mb 5");
+  CHECK(m.code == 1);
+  CHECK(m.out.find("--max_shard_mb: GPT-2's export writes one file") != std::string::npos);
+  CHECK(!fs::exists(dir / "a"));
+  CHECK(!fs::exists(dir / "b"));
   fs::remove_all(dir);
 }
 
