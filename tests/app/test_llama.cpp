@@ -4,8 +4,12 @@
 #include <filesystem>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "run_cmd.h"
+#include "data/tokenizer.h"
+#include "test_util.h"
 #include "tensor/kernels.h"
 #include "train/gpt2_io.h"
 #include "train/model_io.h"
@@ -136,4 +140,99 @@ TEST_CASE("a Llama exported in Hugging Face's layout imports back bit for bit, o
   Run i2 = attend_cmd("import --from " + (dir / "hf2").string() + " --out " + (dir / "back2").string());
   CHECK_MESSAGE(i2.code == 0, i2.out);
   fs::remove_all(dir);
+}
+
+namespace {
+
+// attend's logits for `ids` (to dir/logits.f32) and its loss against `next`, as text.
+std::string attend_logits(const fs::path& run, const std::vector<double>& ids,
+                          const std::vector<double>& next, const fs::path& file) {
+  attend::train::LoadedModel m = attend::train::load_model(run.string());
+  m.model->keep_logits = true;
+  const int64_t T = static_cast<int64_t>(ids.size());
+  attend::nn::GPTOutput out =
+      m.model->forward(attend::tensor(ids, {1, T}, attend::DType::I64),
+                       attend::tensor(next, {1, T}, attend::DType::I64));
+  const std::vector<float> v = out.logits.to_vector<float>();
+  std::ofstream(file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  std::ostringstream loss;
+  loss.precision(9);
+  loss << out.loss.item();
+  return loss.str();
+}
+
+const std::vector<double> kIds = {3, 7, 1, 0, 12, 5, 9, 2, 11, 4};
+const std::vector<double> kNext = {7, 1, 0, 12, 5, 9, 2, 11, 4, 6};
+const std::string kIdsArg = " 3,7,1,0,12,5,9,2,11,4 7,1,0,12,5,9,2,11,4,6 ";
+
+bool have_torch() { return attend::test::shell("/usr/bin/python3 -c 'import torch, numpy'").code == 0; }
+std::string llama_torch() {
+  return "/usr/bin/python3 " + (fs::path(ATTEND_SOURCE_DIR) / "tests/app/llama_torch.py").string();
+}
+
+}  // namespace
+
+TEST_CASE("a PyTorch Llama from Hugging Face's formulas loads the export strictly and agrees") {
+  if (!have_torch()) ATTEND_SKIP("python3 with torch not found (apt-get install python3-torch)");
+  // tests/app/llama_torch.py: torch.nn modules named as Hugging Face names them, rotate_half
+  // RoPE, repeat_kv, RMSNorm, SwiGLU, Mistral's window; load_state_dict(strict=True).
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {"MHA", " --arch llama"},
+      {"GQA, untied head, theta 5e5", kLlama + " --tie_embeddings false --rope_theta 500000"},
+      {"sliding window 4 (Mistral)", " --arch llama --n_kv_head 2 --sliding_window 4"}};
+  for (const auto& [what, flags] : models) {
+    INFO(what);
+    const fs::path dir = attend::test::temp_dir("llama_torch");
+    const fs::path run = trained_run(dir, flags);
+    Run e = attend_cmd("export --checkpoint " + run.string() + " --out " + (dir / "hf").string());
+    REQUIRE_MESSAGE(e.code == 0, e.out);
+    const std::string loss = attend_logits(run, kIds, kNext, dir / "logits.f32");
+    Run py = attend::test::shell(llama_torch() + " check " + (dir / "hf").string() + kIdsArg +
+                                 (dir / "logits.f32").string() + " " + loss);
+    CAPTURE(py.out);
+    CHECK(py.code == 0);
+    CHECK(py.out.find("torch ok") != std::string::npos);
+    MESSAGE(py.out);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("weights PyTorch writes (BF16, two shards and an index) import, score and export the same") {
+  if (!have_torch()) ATTEND_SKIP("python3 with torch not found (apt-get install python3-torch)");
+  // Random weights of full size (std 0.2, norms around 1) make every part matter: without
+  // RoPE, or with the other pair order, the logits move by far more than the tolerance.
+  for (const std::string window : {"0", "4"}) {
+    INFO("sliding window " << window);
+    const fs::path dir = attend::test::temp_dir("llama_from_torch");
+    std::ofstream(dir / "corpus.txt") << "So shaken as we are, so wan with care.\n";
+    const std::string tok = "char:" + (dir / "corpus.txt").string();
+    const int64_t V = attend::data::tokenizer_from_arg(tok)->vocab_size();
+    Run w = attend::test::shell(llama_torch() + " write " + (dir / "hf").string() + " " +
+                                std::to_string(V) + " " + window);
+    REQUIRE_MESSAGE(w.code == 0, w.out);
+    Run i = attend_cmd("import --from " + (dir / "hf").string() + " --tokenizer " + tok +
+                       " --out " + (dir / "run").string());
+    REQUIRE_MESSAGE(i.code == 0, i.out);
+    const attend::train::LoadedModel m = attend::train::load_model((dir / "run").string());
+    CHECK(m.config.model.n_kv_head == 2);
+    CHECK(m.config.model.mlp_hidden() == 72);
+    CHECK(m.config.model.rope_theta == 500000.0);
+    CHECK(m.config.model.sliding_window == std::stoll(window));
+    const std::string loss = attend_logits(dir / "run", kIds, kNext, dir / "logits.f32");
+    // PyTorch scores its own files, then attend's f32 export of what attend imported.
+    Run e = attend_cmd("export --checkpoint " + (dir / "run").string() + " --out " +
+                       (dir / "again").string());
+    REQUIRE_MESSAGE(e.code == 0, e.out);
+    for (const char* folder : {"hf", "again"}) {
+      Run py = attend::test::shell(llama_torch() + " check " + (dir / folder).string() +
+                                   kIdsArg + (dir / "logits.f32").string() + " " + loss);
+      CAPTURE(folder);
+      CAPTURE(py.out);
+      CHECK(py.code == 0);
+      CHECK(py.out.find("torch ok") != std::string::npos);
+      MESSAGE(py.out);
+    }
+    fs::remove_all(dir);
+  }
 }
