@@ -264,8 +264,9 @@ ImportResult import_hf_llama(const ImportOptions& o) {
 
   // The files: one, or the shards an index names (each once, inside the folder).
   std::vector<fs::path> files;
-  if (fs::exists(dir / "model.safetensors.index.json", ec)) {
-    const fs::path index_file = dir / "model.safetensors.index.json";
+  std::map<std::string, std::string> weight_map;  // tensor -> file, from an index
+  const fs::path index_file = dir / "model.safetensors.index.json";
+  if (fs::exists(index_file, ec)) {
     const nlohmann::json index = read_json(index_file);
     ATTEND_CHECK(index.contains("weight_map") && index["weight_map"].is_object(),
                  index_file.string(), ": expected an object weight_map");
@@ -278,6 +279,7 @@ ImportResult import_hf_llama(const ImportOptions& o) {
                    index_file.string(), ": weight_map[", printable(tensor), "] is '",
                    printable(f), "'; expected a file name in the folder");
       names.insert(f);
+      weight_map[tensor] = f;
     }
     for (const std::string& f : names) files.push_back(dir / f);
   } else {
@@ -287,10 +289,25 @@ ImportResult import_hf_llama(const ImportOptions& o) {
   std::map<std::string, std::pair<const io::SafetensorsFile*, const io::SafetensorsEntry*>> entries;
   for (const fs::path& f : files) {
     opened.push_back(std::make_unique<io::SafetensorsFile>(f));
-    for (const auto& [name, e] : opened.back()->entries())
+    for (const auto& [name, e] : opened.back()->entries()) {
       ATTEND_CHECK(entries.emplace(name, std::make_pair(opened.back().get(), &e)).second,
                    f.string(), ": tensor ", printable(name), " is stored in two files");
+      // The index and the shards must agree (Hugging Face's loader reads each tensor from
+      // the file the index names): a tensor the index puts elsewhere, or leaves out, is
+      // refused rather than guessed.
+      if (!weight_map.empty()) {
+        auto it = weight_map.find(name);
+        ATTEND_CHECK(it != weight_map.end(), index_file.string(), ": ", f.filename().string(),
+                     " holds ", printable(name), ", which the weight_map does not name");
+        ATTEND_CHECK(it->second == f.filename().string(), index_file.string(), ": weight_map[",
+                     printable(name), "] is '", printable(it->second), "' but ",
+                     f.filename().string(), " holds it");
+      }
+    }
   }
+  for (const auto& [name, file] : weight_map)
+    ATTEND_CHECK(entries.count(name), index_file.string(), ": weight_map names ", printable(name),
+                 " in '", printable(file), "', which does not hold it");
   // Before anything is read: the parameters the config implies, their shapes, and memory.
   const int64_t want = nn::count_parameters(c).total();
   const double need = 4.0 * static_cast<double>(want) * 4;  // weights, the tensors read, AdamW m, v

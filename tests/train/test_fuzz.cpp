@@ -10,6 +10,8 @@
 #include "train/optim.h"
 #include "train/run_dir.h"
 #include "train/gpt2_io.h"
+#include "train/hf_llama_io.h"
+#include "tensor/util.h"
 #include "data/tokenizer.h"
 
 using namespace attend;
@@ -106,6 +108,73 @@ TEST_CASE("fuzz: a Hugging Face folder's config.json is refused cleanly or impor
       [&](const fs::path&) -> std::string {
         const train::LoadedModel m = train::load_model((dir / "out").string());
         return m.model->config == model.config ? "" : "imported another model's config";
+      });
+  fs::remove_all(dir);
+}
+
+TEST_CASE("fuzz: a sharded Hugging Face Llama folder (index, config, shards) is refused cleanly or imports consistently") {
+  const fs::path dir = test::temp_dir("fuzz_hf_llama");
+  nn::GPTConfig mc = nn::gpt_preset("llama-char");
+  mc.vocab_size = 11, mc.block_size = 8, mc.n_layer = 2, mc.n_head = 2, mc.n_kv_head = 1;
+  mc.n_embd = 8, mc.hidden_dim = 12, mc.tie_embeddings = false;
+  nn::GPT model(mc, 3);
+  auto tok = data::build_char_tokenizer("abcdefghij\n");
+  io::CheckpointData d;
+  TrainConfig c;
+  c.model = model.config;
+  d.config = to_values(c);
+  d.model = model.state_dict();
+  d.optimizer = {"adamw", 0, AdamW(model.named_parameters(), {}).state()};
+  d.tokenizer = tok->spec();
+  io::save_checkpoint(dir / "c.h5", d);
+  // BF16 in shards of at most 600 bytes: several files and an index, as 7B models come.
+  train::export_hf_llama({(dir / "c.h5").string(), dir / "hf", "bf16", 600});
+  REQUIRE(fs::exists(dir / "hf" / "model.safetensors.index.json"));
+  const fs::path shard = dir / "hf" / "model-00002-of-00005.safetensors";
+  REQUIRE(fs::exists(shard));
+  auto import = [&] {
+    fs::remove_all(dir / "out");
+    train::ImportOptions o;
+    o.from = (dir / "hf").string();
+    o.out = (dir / "out").string();
+    train::import_hf_llama(o);
+  };
+  import();
+  const io::CheckpointData want = train::newest_valid_checkpoint(dir / "out").data;
+  const nn::GPTConfig want_config = train::load_model((dir / "out").string()).config.model;
+  // What an accepted folder must give: a model that loads, of the shapes its config implies;
+  // when only the index or config changed, the very weights of the good folder.
+  auto same_weights = [&](const fs::path&) -> std::string {
+    const train::LoadedModel m = train::load_model((dir / "out").string());
+    const io::CheckpointData got = train::newest_valid_checkpoint(dir / "out").data;
+    if (got.model.size() != want.model.size()) return "another number of tensors";
+    for (size_t i = 0; i < got.model.size(); ++i)
+      if (got.model[i].first != want.model[i].first ||
+          !test::bit_identical(got.model[i].second, want.model[i].second))
+        return "tensor " + want.model[i].first + " differs";
+    return "";
+  };
+  const int64_t cases = test::fuzz_cases(200);
+  for (const char* name : {"model.safetensors.index.json", "config.json"}) {
+    const fs::path p = dir / "hf" / name;
+    const std::string good = read_file(p);
+    test::fuzz_file(
+        name, good, p, 11, cases, [&](const fs::path&) { import(); },
+        [&](const fs::path& f) -> std::string {
+          if (std::string(name) == "model.safetensors.index.json") return same_weights(f);
+          // A config that still imports may change what the weights mean (eps, theta,
+          // window), never what they are.
+          const train::LoadedModel m = train::load_model((dir / "out").string());
+          return m.model->state_dict().size() == want.model.size() ? ""
+                                                                     : "another set of tensors";
+        });
+    write_file_atomic(p, good);
+  }
+  test::fuzz_file(
+      "a BF16 shard", read_file(shard), shard, 12, cases, [&](const fs::path&) { import(); },
+      [&](const fs::path&) -> std::string {
+        const train::LoadedModel m = train::load_model((dir / "out").string());
+        return m.model->config == want_config ? "" : "another model";
       });
   fs::remove_all(dir);
 }
