@@ -1,7 +1,8 @@
 // `attend export`: a checkpoint in Hugging Face's layout, loadable by from_pretrained: a
 // GPT-2 as GPT2LMHeadModel's (train/gpt2_io.h), a Llama or Mistral as LlamaForCausalLM's or
 // MistralForCausalLM's (train/hf_llama_io.h): model.safetensors (or shards and an index),
-// config.json and the tokenizer's files.
+// config.json and the tokenizer's files; or, with --format llama2c, a Llama as llama2.c's
+// model.bin and tokenizer.bin (train/llama2c_io.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -13,13 +14,14 @@
 #include "train/config.h"
 #include "train/gpt2_io.h"
 #include "train/hf_llama_io.h"
+#include "train/llama2c_io.h"
 #include "train/run_dir.h"
 
 namespace attend::cli {
 
 namespace {
 struct ExportArgs {
-  std::string checkpoint, out, dtype = "f32";
+  std::string checkpoint, out, dtype = "f32", format = "hf";
   int64_t max_shard_mb = 0;
 };
 }  // namespace
@@ -32,6 +34,10 @@ void add_export(CLI::App& app, int& rc) {
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint file, or a run folder (its newest)")
       ->required();
   cmd->add_option("--out", a->out, "the folder to write")->required();
+  cmd->add_option("--format", a->format,
+                  "hf: Hugging Face's layout; llama2c: a Llama as llama2.c's model.bin and "
+                  "tokenizer.bin")
+      ->check(CLI::IsMember({"hf", "llama2c"}));
   cmd->add_option("--dtype", a->dtype, "a Llama's tensors as f32, bf16 or f16 (GPT-2: f32)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->add_option("--max_shard_mb,--max-shard-mb", a->max_shard_mb,
@@ -42,6 +48,16 @@ void add_export(CLI::App& app, int& rc) {
     const train::TrainConfig c =
         train::from_values(train::load_checkpoint_or_run(a->checkpoint).data.config);
     train::ExportResult r;
+    if (a->format == "llama2c") {
+      ATTEND_CHECK(a->dtype == "f32" && a->max_shard_mb == 0,
+                   "export --format llama2c: llama2.c's model.bin is one file of f32 (no --dtype "
+                   "or --max_shard_mb)");
+      r = train::export_llama2c(a->checkpoint, a->out);
+      std::printf("wrote %lld tensors to %s (llama2.c: model.bin, tokenizer.bin)\n",
+                  static_cast<long long>(r.tensors), r.dir.c_str());
+      rc = 0;
+      return;
+    }
     if (c.model.is_llama()) {
       ATTEND_CHECK(a->max_shard_mb <= (int64_t{1} << 30), "export: --max_shard_mb ",
                    a->max_shard_mb, " is too large");

@@ -236,3 +236,64 @@ TEST_CASE("weights PyTorch writes (BF16, two shards and an index) import, score 
     fs::remove_all(dir);
   }
 }
+
+TEST_CASE("a Llama exported for llama2.c reads back in an independent reader and scores as eval") {
+  if (attend::test::shell("/usr/bin/python3 -c 'import numpy'").code != 0)
+    ATTEND_SKIP("python3 with numpy not found (apt-get install python3-numpy)");
+  // Trained until it knows its line (150 steps), so attention and its positions decide
+  // the loss: a tensor out of place, or RoPE's other pair order, moves it far more than
+  // eval's six decimals.
+  for (const std::string& flags : {kLlama, std::string(" --arch llama --tie_embeddings false")}) {
+    INFO(flags);
+    const fs::path dir = attend::test::temp_dir("llama2c");
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "So shaken as we are, so wan with care.\n";
+    std::ofstream(dir / "corpus.txt") << text;
+    const fs::path run = dir / "run";
+    Run t = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --out " + run.string() +
+                       " --n_layer 2 --n_head 2 --n_embd 16 --block_size 16 --batch_size 8"
+                       " --eval_iters 2 --max_iters 150 --learning_rate 1e-2" + flags);
+    REQUIRE_MESSAGE(t.code == 0, t.out);
+    Run e = attend_cmd("export --format llama2c --checkpoint " + run.string() + " --out " +
+                       (dir / "l2c").string());
+    REQUIRE_MESSAGE(e.code == 0, e.out);
+    std::ofstream(dir / "text.txt") << text.substr(0, 40 * 6);
+    const std::string ev =
+        attend_stdout("eval --checkpoint " + run.string() + " --data " + (dir / "text.txt").string());
+    REQUIRE(ev.rfind("loss ", 0) == 0);
+    const std::string loss = ev.substr(5, ev.find('\n') - 5);
+    Run py = attend::test::shell(
+        "/usr/bin/python3 " + (fs::path(ATTEND_SOURCE_DIR) / "tests/app/llama2c_numpy.py").string() +
+        " " + (dir / "l2c").string() + " " + (dir / "text.txt").string() + " " + loss);
+    CAPTURE(py.out);
+    CHECK(py.code == 0);
+    CHECK(py.out.find("llama2c ok") != std::string::npos);
+    MESSAGE(py.out);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("llama2.c's export refuses what run.c would run differently, naming the value") {
+  const fs::path dir = attend::test::temp_dir("llama2c_refuse");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --arch llama --rope_theta 500000", "has rope_theta 500000; llama2.c's run.c fixes"},
+      {" --arch llama --norm_eps 1e-6", "has norm_eps 1e-06; llama2.c's run.c fixes"},
+      {" --arch llama --sliding_window 4", "has sliding_window 4 (block_size 16)"},
+      {"", "is a GPT-2 model (arch gpt2); llama2.c runs Llamas only"}};
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const fs::path d = dir / std::to_string(k);
+    fs::create_directories(d);
+    const fs::path run = trained_run(d, cases[k].first);
+    Run e = attend_cmd("export --format llama2c --checkpoint " + run.string() + " --out " +
+                       (d / "l2c").string());
+    CAPTURE(e.out);
+    CHECK(e.code == 1);
+    CHECK(e.out.find(cases[k].second) != std::string::npos);
+    CHECK(!fs::exists(d / "l2c"));
+  }
+  Run dt = attend_cmd("export --format llama2c --dtype bf16 --checkpoint " + (dir / "0" / "run").string() +
+                      " --out " + (dir / "x").string());
+  CHECK(dt.code == 1);
+  CHECK(dt.out.find("llama2.c's model.bin is one file of f32") != std::string::npos);
+  fs::remove_all(dir);
+}
