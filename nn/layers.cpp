@@ -2,8 +2,10 @@
 
 #include <type_traits>
 
+#include "autograd/node.h"
 #include "tensor/kernels.h"
 #include "tensor/parallel.h"
+#include "tensor/util.h"
 
 namespace attend::nn {
 
@@ -16,7 +18,30 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
 Tensor Linear::forward(const Tensor& x) const {
   ATTEND_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input (..., ",
                weight.size(1), "), got ", shape_str(x.shape()));
+  if (weight_t.defined() && !autograd::is_grad_enabled()) {
+    Tensor out = kernel::matmul(x, weight_t);  // linear's bits (Note in DecodingWeights)
+    if (bias.defined()) kernel::add_(out, bias);
+    return out;
+  }
   return linear(x, weight, bias);  // x W^T + b
+}
+
+DecodingWeights::DecodingWeights(Module& model) {
+  std::vector<Linear*> all;
+  int64_t bytes = 0;
+  for (auto& [_, m] : model.named_modules())
+    if (auto* l = dynamic_cast<Linear*>(m)) {
+      all.push_back(l);
+      bytes += l->weight.numel() * static_cast<int64_t>(dtype_size(l->weight.dtype()));
+    }
+  const int64_t avail = available_memory_bytes();
+  if (avail >= 0 && 2 * bytes > avail) return;
+  for (Linear* l : all) l->weight_t = kernel::contiguous(kernel::transpose(l->weight, 0, 1));
+  layers_ = std::move(all);
+}
+
+DecodingWeights::~DecodingWeights() {
+  for (Linear* l : layers_) l->weight_t = Tensor();
 }
 
 void Linear::tie_weight(const Tensor& w) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "nn/module.h"
 #include "tensor/random.h"
@@ -31,6 +32,26 @@ class Linear : public Module {
   // Shares w (same shape) as this layer's weight: one tensor, two names.
   void tie_weight(const Tensor& w);
   Tensor weight, bias;  // bias undefined when disabled
+  // W^T (in, out) contiguous while a DecodingWeights holds it: forward without grad then
+  // multiplies by it (same bits: every product sums in the same order either way).
+  Tensor weight_t;
+};
+
+// Decoding a token at a time reads every weight once per token; (1, in) x W^T reads W
+// across its rows, W^T kept contiguous reads it in order (gemm_rows.cpp). While it lives,
+// every Linear of `model` holds W^T (as much memory again as its weights; skipped, with
+// active() false, when the machine has less than twice that available). The weights must
+// not change meanwhile: sampling holds one for its generation, nothing else.
+class DecodingWeights {
+ public:
+  explicit DecodingWeights(Module& model);
+  ~DecodingWeights();
+  DecodingWeights(const DecodingWeights&) = delete;
+  DecodingWeights& operator=(const DecodingWeights&) = delete;
+  bool active() const { return !layers_.empty(); }
+
+ private:
+  std::vector<Linear*> layers_;
 };
 
 class Embedding : public Module {

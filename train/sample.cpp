@@ -65,6 +65,9 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
     seq.erase(seq.begin(), seq.end() - T);
   }
   NoGradGuard no_grad;
+  // W^T kept contiguous for the generation (the weights themselves are not changed: the
+  // cast only lets the layers hold their transposed copies).
+  const nn::DecodingWeights decoding(const_cast<nn::GPT&>(model));
   const PhiloxKey key = philox_key(o.seed);
   auto to_tensor = [](const data::TokenIds& ids, size_t from) {
     std::vector<double> v(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());

@@ -12,7 +12,8 @@
 // fused multiply-adds, so the two kernels give the same bits.
 //
 // The micro-kernels and the kernel choice are in gemm_micro.h and gemm_select.cpp, the
-// packing in gemm_pack.h; this file is the driver.
+// packing in gemm_pack.h, up to four rows against a transposed weight (sampling's
+// products) in gemm_rows.cpp; this file is the driver.
 #include "tensor/kernels/gemm.h"
 
 #include <immintrin.h>
@@ -27,6 +28,7 @@
 #include "tensor/error.h"
 #include "tensor/kernels/gemm_micro.h"
 #include "tensor/kernels/gemm_pack.h"
+#include "tensor/kernels/gemm_rows.h"
 #include "tensor/parallel.h"
 
 namespace attend::kernel {
@@ -70,6 +72,13 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
     if (accumulate) return;
     for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
     return;
+  }
+  // A few rows against a transposed weight (a token at a time): no packing, same bits.
+  if constexpr (std::is_same_v<T, float>) {
+    if (!pre && few_rows_applies(M, N, K, A, B)) {
+      gemm_few_rows(M, N, K, A, B, C, ldc, parallel, accumulate);
+      return;
+    }
   }
   // Small products are not worth threads.
   if (parallel && (M * N * K < (1 << 18) || max_threads() == 1)) parallel = false;

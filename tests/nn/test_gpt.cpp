@@ -1,7 +1,12 @@
-// The GPT as a whole: gradcheck of every module, the untrained loss, input errors.
+// The GPT as a whole: gradcheck of every module, the untrained loss, input errors, and
+// decoding with the weights kept transposed.
+#include <optional>
+
 #include "nn/gpt.h"
+#include "nn/layers.h"
 #include "nn/gradcheck_cases.h"
 #include "tensor/kernels.h"
+#include "tensor/random.h"
 #include "test_util.h"
 
 using namespace attend;
@@ -80,5 +85,42 @@ TEST_CASE("the chunked LM head loss equals logits then cross_entropy bit for bit
   for (size_t i = 0; i < res[0].size(); ++i) {
     CAPTURE(i);
     CHECK(test::bit_identical(res[0][i], res[1][i]));
+  }
+}
+
+TEST_CASE("decoding with W^T kept contiguous (DecodingWeights) gives the same logits bit for bit") {
+  // Sampling holds a DecodingWeights: every Linear multiplies by its W^T copy, through
+  // gemm_rows.cpp's row-major kernel for 1-4 rows, the blocked GEMM past that. Its twin is
+  // the model without it: the same bits at every step, for GPT-2 (biases) and a GQA Llama.
+  GPTConfig llama = gpt_preset("llama-char");
+  llama.vocab_size = 300, llama.block_size = 24, llama.n_layer = 2, llama.n_head = 4;
+  llama.n_kv_head = 2, llama.n_embd = 48, llama.hidden_dim = 136;
+  const GPTConfig gpt2{.vocab_size = 300, .block_size = 24, .n_layer = 2, .n_head = 4,
+                       .n_kv_head = 4, .n_embd = 48, .dropout = 0.0, .bias = true};
+  for (const GPTConfig& c : {gpt2, llama}) {
+    CAPTURE(c.arch);
+    GPT m(c, 5);
+    m.eval();
+    Generator g(6);
+    {
+      NoGradGuard no_grad;
+      for (Tensor& p : m.parameters()) p.set_data(normal(p.shape(), 0.0, 0.3, g));
+    }
+    const Tensor idx = randint({1, 20}, 0, 300, g);
+    NoGradGuard no_grad;
+    std::vector<KVCache> plain, kept;
+    std::optional<DecodingWeights> decoding;
+    int64_t t = 0;
+    for (const int64_t n : {5, 1, 2, 3, 4, 1, 4}) {  // prompt, then 1-4 tokens a step
+      CAPTURE(t);
+      const Tensor x = kernel::narrow(idx, 1, t, n);
+      decoding.reset();
+      const Tensor a = m.forward(x, Tensor(), nullptr, &plain).logits;
+      decoding.emplace(m);
+      REQUIRE(decoding->active());
+      const Tensor b = m.forward(x, Tensor(), nullptr, &kept).logits;
+      CHECK(test::bit_identical(a, b));
+      t += n;
+    }
   }
 }

@@ -196,3 +196,51 @@ TEST_CASE("gemm_prepacked on a prefix of a B packed once gives gemm's bits on th
   CHECK_THROWS_AS(k::gemm_prepacked<float>(1, 2, 1, {nullptr, 1, 1}, nullptr, 1, 1, nullptr, 2),
                   Error);
 }
+
+TEST_CASE("a few rows against W^T (sampling's products) give the blocked GEMM's bits") {
+  // M <= 4 skips packing (gemm_rows.cpp), with B = W^T or B row-major (past one 512-wide
+  // tile at N 1100); its twin is the blocked path,
+  // reached by the same rows inside a 7-row product, and the portable kernel. Every
+  // element must match bit for bit: K within and past 256-deep blocks, k % 8 tails, N past
+  // the last 32-wide chunk, accumulate, 1 and 2 threads.
+  const int saved_threads = omp_get_max_threads();
+  const k::GemmKernel saved = k::gemm_kernel();
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal;
+  int64_t compared = 0;
+  for (int threads : {1, 2})
+    for (int64_t M : {1, 2, 3, 4})
+      for (int64_t N : {8, 9, 31, 33, 100, 1100})
+        for (int64_t K : {1, 7, 9, 256, 257, 600})
+          for (bool accumulate : {false, true}) {
+            CAPTURE(threads);
+            CAPTURE(M);
+            CAPTURE(N);
+            CAPTURE(K);
+            CAPTURE(accumulate);
+            omp_set_num_threads(threads);
+            const int64_t rows = 7;
+            std::vector<float> a(rows * K), w(N * K), c0(rows * N);
+            for (auto* v : {&a, &w, &c0})
+              for (float& x : *v) x = normal(rng);
+            // B = W^T read through strides, and the same B stored row-major (W^T's copy).
+            std::vector<float> wt(K * N);
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t kk = 0; kk < K; ++kk) wt[kk * N + n] = w[n * K + kk];
+            const k::MatrixRef<float> A{a.data(), K, 1}, B{w.data(), 1, K}, Bt{wt.data(), N, 1};
+            std::vector<float> few(c0.begin(), c0.begin() + M * N), blocked = c0,
+                                                                    portable = few, row_major = few;
+            k::gemm<float>(M, N, K, A, B, few.data(), N, true, accumulate);
+            k::gemm<float>(M, N, K, A, Bt, row_major.data(), N, true, accumulate);
+            k::gemm<float>(rows, N, K, A, B, blocked.data(), N, true, accumulate);
+            k::set_gemm_kernel(k::GemmKernel::portable);
+            k::gemm<float>(M, N, K, A, B, portable.data(), N, true, accumulate);
+            k::set_gemm_kernel(saved);
+            REQUIRE(std::memcmp(few.data(), blocked.data(), few.size() * sizeof(float)) == 0);
+            REQUIRE(std::memcmp(few.data(), portable.data(), few.size() * sizeof(float)) == 0);
+            REQUIRE(std::memcmp(few.data(), row_major.data(), few.size() * sizeof(float)) == 0);
+            ++compared;
+          }
+  omp_set_num_threads(saved_threads);
+  CHECK(compared == 2 * 4 * 6 * 6 * 2);
+}

@@ -1,0 +1,200 @@
+#include "tensor/kernels/gemm_rows.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tensor/kernels/gemm_micro.h"
+#include "tensor/parallel.h"
+
+namespace attend::kernel::gemm_detail {
+
+bool few_rows_applies(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B) {
+  return kHasAvx2 && g_kernel.load(std::memory_order_relaxed) != GemmKernel::portable && M >= 1 &&
+         M <= kMaxFewRows && N >= 8 && K >= 1 && A.col_stride == 1 &&
+         (B.row_stride == 1 || B.col_stride == 1);
+}
+
+namespace {
+
+// 32 outputs at a time: four groups of eight, four independent chains of fused
+// multiply-adds per row of A, enough to hide their latency.
+constexpr int kGroups = 4;
+constexpr int64_t kChunk = 8 * kGroups;
+
+// Eight k from eight rows (r[i] + k) as eight column vectors: c[j] lane i = r[i][k + j].
+__attribute__((target("avx2,fma"))) inline void columns8(const float* const* r, int64_t k,
+                                                         __m256* c) {
+  const __m256 r0 = _mm256_loadu_ps(r[0] + k), r1 = _mm256_loadu_ps(r[1] + k),
+               r2 = _mm256_loadu_ps(r[2] + k), r3 = _mm256_loadu_ps(r[3] + k),
+               r4 = _mm256_loadu_ps(r[4] + k), r5 = _mm256_loadu_ps(r[5] + k),
+               r6 = _mm256_loadu_ps(r[6] + k), r7 = _mm256_loadu_ps(r[7] + k);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+               t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+               t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+               u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+               u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+               u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  c[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  c[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  c[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  c[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  c[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  c[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  c[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  c[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// Outputs [n0, n0 + 32) of M rows (rows of W past N repeat row N - 1: computed, not
+// stored).
+template <int M>
+__attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K,
+                                               const float* A, int64_t lda, const float* W,
+                                               int64_t ldw, float* C, int64_t ldc,
+                                               bool accumulate) {
+  const float* rows[kGroups][8];
+  for (int64_t g = 0; g < kGroups; ++g)
+    for (int64_t i = 0; i < 8; ++i) rows[g][i] = W + std::min(n0 + 8 * g + i, N - 1) * ldw;
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    const int64_t end = std::min(K, pc + KC);
+    __m256 acc[M][kGroups];
+    for (auto& row : acc)
+      for (auto& a : row) a = _mm256_setzero_ps();
+    int64_t k = pc;
+    // Fully unrolled so that acc stays in registers (indexed by constants only).
+    for (; k + 8 <= end; k += 8) {
+#pragma GCC unroll 4
+      for (int g = 0; g < kGroups; ++g) {
+        __m256 c[8];
+        columns8(rows[g], k, c);
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) {
+          const float* a = A + m * lda + k;
+#pragma GCC unroll 8
+          for (int j = 0; j < 8; ++j)
+            acc[m][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + j), c[j], acc[m][g]);
+        }
+      }
+    }
+    for (; k < end; ++k)  // the block's last k % 8, in order
+      for (int64_t g = 0; g < kGroups; ++g) {
+        const float* const* r = rows[g];
+        const __m256 c = _mm256_setr_ps(r[0][k], r[1][k], r[2][k], r[3][k], r[4][k], r[5][k],
+                                        r[6][k], r[7][k]);
+        for (int m = 0; m < M; ++m)
+          acc[m][g] = _mm256_fmadd_ps(_mm256_set1_ps(A[m * lda + k]), c, acc[m][g]);
+      }
+    const bool store = pc == 0 && !accumulate;
+    for (int m = 0; m < M; ++m)
+      for (int64_t g = 0; g < kGroups; ++g) {
+        const int64_t n = n0 + 8 * g;
+        if (n >= N) break;
+        alignas(32) float s[8];
+        _mm256_store_ps(s, acc[m][g]);
+        float* c = C + m * ldc + n;
+        const int64_t width = std::min<int64_t>(8, N - n);
+        if (store) {
+          for (int64_t j = 0; j < width; ++j) c[j] = s[j];
+        } else {
+          for (int64_t j = 0; j < width; ++j) c[j] += s[j];
+        }
+      }
+  }
+}
+
+// Row-major B (a weight kept transposed for decoding, W^T contiguous): outputs
+// [n0, n0 + width) of M rows. For each k, one fused multiply-add per output with B's row
+// segment, read in order; the sums live in `sum` (a thread's share of N: L1 or L2) until
+// the KC block ends. Whole row segments, not narrow tiles: a narrow tile would visit K
+// pages of B for a few hundred bytes each.
+template <int M>
+__attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t width, int64_t K,
+                                                        const float* A, int64_t lda,
+                                                        const float* B, int64_t ldb, float* C,
+                                                        int64_t ldc, bool accumulate) {
+  thread_local std::vector<float> buffer;
+  const int64_t stride = (width + 7) / 8 * 8;
+  if (static_cast<int64_t>(buffer.size()) < M * stride)
+    buffer.resize(static_cast<size_t>(M * stride));
+  float* sum = buffer.data();
+  const int64_t full = width / 8 * 8;
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    const int64_t end = std::min(K, pc + KC);
+    std::fill(sum, sum + M * stride, 0.0f);
+    for (int64_t k = pc; k < end; ++k) {
+      const float* b = B + k * ldb + n0;
+      __m256 a[M];
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) a[m] = _mm256_broadcast_ss(A + m * lda + k);
+      for (int64_t j = 0; j < full; j += 8) {
+        const __m256 x = _mm256_loadu_ps(b + j);
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) {
+          float* s = sum + m * stride + j;
+          _mm256_storeu_ps(s, _mm256_fmadd_ps(a[m], x, _mm256_loadu_ps(s)));
+        }
+      }
+      for (int64_t j = full; j < width; ++j)
+        for (int m = 0; m < M; ++m)
+          sum[m * stride + j] = std::fma(A[m * lda + k], b[j], sum[m * stride + j]);
+    }
+    const bool store = pc == 0 && !accumulate;
+    for (int m = 0; m < M; ++m) {
+      float* c = C + m * ldc + n0;
+      const float* s = sum + m * stride;
+      if (store) {
+        for (int64_t j = 0; j < width; ++j) c[j] = s[j];
+      } else {
+        for (int64_t j = 0; j < width; ++j) c[j] += s[j];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B,
+                   float* C, int64_t ldc, bool parallel, bool accumulate) {
+  // Which thread computes an output changes nothing: each is one tile's or chunk's.
+  // Threads only for large weights: below ~4 MB one thread reads it faster than a fork
+  // and join of two (measured: 0.9 MB, 23 us on one thread, 51 us on two).
+  const bool threads = parallel && N * K >= (1 << 20) && max_threads() > 1;
+  if (B.col_stride == 1) {
+    // One share of N per thread (multiples of 8, so shares start on whole vectors).
+    const int64_t shares = threads ? std::min<int64_t>(max_threads(), (N + 7) / 8) : 1;
+    auto body = [&](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q) {
+        const int64_t n0 = (N + 7) / 8 * q / shares * 8;
+        const int64_t n1 = std::min(N, (N + 7) / 8 * (q + 1) / shares * 8), w = n1 - n0;
+        if (w <= 0) continue;
+        switch (M) {
+          case 1: rows_row_major<1>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc, accumulate); break;
+          case 2: rows_row_major<2>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc, accumulate); break;
+          case 3: rows_row_major<3>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc, accumulate); break;
+          default: rows_row_major<4>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc, accumulate); break;
+        }
+      }
+    };
+    shares > 1 ? parallel_for(shares, 1, body) : body(0, shares);
+    return;
+  }
+  const int64_t chunks = (N + kChunk - 1) / kChunk;
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; ++q) {
+      const int64_t n0 = q * kChunk;
+      switch (M) {
+        case 1: chunk<1>(n0, N, K, A.data, A.row_stride, B.data, B.col_stride, C, ldc, accumulate); break;
+        case 2: chunk<2>(n0, N, K, A.data, A.row_stride, B.data, B.col_stride, C, ldc, accumulate); break;
+        case 3: chunk<3>(n0, N, K, A.data, A.row_stride, B.data, B.col_stride, C, ldc, accumulate); break;
+        default: chunk<4>(n0, N, K, A.data, A.row_stride, B.data, B.col_stride, C, ldc, accumulate); break;
+      }
+    }
+  };
+  threads ? parallel_for(chunks, 1, body) : body(0, chunks);
+}
+
+}  // namespace attend::kernel::gemm_detail
