@@ -1,6 +1,8 @@
 #include "nn/attention.h"
 
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "tensor/kernels.h"
 
@@ -31,6 +33,35 @@ Tensor replace_heads(const Tensor& heads, const std::map<int64_t, Tensor>& repla
 }
 
 }  // namespace
+
+std::pair<Tensor, Tensor> KVCache::append(const Tensor& k_new, const Tensor& v_new,
+                                          int64_t window) {
+  const int64_t len = length(), add = k_new.size(2);
+  if (!k_store_.defined() || start_ + len + add > k_store_.size(2)) {
+    // Compact the kept rows to the front, in a store with room for twice what is needed.
+    const Shape& s = k_new.shape();
+    const int64_t capacity = std::max<int64_t>(16, 2 * (len + add));
+    Tensor ks = empty({s[0], s[1], capacity, s[3]}, k_new.dtype());
+    Tensor vs = empty({s[0], s[1], capacity, s[3]}, v_new.dtype());
+    if (len > 0) {
+      kernel::copy_(kernel::narrow(ks, 2, 0, len), k);
+      kernel::copy_(kernel::narrow(vs, 2, 0, len), v);
+    }
+    k_store_ = ks, v_store_ = vs, start_ = 0;
+  }
+  kernel::copy_(kernel::narrow(k_store_, 2, start_ + len, add), k_new);
+  kernel::copy_(kernel::narrow(v_store_, 2, start_ + len, add), v_new);
+  const int64_t total = len + add;
+  std::pair<Tensor, Tensor> seen{kernel::narrow(k_store_, 2, start_, total),
+                                 kernel::narrow(v_store_, 2, start_, total)};
+  // A sliding window keeps only the W newest positions for the next call (this call's
+  // queries still see all of them).
+  const int64_t keep = window > 0 ? std::min(window, total) : total;
+  start_ += total - keep;
+  k = kernel::narrow(k_store_, 2, start_, keep);
+  v = kernel::narrow(v_store_, 2, start_, keep);
+  return seen;
+}
 
 Attention::Attention(const AttentionConfig& c) : config(c) {
   ATTEND_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0, "Attention: n_embd ", c.n_embd,
@@ -105,15 +136,7 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
   k = transpose(reshape(k, {B, k.size(1), KVH, HS}), 1, 2);  // (B, KVH, Tk, HS)
   v = transpose(reshape(v, {B, v.size(1), KVH, HS}), 1, 2);  // (B, KVH, Tk, HS)
   if (cache) {
-    if (cache->length() > 0) {
-      k = cat({cache->k, k}, 2);
-      v = cat({cache->v, v}, 2);
-    }
-    // A sliding window keeps only the W newest positions for the next call (this call's
-    // queries still see all of k).
-    const int64_t keep = W > 0 ? std::min(W, k.size(2)) : k.size(2);
-    cache->k = keep < k.size(2) ? contiguous(narrow(k, 2, k.size(2) - keep, keep)) : k;
-    cache->v = keep < v.size(2) ? contiguous(narrow(v, 2, v.size(2) - keep, keep)) : v;
+    std::tie(k, v) = cache->append(k, v, W);
     cache->position += Tq;
   }
   if (trace) trace->position = pos0;

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <map>
+#include <utility>
 
 #include "nn/layers.h"
 
@@ -54,9 +55,19 @@ struct AttentionConfig {
 // window W it rolls: only the W newest positions are kept (older ones are never seen
 // again), so decoding runs past any length in O(W) memory.
 struct KVCache {
-  Tensor k, v;            // (B, KVH, T_cached, HS)
+  Tensor k, v;            // (B, KVH, T_cached, HS): views of the stores' kept rows
   int64_t position = 0;   // positions seen: the next token's position
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
+  // Appends this call's rows (B, KVH, Tq, HS) and returns every cached row this call's
+  // queries see (views). The rows live in stores with room to spare, doubled when full, so
+  // a token costs its own rows, not a copy of the whole cache; under a sliding window W
+  // only the W newest rows are kept for the next call (older ones are dropped when the
+  // store is compacted).
+  std::pair<Tensor, Tensor> append(const Tensor& k_new, const Tensor& v_new, int64_t window);
+
+ private:
+  Tensor k_store_, v_store_;  // (B, KVH, capacity, HS)
+  int64_t start_ = 0;         // the first kept row in the stores
 };
 
 struct AttentionOutput {
