@@ -3,12 +3,14 @@
 
 #include <array>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "data/pretokenize.h"
+#include "data/regex.h"
 #include "data/tokenizer.h"
 #include "data/utf8.h"
 #include "tensor/error.h"
@@ -36,21 +38,6 @@ struct ByteMap {
 const ByteMap& byte_map() {
   static const ByteMap m;
   return m;
-}
-
-// GPT-2's token string (mapped code points) -> the token's bytes; false if a character is
-// not in the map.
-bool unicode_string_to_bytes(std::string_view s, std::string& out) {
-  out.clear();
-  for (size_t i = 0; i < s.size();) {
-    Utf8Char c = decode_utf8(s, i);
-    if (!c.valid) return false;
-    auto it = byte_map().from_unicode.find(c.cp);
-    if (it == byte_map().from_unicode.end()) return false;
-    out += static_cast<char>(it->second);
-    i += c.length;
-  }
-  return true;
 }
 
 uint64_t pair_key(int32_t a, int32_t b) {
@@ -95,12 +82,14 @@ class BpeTokenizer : public Tokenizer {
                    " makes a token that is not in the vocabulary");
       merges_.emplace(pair_key(a, b), Merge{static_cast<int32_t>(r), it->second});
     }
+    if (!spec_.pattern.empty()) regex_ = std::make_unique<Regex>(spec_.pattern);
+    if (spec_.ignore_merges) whole_ = std::move(ids);
   }
 
   TokenIds encode(std::string_view text) const override {
     TokenIds out;
     out.reserve(text.size() / 3);
-    for (std::string_view piece : pretokenize(text)) {
+    for (std::string_view piece : regex_ ? regex_->split(text) : pretokenize(text)) {
       {
         std::lock_guard<std::mutex> lock(cache_mutex_);
         auto it = cache_.find(std::string(piece));
@@ -127,6 +116,10 @@ class BpeTokenizer : public Tokenizer {
 
   // GPT-2's bpe(): merge the lowest-ranked adjacent pair everywhere, until none is left.
   TokenIds encode_piece(std::string_view piece) const {
+    if (!whole_.empty()) {  // ignore_merges: a piece that is a token is that token
+      auto it = whole_.find(std::string(piece));
+      if (it != whole_.end()) return {it->second};
+    }
     TokenIds s;
     s.reserve(piece.size());
     for (char c : piece) s.push_back(byte_id_[static_cast<uint8_t>(c)]);
@@ -148,12 +141,27 @@ class BpeTokenizer : public Tokenizer {
   TokenizerSpec spec_;
   std::array<int32_t, 256> byte_id_{};
   std::unordered_map<uint64_t, Merge> merges_;
+  std::unique_ptr<Regex> regex_;                   // spec_.pattern compiled, if any
+  std::unordered_map<std::string, int32_t> whole_;  // ignore_merges: token bytes -> id
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, TokenIds> cache_;
 };
 
 }  // namespace
 
+
+bool unicode_string_to_bytes(std::string_view s, std::string& out) {
+  out.clear();
+  for (size_t i = 0; i < s.size();) {
+    Utf8Char c = decode_utf8(s, i);
+    if (!c.valid) return false;
+    auto it = byte_map().from_unicode.find(c.cp);
+    if (it == byte_map().from_unicode.end()) return false;
+    out += static_cast<char>(it->second);
+    i += c.length;
+  }
+  return true;
+}
 
 std::string bytes_to_unicode_string(std::string_view bytes) {
   std::string out;
@@ -175,7 +183,7 @@ std::unique_ptr<Tokenizer> load_bpe_files(const fs::path& encoder_json, const fs
     throw Error(str(encoder_json.string(), ": invalid JSON at byte ", e.byte));
   }
   ATTEND_CHECK(enc.is_object(), encoder_json.string(), ": expected a JSON object of token -> id");
-  TokenizerSpec spec{"bpe", name, std::vector<std::string>(enc.size()), {}};
+  TokenizerSpec spec{.kind = "bpe", .name = name, .tokens = std::vector<std::string>(enc.size())};
   std::vector<bool> seen(enc.size(), false);
   std::unordered_map<std::string, int32_t> ids;  // token string (mapped) -> id
   for (auto it = enc.begin(); it != enc.end(); ++it) {
@@ -225,7 +233,7 @@ std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, int64_t 
   ATTEND_CHECK(vocab_size >= 256, "bpe: vocab_size must be at least 256 (the byte tokens), got ",
                vocab_size);
   ATTEND_CHECK(!corpus.empty(), "bpe: the corpus is empty");
-  TokenizerSpec spec{"bpe", "bpe:" + std::to_string(vocab_size), {}, {}};
+  TokenizerSpec spec{.kind = "bpe", .name = "bpe:" + std::to_string(vocab_size)};
   for (int b = 0; b < 256; ++b) spec.tokens.emplace_back(1, static_cast<char>(b));
 
   // Unique pieces with their counts; each a sequence of token ids.

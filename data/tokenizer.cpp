@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/hf_tokenizer.h"
 #include "data/utf8.h"
 #include "tensor/error.h"
 #include "tensor/util.h"
@@ -93,7 +94,7 @@ std::unique_ptr<Tokenizer> build_char_tokenizer(std::string_view corpus) {
     chars.insert(c.cp);
     i += c.length;
   }
-  TokenizerSpec spec{"char", "char", {}, {}};
+  TokenizerSpec spec{.kind = "char", .name = "char"};
   for (uint32_t cp : chars) {
     std::string s;
     append_utf8(s, cp);
@@ -107,7 +108,11 @@ void Tokenizer::save(const fs::path& dir) const {
   fs::create_directories(dir, ec);
   ATTEND_CHECK(!ec, dir.string(), ": cannot create folder: ", ec.message());
   const TokenizerSpec& s = spec();
-  json meta = {{"format", "attend-tokenizer"}, {"version", 1}, {"kind", s.kind}, {"name", s.name}};
+  // Version 2 adds the pattern and ignore_merges; written only when a tokenizer has them,
+  // so that an older attend refuses a tokenizer it would run differently.
+  const bool v2 = !s.pattern.empty() || s.ignore_merges;
+  json meta = {{"format", "attend-tokenizer"}, {"version", v2 ? 2 : 1}, {"kind", s.kind}, {"name", s.name}};
+  if (v2) meta["pattern"] = s.pattern, meta["ignore_merges"] = s.ignore_merges;
   if (s.kind == "char") {
     meta["chars"] = s.tokens;
   } else {
@@ -133,16 +138,22 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& where) {
   } catch (const json::parse_error& e) {
     throw Error(str(file.string(), ": invalid JSON at byte ", e.byte, ""));
   }
+  if (meta.is_object() && !meta.contains("format") && meta.contains("model"))
+    return load_hf_tokenizer(file);  // Hugging Face's tokenizer.json
   ATTEND_CHECK(meta.is_object() && meta.value("format", "") == "attend-tokenizer", file.string(),
-               ": not an attend tokenizer file (expected \"format\": \"attend-tokenizer\")");
-  ATTEND_CHECK(meta.value("version", 0) == 1, file.string(), ": unsupported version ",
-               meta.value("version", 0), " (this attend reads version 1)");
+               ": not an attend tokenizer file (expected \"format\": \"attend-tokenizer\") nor "
+               "Hugging Face's (a \"model\" object)");
+  const auto version = meta.contains("version") && meta["version"].is_number_integer()
+                           ? meta["version"].get<int64_t>()
+                           : int64_t{0};
+  ATTEND_CHECK(version == 1 || version == 2, file.string(), ": unsupported version ", version,
+               " (this attend reads versions 1 and 2)");
   const std::string kind = meta.value("kind", "");
   const std::string name = meta.value("name", kind);
   if (kind == "char") {
     ATTEND_CHECK(meta.contains("chars") && meta["chars"].is_array(), file.string(),
                  ": field \"chars\" must be an array of characters");
-    TokenizerSpec spec{"char", name, {}, {}};
+    TokenizerSpec spec{.kind = "char", .name = name};
     for (const auto& c : meta["chars"]) {
       ATTEND_CHECK(c.is_string(), file.string(), ": field \"chars\" must hold strings");
       spec.tokens.push_back(c.get<std::string>());
@@ -151,7 +162,20 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& where) {
   }
   ATTEND_CHECK(kind == "bpe", file.string(), ": field \"kind\" is '", kind,
                "', expected char or bpe");
-  return load_bpe_files(dir / "encoder.json", dir / "vocab.bpe", name);
+  std::unique_ptr<Tokenizer> t = load_bpe_files(dir / "encoder.json", dir / "vocab.bpe", name);
+  if (version == 1) return t;
+  TokenizerSpec spec = t->spec();
+  ATTEND_CHECK(meta.contains("pattern") && meta["pattern"].is_string(), file.string(),
+               ": field \"pattern\" must be a string (version 2)");
+  ATTEND_CHECK(meta.contains("ignore_merges") && meta["ignore_merges"].is_boolean(), file.string(),
+               ": field \"ignore_merges\" must be true or false (version 2)");
+  spec.pattern = meta["pattern"].get<std::string>();
+  spec.ignore_merges = meta["ignore_merges"].get<bool>();
+  try {
+    return make_tokenizer(spec);
+  } catch (const Error& e) {
+    throw Error(str(file.string(), ": ", e.what()));
+  }
 }
 
 fs::path gpt2_cache_dir() {
@@ -241,8 +265,20 @@ std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg) {
     return build_char_tokenizer(read_file(p));
   }
   if (arg.rfind("bpe:", 0) == 0) return load_tokenizer(arg.substr(4));
-  ATTEND_CHECK(fs::is_directory(arg, ec), "tokenizer: '", arg,
-               "' is not gpt2, char:PATH, bpe:PATH or a saved tokenizer folder");
+  if (arg.rfind("hf:", 0) == 0) {
+    fs::path p = arg.substr(3);
+    if (fs::is_directory(p, ec)) {
+      ATTEND_CHECK(fs::exists(p / "tokenizer.json", ec) || !fs::exists(p / "tokenizer.model", ec),
+                   "tokenizer: ", p.string(), " holds a SentencePiece tokenizer.model and no "
+                   "tokenizer.json; attend reads byte-level BPE tokenizers in Hugging Face's "
+                   "tokenizer.json");
+      p /= "tokenizer.json";
+    }
+    return load_hf_tokenizer(p);
+  }
+  ATTEND_CHECK(fs::is_directory(arg, ec), "tokenizer: '", printable(arg), "' is not gpt2, "
+               "char:PATH, bpe:PATH, hf:PATH (a Hugging Face tokenizer.json) or a saved "
+               "tokenizer folder");
   return load_tokenizer(arg);
 }
 
@@ -264,7 +300,7 @@ TokenizerSpec from_arrays(const std::string& kind, const std::string& name,
   // The name reaches JSON (the explorer, config.json) and terminals: UTF-8 text.
   ATTEND_CHECK(find_invalid_utf8(name) == std::string::npos && !name.empty(), what, ": name '",
                printable(name, 60), "' is not a tokenizer name (valid UTF-8, not empty)");
-  TokenizerSpec s{kind, name, {}, {}};
+  TokenizerSpec s{.kind = kind, .name = name};
   const auto n = static_cast<int64_t>(a.bytes.size());
   ATTEND_CHECK(a.offsets.size() >= 2 && a.offsets.front() == 0 && a.offsets.back() == n, what,
                ": token_offsets must start at 0 and end at the ", n, " token bytes");
@@ -293,6 +329,11 @@ uint64_t tokenizer_hash(const TokenizerSpec& s) {
     h = fnv1a64(t.data(), t.size(), h);
   }
   for (const auto& [a, b] : s.merges) h = fnv1a64(&a, sizeof a, fnv1a64(&b, sizeof b, h));
+  if (!s.pattern.empty() || s.ignore_merges) {  // (absent for GPT-2's kind: old hashes hold)
+    h = fnv1a64(s.pattern.data(), s.pattern.size() + 1, h);
+    const uint8_t im = s.ignore_merges ? 1 : 0;
+    h = fnv1a64(&im, 1, h);
+  }
   return h == 0 ? 1 : h;
 }
 

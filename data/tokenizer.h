@@ -10,7 +10,8 @@
 // none applies. decode(encode(s)) == s for every byte string.
 //
 // Files: DIR/tokenizer.json says which kind, {"format": "attend-tokenizer", "version": 1,
-// "kind": "char"|"bpe", "name": ..., "chars": [...] (char only)}; a bpe tokenizer keeps
+// "kind": "char"|"bpe", "name": ..., "chars": [...] (char only)} (version 2 adds
+// "pattern" and "ignore_merges", written only when they are not GPT-2's); a bpe tokenizer keeps
 // DIR/encoder.json and DIR/vocab.bpe beside it, GPT-2's formats (token strings under
 // GPT-2's byte-to-unicode map).
 #pragma once
@@ -31,15 +32,22 @@ using TokenIds = std::vector<int32_t>;
 
 // A tokenizer as plain data: enough to rebuild it (checkpoints store this).
 struct TokenizerSpec {
-  std::string kind;                 // "char" or "bpe"
-  std::string name;                 // "char", "gpt2", "bpe:4096", ...
-  std::vector<std::string> tokens;  // id -> the token's bytes
+  std::string kind{};                 // "char" or "bpe"
+  std::string name{};                 // "char", "gpt2", "bpe:4096", ...
+  std::vector<std::string> tokens{};  // id -> the token's bytes
   std::vector<std::pair<int32_t, int32_t>>
-      merges;  // bpe: rank order; (a, b) -> tokens[a] + tokens[b]
+      merges{};  // bpe: rank order; (a, b) -> tokens[a] + tokens[b]
+  // bpe only. The pre-tokenizer's pattern (data/regex.h); empty: GPT-2's, run by
+  // data/pretokenize.h. Hugging Face tokenizers name theirs (Llama 3's differs).
+  std::string pattern{};
+  // bpe only: a piece that is itself a token is that token, merges or not (Hugging
+  // Face's "ignore_merges", which Llama 3's tokenizer sets).
+  bool ignore_merges = false;
 };
 
-// Which tokenizer made some ids: FNV-1a 64 over kind, tokens and merges (never 0; token
-// files record it, see data/token_file.h).
+// Which tokenizer made some ids: FNV-1a 64 over kind, tokens and merges, and the pattern
+// and ignore_merges when they are not the defaults (never 0; token files record it, see
+// data/token_file.h).
 uint64_t tokenizer_hash(const TokenizerSpec& spec);
 
 // A TokenizerSpec as arrays (how a checkpoint's /tokenizer stores it): every token's
@@ -105,12 +113,15 @@ bool is_gpt2_merges_file(const std::filesystem::path& file);
 //              characters make the vocabulary
 //   gpt2       GPT-2's tokenizer (load_gpt2_tokenizer)
 //   bpe:PATH   a saved bpe tokenizer folder
-//   PATH       any saved tokenizer folder
+//   hf:PATH    Hugging Face's tokenizer.json, or a folder holding one (data/hf_tokenizer.h)
+//   PATH       any saved tokenizer folder (its tokenizer.json attend's or Hugging Face's)
 std::unique_ptr<Tokenizer> tokenizer_from_arg(const std::string& arg);
 
 // GPT-2's byte <-> printable-unicode map (bytes that print as themselves keep their code
-// point; the other 68 go to U+0100 onwards, in byte order).
+// point; the other 68 go to U+0100 onwards, in byte order). The inverse is false for a
+// string with a character outside the map.
 std::string bytes_to_unicode_string(std::string_view bytes);
+bool unicode_string_to_bytes(std::string_view s, std::string& out);
 
 // Whole files are read with attend::read_file (tensor/util.h).
 using attend::read_file;

@@ -102,6 +102,11 @@ uint64_t content_hash(const CheckpointData& d) {
     f.add(t.data(), t.size());
   }
   for (const auto& [x, y] : d.tokenizer.merges) f.add(&x, sizeof x), f.add(&y, sizeof y);
+  if (!d.tokenizer.pattern.empty() || d.tokenizer.ignore_merges) {  // (older files' hashes hold)
+    f.add(d.tokenizer.pattern);
+    const uint8_t im = d.tokenizer.ignore_merges ? 1 : 0;
+    f.add(&im, 1);
+  }
   for (const int64_t x : {d.meta.step, d.meta.tokens_seen, d.meta.best_step}) f.add(&x, sizeof x);
   f.add(&d.meta.best_val_loss, sizeof d.meta.best_val_loss);
   return f.h;  // not /meta created: when a file was written changes nothing it does
@@ -201,6 +206,8 @@ DataInfo read_data(const h5::File& f) {
 void write_tokenizer(h5::File& f, const data::TokenizerSpec& spec) {
   f.set_attr("/tokenizer", "kind", spec.kind);
   f.set_attr("/tokenizer", "name", spec.name);
+  if (!spec.pattern.empty()) f.set_attr("/tokenizer", "pattern", spec.pattern);
+  if (spec.ignore_merges) f.set_attr("/tokenizer", "ignore_merges", int64_t{1});
   const data::TokenizerArrays a = data::to_arrays(spec);
   Tensor b = empty({static_cast<int64_t>(a.bytes.size())}, DType::Bool);  // u8 on disk
   std::memcpy(b.raw_data(), a.bytes.data(), a.bytes.size());
@@ -222,8 +229,21 @@ data::TokenizerSpec read_tokenizer(const h5::File& f) {
   a.offsets = f.read_tensor("/tokenizer/token_offsets", DType::I64).to_vector<int64_t>();
   if (f.exists("/tokenizer/merges"))
     a.merges = f.read_tensor("/tokenizer/merges", DType::I32).to_vector<int32_t>();
-  return data::from_arrays(f.attr_string("/tokenizer", "kind"), f.attr_string("/tokenizer", "name"),
-                           a, f.path() + ": /tokenizer");
+  data::TokenizerSpec s = data::from_arrays(f.attr_string("/tokenizer", "kind"),
+                                            f.attr_string("/tokenizer", "name"), a,
+                                            f.path() + ": /tokenizer");
+  // Format 4: a pre-tokenizer pattern and ignore_merges, present only when not GPT-2's.
+  const std::vector<std::string> names = f.attr_names("/tokenizer");
+  auto has = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  if (has("pattern")) s.pattern = f.attr_string("/tokenizer", "pattern");
+  if (has("ignore_merges")) {
+    const int64_t im = f.attr_int("/tokenizer", "ignore_merges");
+    ATTEND_CHECK(im == 0 || im == 1, f.path(), ": /tokenizer ignore_merges must be 0 or 1, got ", im);
+    s.ignore_merges = im == 1;
+  }
+  ATTEND_CHECK(s.kind == "bpe" || (s.pattern.empty() && !s.ignore_merges), f.path(),
+               ": /tokenizer: a char tokenizer has no pattern or ignore_merges");
+  return s;
 }
 
 void write_meta(h5::File& f, const Meta& m) {

@@ -10,7 +10,7 @@
 //                batches are keyed by (seed, step), so the seed is the whole state)
 //   /data        attributes: the prepared data folder, token counts and FNV-1a hashes of
 //                train.bin and val.bin, the sampler
-//   /tokenizer   attributes kind, name; datasets token_bytes (u8), token_offsets (i64,
+//   /tokenizer   attributes kind, name (pattern, ignore_merges when set); datasets token_bytes (u8), token_offsets (i64,
 //                V+1) and merges (i32, (M, 2)): sampling needs only this file
 //   /meta        attributes format_version, attend_version, step, tokens_seen,
 //                best_val_loss, best_step, world_size (absent in older files: 1),
@@ -79,7 +79,9 @@ struct CheckpointData {
 // 3: /config records the architecture (arch, norm_eps, hidden_dim, multiple_of,
 // rope_theta, tie_embeddings, sliding_window). Version 2 files load too: without those
 // attributes they are what they always were, GPT-2 models (the defaults).
-inline constexpr int64_t kCheckpointFormatVersion = 3;
+// 4: /tokenizer may hold attributes pattern (the pre-tokenizer's regex) and ignore_merges
+// (Hugging Face tokenizers, data/hf_tokenizer.h); written only when not GPT-2's defaults.
+inline constexpr int64_t kCheckpointFormatVersion = 4;
 
 void save_checkpoint(const std::filesystem::path& path, CheckpointData& data);
 inline constexpr int64_t kOldestCheckpointFormatVersion = 2;

@@ -8,13 +8,14 @@ packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nloh
           fortunes libopenmpi-dev openmpi-bin procps)
 # --test-extras: also the independent programs some tests check our files with:
 # chromium (the attention explorer's HTML in a headless browser), python3-h5py (our
-# checkpoints read by h5py), python3-numpy (a NumPy GPT-2 reading our exported weights) and
+# checkpoints read by h5py), python3-numpy (a NumPy GPT-2 reading our exported weights),
+# python3-regex (the regex engine tokenizer patterns are written for, checking ours) and
 # python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/).
 # Those tests are reported skipped without them. (The sanitizer build needs nothing more:
 # g++ brings libasan and libubsan.)
 optional=()
 if [ "${1:-}" = "--test-extras" ]; then
-  optional=(chromium python3-h5py python3-numpy python3-torch)
+  optional=(chromium python3-h5py python3-numpy python3-regex python3-torch)
 fi
 
 missing=()

@@ -10,11 +10,14 @@
 #include "data/tokenizer.h"
 #include "data/utf8.h"
 #include "tensor/random.h"
+#include "random_text.h"
 #include "test_util.h"
 
 using namespace attend;
 using namespace attend::data;
 using attend::test::check_error;
+using attend::test::random_bytes;
+using attend::test::random_unicode;
 using attend::test::temp_dir;
 namespace fs = std::filesystem;
 
@@ -34,26 +37,6 @@ std::unique_ptr<Tokenizer> gpt2() {
 }
 
 void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
-
-// Random valid UTF-8: ASCII, Latin, Cyrillic, CJK, emoji, whitespace of several kinds.
-std::string random_unicode(Generator& g, int n) {
-  static const uint32_t pool[] = {'a',   'Z',    '0',    '9',    ' ',     ' ',     '\n',
-                                  '\t',  '\'',   '.',    ',',    '!',     0xE9,    0xDF,
-                                  0x416, 0x44F,  0x65E5, 0x672C, 0x1F600, 0x1F44D, 0x1F3FD,
-                                  0xA0,  0x3000, 0x661,  0x966,  0x2028,  0x301,   0x200D};
-  std::string s;
-  for (int i = 0; i < n; ++i) {
-    PhiloxCounter r = g.block(g.advance(1));
-    append_utf8(s, pool[r[0] % (sizeof pool / sizeof pool[0])]);
-  }
-  return s;
-}
-
-std::string random_bytes(Generator& g, int n) {
-  std::string s;
-  for (int i = 0; i < n; ++i) s += static_cast<char>(g.block(g.advance(1))[0] & 0xFF);
-  return s;
-}
 
 }  // namespace
 
@@ -214,7 +197,7 @@ TEST_CASE("malformed tokenizer files are refused with the file and the reason") 
 }
 
 TEST_CASE("tokenizer arrays: a round trip, and offsets or merges out of range refused") {
-  TokenizerSpec s{"bpe", "bpe:258", {}, {{'a', 'b'}, {256, 'c'}}};
+  TokenizerSpec s{.kind = "bpe", .name = "bpe:258", .merges = {{'a', 'b'}, {256, 'c'}}};
   for (int b = 0; b < 256; ++b) s.tokens.emplace_back(1, static_cast<char>(b));
   s.tokens.push_back("ab");
   s.tokens.push_back("abc");
