@@ -22,8 +22,9 @@ void add_import(CLI::App& app, int& rc) {
       ->required();
   cmd->add_option("--config", o->config, "config.json, when it is not beside the weights");
   cmd->add_option("--tokenizer", o->tokenizer,
-                  "default: the folder's vocab.json + merges.txt, else gpt2 | char:PATH | a "
-                  "saved tokenizer folder");
+                  "default: the folder's tokenizer.json (Hugging Face's or attend's), or GPT-2's "
+                  "vocab.json + merges.txt, else gpt2 | char:PATH | hf:PATH | a saved tokenizer "
+                  "folder");
   cmd->add_option("--out", o->out, "the run folder to create")->required();
   cmd->callback([o, &rc] {
     std::error_code ec;

@@ -33,7 +33,8 @@ void add_prepare(CLI::App& app, int& rc) {
       app.add_subcommand("prepare", "tokenize a corpus into train.bin, val.bin and its tokenizer");
   cmd->add_option("--data", o->data, "a text file, or a folder of text files")->required();
   cmd->add_option("--tokenizer", o->tokenizer,
-                  "char | gpt2 | bpe:N (train N tokens) | a saved tokenizer")
+                  "char | gpt2 | bpe:N (train N tokens) | hf:PATH (Hugging Face tokenizer.json) | "
+                  "a saved tokenizer")
       ->capture_default_str();
   cmd->add_option("--out", o->out, "output folder")->required();
   cmd->add_option(flag_names("val_fraction"), o->val_fraction,

@@ -55,7 +55,8 @@ void add_tokenize(CLI::App& app, int& rc) {
   CLI::App* cmd = app.add_subcommand(
       "tokenize", "print the token ids of a text (or, with --decode, the text of ids)");
   cmd->add_option("--tokenizer", a->tokenizer,
-                  "gpt2 | char:PATH | bpe:PATH | a saved tokenizer folder")
+                  "gpt2 | char:PATH | bpe:PATH | hf:PATH (Hugging Face tokenizer.json) | a saved "
+                  "tokenizer folder")
       ->capture_default_str();
   CLI::Option* text = cmd->add_option("--text", a->text, "the input (default: standard input)");
   cmd->add_flag("--decode", a->decode, "read ids, print text");

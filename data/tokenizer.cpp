@@ -103,6 +103,19 @@ std::unique_ptr<Tokenizer> build_char_tokenizer(std::string_view corpus) {
   return std::make_unique<CharTokenizer>(spec);
 }
 
+std::string encoder_json_text(const TokenizerSpec& s) {
+  nlohmann::ordered_json enc = nlohmann::ordered_json::object();
+  for (size_t id = 0; id < s.tokens.size(); ++id) enc[bytes_to_unicode_string(s.tokens[id])] = id;
+  return enc.dump();
+}
+
+std::string vocab_bpe_text(const TokenizerSpec& s) {
+  std::string bpe = "#version: 0.2\n";
+  for (auto [a, b] : s.merges)
+    bpe += bytes_to_unicode_string(s.tokens[a]) + " " + bytes_to_unicode_string(s.tokens[b]) + "\n";
+  return bpe;
+}
+
 void Tokenizer::save(const fs::path& dir) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -116,14 +129,8 @@ void Tokenizer::save(const fs::path& dir) const {
   if (s.kind == "char") {
     meta["chars"] = s.tokens;
   } else {
-    nlohmann::ordered_json enc = nlohmann::ordered_json::object();
-    for (size_t id = 0; id < s.tokens.size(); ++id) enc[bytes_to_unicode_string(s.tokens[id])] = id;
-    write_file(dir / "encoder.json", enc.dump());
-    std::string bpe = "#version: 0.2\n";
-    for (auto [a, b] : s.merges)
-      bpe +=
-          bytes_to_unicode_string(s.tokens[a]) + " " + bytes_to_unicode_string(s.tokens[b]) + "\n";
-    write_file(dir / "vocab.bpe", bpe);
+    write_file(dir / "encoder.json", encoder_json_text(s));
+    write_file(dir / "vocab.bpe", vocab_bpe_text(s));
   }
   write_file(dir / "tokenizer.json", meta.dump(1) + "\n");
 }

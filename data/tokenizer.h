@@ -76,7 +76,11 @@ class Tokenizer {
 };
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec);
-// Reads DIR/tokenizer.json (and, for bpe, encoder.json and vocab.bpe beside it).
+// A bpe tokenizer's two GPT-2-format files as text: encoder.json (= Hugging Face's
+// vocab.json) and vocab.bpe (= merges.txt).
+std::string encoder_json_text(const TokenizerSpec& spec);
+std::string vocab_bpe_text(const TokenizerSpec& spec);
+// Reads DIR/tokenizer.json, attend's or Hugging Face's (and, for attend's bpe, encoder.json and vocab.bpe beside it).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir);
 // GPT-2's files. Errors name the file, and the line or byte, of malformed input.
 std::unique_ptr<Tokenizer> load_bpe_files(const std::filesystem::path& encoder_json,

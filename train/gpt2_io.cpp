@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 #include "tensor/kernels.h"
 #include "tensor/util.h"
@@ -135,24 +136,50 @@ void check_tied_head(const io::SafetensorsFile& st, const fs::path& model_file,
                model_file.string(), head);
 }
 
+// The folder's tokenizer, unless --tokenizer names one. vocab.json and merges.txt are
+// GPT-2's exact files (then "gpt2"), or the same tokenizer as the tokenizer.json beside
+// them (Hugging Face writes all three for a byte-level BPE); any other pair is refused,
+// never swapped for GPT-2's. A tokenizer.json alone is read (attend's or Hugging Face's);
+// a folder with none of them gets GPT-2's.
 std::unique_ptr<data::Tokenizer> import_tokenizer(const ImportOptions& o, const fs::path& dir) {
   std::error_code ec;
   if (!o.tokenizer.empty()) return data::tokenizer_from_arg(o.tokenizer);
-  if (fs::exists(dir / "vocab.json", ec) || fs::exists(dir / "merges.txt", ec)) {
-    // Named gpt2 only when both are GPT-2's own files; any other pair is refused, never
-    // swapped for GPT-2's (attend has no name for a folder's own BPE of this format).
-    const fs::path vocab = dir / "vocab.json", merges = dir / "merges.txt";
-    ATTEND_CHECK(data::is_gpt2_encoder_file(vocab), vocab.string(),
-                 ": not GPT-2's vocab.json (its bytes differ from OpenAI's encoder.json); attend "
-                 "imports a folder's vocab.json and merges.txt only when they are GPT-2's; give "
-                 "--tokenizer to choose the tokenizer");
-    ATTEND_CHECK(data::is_gpt2_merges_file(merges), merges.string(),
-                 ": not GPT-2's merges.txt (empty, truncated or changed: its bytes differ from "
-                 "OpenAI's vocab.bpe); give --tokenizer to choose the tokenizer");
-    return data::load_bpe_files(vocab, merges, "gpt2");
+  const fs::path json = dir / "tokenizer.json", vocab = dir / "vocab.json",
+                 merges = dir / "merges.txt";
+  const bool has_json = fs::exists(json, ec);
+  const bool has_pair = fs::exists(vocab, ec) || fs::exists(merges, ec);
+  if (!has_pair) return has_json ? data::load_tokenizer(dir) : data::tokenizer_from_arg("gpt2");
+  const bool gpt2_pair = fs::exists(vocab, ec) && fs::exists(merges, ec) &&
+                         data::is_gpt2_encoder_file(vocab) && data::is_gpt2_merges_file(merges);
+  std::unique_ptr<data::Tokenizer> from_json = has_json ? data::load_tokenizer(dir) : nullptr;
+  if (!gpt2_pair && from_json && from_json->spec().kind == "bpe") {
+    // The folder's own BPE: its vocab.json and merges.txt must say what tokenizer.json says.
+    ATTEND_CHECK(fs::exists(vocab, ec) && fs::exists(merges, ec), "import: ", dir.string(),
+                 " has ", fs::exists(vocab, ec) ? "vocab.json" : "merges.txt", " but not ",
+                 fs::exists(vocab, ec) ? "merges.txt" : "vocab.json",
+                 " beside tokenizer.json; give --tokenizer to choose the tokenizer");
+    const auto pair = data::load_bpe_files(vocab, merges, from_json->spec().name);
+    const data::TokenizerSpec &a = pair->spec(), &b = from_json->spec();
+    ATTEND_CHECK(a.tokens == b.tokens, vocab.string(), ": its tokens differ from ", json.string(),
+                 "'s; give --tokenizer to choose the tokenizer");
+    ATTEND_CHECK(a.merges == b.merges, merges.string(), ": its merges differ from ", json.string(),
+                 "'s; give --tokenizer to choose the tokenizer");
+    return from_json;
   }
-  if (fs::exists(dir / "tokenizer.json", ec)) return data::load_tokenizer(dir);
-  return data::tokenizer_from_arg("gpt2");
+  ATTEND_CHECK(data::is_gpt2_encoder_file(vocab), vocab.string(),
+               ": not GPT-2's vocab.json (its bytes differ from OpenAI's encoder.json) and no "
+               "byte-level tokenizer.json beside it to agree with; give --tokenizer to choose the "
+               "tokenizer");
+  ATTEND_CHECK(data::is_gpt2_merges_file(merges), merges.string(),
+               ": not GPT-2's merges.txt (empty, truncated or changed: its bytes differ from "
+               "OpenAI's vocab.bpe) and no byte-level tokenizer.json beside it to agree with; "
+               "give --tokenizer to choose the tokenizer");
+  auto gpt2 = data::load_bpe_files(vocab, merges, "gpt2");
+  if (from_json)  // GPT-2's files and a tokenizer.json: they must be one tokenizer
+    ATTEND_CHECK(data::tokenizer_hash(from_json->spec()) == data::tokenizer_hash(gpt2->spec()),
+                 json.string(), " is not the tokenizer of ", vocab.string(), " and ",
+                 merges.string(), " (GPT-2's); give --tokenizer to choose one");
+  return gpt2;
 }
 
 }  // namespace
@@ -303,10 +330,13 @@ ExportResult export_gpt2(const std::string& checkpoint, const fs::path& dir) {
       {"attend_tokenizer", m.tokenizer->spec().name},
   };
   write_file_atomic(out / "config.json", j.dump(2) + "\n");
-  m.tokenizer->save(out);
-  if (m.tokenizer->spec().kind == "bpe") {  // HF's names for the same two files
-    write_file_atomic(out / "vocab.json", read_file(out / "encoder.json"));
-    write_file_atomic(out / "merges.txt", read_file(out / "vocab.bpe"));
+  const data::TokenizerSpec& spec = m.tokenizer->spec();
+  if (spec.kind == "bpe") {  // what GPT2TokenizerFast and GPT2Tokenizer read
+    write_file_atomic(out / "tokenizer.json", data::hf_tokenizer_json(spec));
+    write_file_atomic(out / "vocab.json", data::encoder_json_text(spec));
+    write_file_atomic(out / "merges.txt", data::vocab_bpe_text(spec));
+  } else {
+    m.tokenizer->save(out);  // Hugging Face has no byte-level form of a char vocabulary
   }
   stage.commit();
   return {dir, static_cast<int64_t>(tensors.size())};

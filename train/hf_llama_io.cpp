@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 
+#include "data/hf_tokenizer.h"
 #include "io/safetensors.h"
 #include "tensor/kernels.h"
 #include "tensor/util.h"
@@ -162,15 +163,13 @@ nn::GPTConfig read_llama_config(const fs::path& file) {
 std::unique_ptr<data::Tokenizer> llama_tokenizer(const ImportOptions& o, const fs::path& dir) {
   if (!o.tokenizer.empty()) return data::tokenizer_from_arg(o.tokenizer);
   std::error_code ec;
+  ATTEND_CHECK(fs::exists(dir / "tokenizer.json", ec) || !fs::exists(dir / "tokenizer.model", ec),
+               dir.string(), ": only a SentencePiece tokenizer.model (not supported: attend reads "
+               "byte-level BPE tokenizers in Hugging Face's tokenizer.json); give --tokenizer");
   ATTEND_CHECK(fs::exists(dir / "tokenizer.json", ec), dir.string(),
-               ": no tokenizer.json; give --tokenizer (char:PATH, gpt2, or a saved tokenizer "
-               "folder)");
-  try {
-    return data::load_tokenizer(dir);
-  } catch (const Error& e) {
-    throw Error(str(e.what(), " (attend reads its own tokenizer.json, not yet Hugging Face's "
-                              "sentencepiece one; give --tokenizer)"));
-  }
+               ": no tokenizer.json; give --tokenizer (char:PATH, gpt2, hf:PATH or a saved "
+               "tokenizer folder)");
+  return data::load_tokenizer(dir);  // attend's or Hugging Face's tokenizer.json
 }
 
 }  // namespace
@@ -246,7 +245,11 @@ ExportResult export_hf_llama(const LlamaExportOptions& o) {
       {"attend_tokenizer", m.tokenizer->spec().name},
   };
   write_file_atomic(out / "config.json", j.dump(2) + "\n");
-  m.tokenizer->save(out);
+  if (m.tokenizer->spec().kind == "bpe") {  // what LlamaTokenizerFast's loader reads
+    write_file_atomic(out / "tokenizer.json", data::hf_tokenizer_json(m.tokenizer->spec()));
+  } else {
+    m.tokenizer->save(out);  // Hugging Face has no byte-level form of a char vocabulary
+  }
   stage.commit();
   return {o.out, static_cast<int64_t>(tensors.size())};
 }
