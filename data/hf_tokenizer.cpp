@@ -97,7 +97,11 @@ std::string read_pre_tokenizer(const json& pt, const std::string& file) {
                sw, ": pattern must be {\"Regex\": \"...\"}");
   check_byte_level(seq[1], where + ".pretokenizers[1]", false);
   std::string pattern = split["pattern"]["Regex"].get<std::string>();
-  Regex check(pattern);  // refused here, naming the construct, rather than at first use
+  try {
+    Regex check(pattern);  // refused here, naming the construct, rather than at first use
+  } catch (const Error& e) {
+    throw Error(str(sw, ".pattern: ", e.what()));
+  }
   return pattern == kGpt2Pattern ? "" : pattern;
 }
 

@@ -80,15 +80,17 @@ struct FuzzCounts {
 };
 
 // Runs `cases` mutations of `good` through load(path); accepted(path) returns "" or what is
-// inconsistent about a file that loaded.
+// inconsistent about a file that loaded. `mutator` replaces the byte mutations (a
+// structured fuzzer mutates the file's values rather than its bytes).
 inline FuzzCounts fuzz_file(
     const std::string& what, const std::string& good, const std::filesystem::path& path,
     uint64_t seed, int64_t cases, const std::function<void(const std::filesystem::path&)>& load,
-    const std::function<std::string(const std::filesystem::path&)>& accepted = nullptr) {
+    const std::function<std::string(const std::filesystem::path&)>& accepted = nullptr,
+    const std::function<std::string(const std::string&, std::mt19937_64&)>& mutator = nullptr) {
   std::mt19937_64 rng(seed);
   FuzzCounts n;
   for (int64_t k = 0; k < cases; ++k) {
-    const std::string bytes = mutate(good, rng);
+    const std::string bytes = mutator ? mutator(good, rng) : mutate(good, rng);
     {
       std::ofstream out(path, std::ios::binary | std::ios::trunc);
       out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

@@ -13,25 +13,21 @@
 #include "data/hf_tokenizer.h"
 #include "data/pretokenize.h"
 #include "data/regex.h"
+#include "patterns.h"
 #include "random_text.h"
 #include "test_util.h"
 
 using namespace attend;
 using namespace attend::data;
 using attend::test::check_error;
+using attend::test::kCl100kPattern;
+using attend::test::kLlama3Pattern;
 using attend::test::random_bytes;
 using attend::test::random_unicode;
 using attend::test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Llama 3's pattern as its tokenizer.json spells it, and tiktoken's cl100k_base (GPT-4's)
-// with its possessive repetitions.
-const char* const kLlama3Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-const char* const kCl100kPattern =
-    R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)";
 
 std::vector<std::string> strings(const std::vector<std::string_view>& v) {
   return {v.begin(), v.end()};

@@ -9,6 +9,7 @@
 #include "tensor/kernels.h"
 #include "test_util.h"
 #include "io/checkpoint.h"
+#include "data/tokenizer.h"
 #include "io/hdf5_file.h"
 #include "train/config.h"
 #include "train/optim.h"
@@ -423,5 +424,32 @@ TEST_CASE("a Llama checkpoint records its architecture and stores an untied head
   nn::GPT again(tc.model, 9);
   again.load_state_dict(state);
   CHECK(test::bit_identical(again.lm_head->weight, m.lm_head->weight));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint keeps a tokenizer's pattern and ignore_merges, under its content hash") {
+  fs::path dir = temp_dir("ckpt_pattern");
+  Saved saved;
+  io::CheckpointData& d = saved.d;
+  d.tokenizer.pattern = R"(\p{N}{1,3}|\p{L}+|\s+|.)";
+  d.tokenizer.ignore_merges = true;
+  io::save_checkpoint(dir / "p.h5", d);
+  const io::CheckpointData back = io::load_checkpoint(dir / "p.h5");
+  CHECK(back.tokenizer.pattern == d.tokenizer.pattern);
+  CHECK(back.tokenizer.ignore_merges);
+  CHECK(data::tokenizer_hash(back.tokenizer) == data::tokenizer_hash(d.tokenizer));
+  set_int_attr(dir / "p.h5", "/tokenizer", "ignore_merges", 0);
+  check_error([&] { io::load_checkpoint(dir / "p.h5"); }, "p.h5: content hash mismatch");
+  // Without them the file has neither attribute (what older readers and hashes expect).
+  Saved plain;
+  io::save_checkpoint(dir / "q.h5", plain.d);
+  const io::CheckpointData q = io::load_checkpoint(dir / "q.h5");
+  CHECK(q.tokenizer.pattern.empty());
+  CHECK(!q.tokenizer.ignore_merges);
+  hid_t f = H5Fopen((dir / "q.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  CHECK(H5Aexists_by_name(f, "/tokenizer", "pattern", H5P_DEFAULT) == 0);
+  CHECK(H5Aexists_by_name(f, "/tokenizer", "ignore_merges", H5P_DEFAULT) == 0);
+  H5Fclose(f);
   fs::remove_all(dir);
 }
