@@ -72,7 +72,7 @@ std::vector<std::pair<std::string, Tensor>> to_hf(const nn::GPT& m) {
 bool export_owns(const std::string& name) {
   if (name == "model.safetensors.index.json" || name == "config.json" ||
       name == "tokenizer.json" || name == "encoder.json" || name == "vocab.bpe" ||
-      name == "generation_config.json")
+      name == "generation_config.json" || name == "tokenizer_config.json")
     return true;
   return name.rfind("model", 0) == 0 && name.find(".safetensors") != std::string::npos;
 }
@@ -245,8 +245,15 @@ ExportResult export_hf_llama(const LlamaExportOptions& o) {
       {"attend_tokenizer", m.tokenizer->spec().name},
   };
   write_file_atomic(out / "config.json", j.dump(2) + "\n");
-  if (m.tokenizer->spec().kind == "bpe") {  // what LlamaTokenizerFast's loader reads
+  if (m.tokenizer->spec().kind == "bpe") {
+    // tokenizer.json, and a tokenizer_config.json naming the class that reads it alone
+    // (Llama 3's own folders do the same): LlamaTokenizer's defaults would add a BOS
+    // token "<s>" that an attend vocabulary does not have.
     write_file_atomic(out / "tokenizer.json", data::hf_tokenizer_json(m.tokenizer->spec()));
+    const nlohmann::ordered_json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                       {"model_max_length", c.block_size},
+                                       {"clean_up_tokenization_spaces", false}};
+    write_file_atomic(out / "tokenizer_config.json", tc.dump(2) + "\n");
   } else {
     m.tokenizer->save(out);  // Hugging Face has no byte-level form of a char vocabulary
   }

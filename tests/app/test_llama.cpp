@@ -297,3 +297,45 @@ TEST_CASE("llama2.c's export refuses what run.c would run differently, naming th
   CHECK(dt.out.find("llama2.c's model.bin is one file of f32") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("a BPE model's export carries Hugging Face's tokenizer.json, which import and --tokenizer hf: read back") {
+  const fs::path dir = attend::test::temp_dir("hf_tok_cli");
+  for (const std::string arch : {"llama", "gpt2"}) {
+    CAPTURE(arch);
+    const fs::path sub = dir / arch;
+    fs::create_directories(sub);
+    const fs::path run = trained_run(sub, (arch == "llama" ? kLlama : std::string()) + " --tokenizer bpe:300");
+    Run e = attend_cmd("export --checkpoint " + run.string() + " --out " + (sub / "hf").string());
+    REQUIRE_MESSAGE(e.code == 0, e.out);
+    // GPT-2's folder has all three files GPT2TokenizerFast reads; a Llama's has
+    // tokenizer.json and a tokenizer_config.json naming PreTrainedTokenizerFast.
+    const std::vector<std::string> files =
+        arch == "gpt2" ? std::vector<std::string>{"tokenizer.json", "vocab.json", "merges.txt"}
+                       : std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"};
+    for (const std::string& f : files) CHECK(fs::exists(sub / "hf" / f));
+    if (arch == "llama")
+      CHECK(attend::read_file(sub / "hf" / "tokenizer_config.json").find("PreTrainedTokenizerFast") !=
+            std::string::npos);
+    const std::string json = attend::read_file(sub / "hf" / "tokenizer.json");
+    CHECK(json.find("\"type\": \"BPE\"") != std::string::npos);
+    CHECK(json.find("attend-tokenizer") == std::string::npos);
+    Run i = attend_cmd("import --from " + (sub / "hf").string() + " --out " + (sub / "back").string());
+    REQUIRE_MESSAGE(i.code == 0, i.out);
+    const auto a = attend::train::load_model(run.string()), b = attend::train::load_model((sub / "back").string());
+    CHECK(attend::data::tokenizer_hash(a.tokenizer->spec()) == attend::data::tokenizer_hash(b.tokenizer->spec()));
+    const std::string text = " --text 'So shaken as we are, so wan'";
+    std::string want;
+    for (int32_t id : a.tokenizer->encode("So shaken as we are, so wan"))
+      want.append(want.empty() ? "" : " ").append(std::to_string(id));
+    want += "\n";
+    CHECK(attend_stdout("tokenize --tokenizer hf:" + (sub / "hf" / "tokenizer.json").string() + text) == want);
+    CHECK(attend_stdout("tokenize --tokenizer hf:" + (sub / "hf").string() + text) == want);
+    // A merges.txt that no longer says what tokenizer.json says is refused, naming it.
+    if (arch == "llama") continue;
+    std::ofstream(sub / "hf" / "merges.txt", std::ios::app) << "S o\n";
+    Run bad = attend_cmd("import --from " + (sub / "hf").string() + " --out " + (sub / "bad").string());
+    CHECK(bad.code != 0);
+    CHECK(bad.out.find("merges.txt") != std::string::npos);
+  }
+  fs::remove_all(dir);
+}
