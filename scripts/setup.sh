@@ -10,12 +10,13 @@ packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nloh
 # chromium (the attention explorer's HTML in a headless browser), python3-h5py (our
 # checkpoints read by h5py), python3-numpy (a NumPy GPT-2 reading our exported weights),
 # python3-regex (the regex engine tokenizer patterns are written for, checking ours) and
-# python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/).
+# python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/),
+# pkg-config (an example compiled with attend.pc's flags).
 # Those tests are reported skipped without them. (The sanitizer build needs nothing more:
 # g++ brings libasan and libubsan.)
 optional=()
 if [ "${1:-}" = "--test-extras" ]; then
-  optional=(chromium python3-h5py python3-numpy python3-regex python3-torch)
+  optional=(chromium python3-h5py python3-numpy python3-regex python3-torch pkg-config)
 fi
 
 missing=()
