@@ -21,6 +21,13 @@ set_target_properties(attend_all PROPERTIES EXPORT_NAME attend)
 add_library(attend::attend ALIAS attend_all)
 install(FILES ${PROJECT_SOURCE_DIR}/attend/attend.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attend)
 
+# A shared build (-DBUILD_SHARED_LIBS=ON) finds its libraries from where it is installed:
+# the program in ../lib, each library beside the others (no LD_LIBRARY_PATH needed).
+set_target_properties(attend PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+foreach(room IN LISTS ATTEND_ROOMS)
+  set_target_properties(attend_${room} PROPERTIES INSTALL_RPATH "$ORIGIN")
+endforeach()
+
 install(TARGETS attend_tensor attend_autograd attend_nn attend_data attend_io attend_train
                 attend_viz attend_all
         EXPORT attendTargets
