@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
 # Installs the Debian packages attend needs, only those that are missing (procps: pgrep,
-# which the MPI fault tests use to find a rank).
+# which the MPI fault tests use to find a rank; pkg-config, for attend.pc and its test).
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 
 packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nlohmann-json3-dev
-          fortunes libopenmpi-dev openmpi-bin procps)
+          fortunes libopenmpi-dev openmpi-bin procps pkg-config)
 # --test-extras: also the independent programs some tests check our files with:
 # chromium (the attention explorer's HTML in a headless browser), python3-h5py (our
 # checkpoints read by h5py), python3-numpy (a NumPy GPT-2 reading our exported weights),
 # python3-regex (the regex engine tokenizer patterns are written for, checking ours) and
-# python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/),
-# pkg-config (an example compiled with attend.pc's flags).
+# python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/).
 # Those tests are reported skipped without them. (The sanitizer build needs nothing more:
 # g++ brings libasan and libubsan.)
 optional=()
 if [ "${1:-}" = "--test-extras" ]; then
-  optional=(chromium python3-h5py python3-numpy python3-regex python3-torch pkg-config)
+  optional=(chromium python3-h5py python3-numpy python3-regex python3-torch)
 fi
 
 missing=()

@@ -50,25 +50,20 @@ examples() {  # PREFIX LABEL: configure, build and run every example against PRE
 }
 examples "$prefix" "installed package"
 # pkg-config: the same example compiled by hand with the .pc file's flags.
-if command -v pkg-config >/dev/null; then
-  export PKG_CONFIG_PATH="$(echo "$prefix"/lib*/pkgconfig)"
-  # shellcheck disable=SC2046
-  g++ -O1 "$src/examples/custom_op/main.cpp" -o "$w/op_pc" $(pkg-config --cflags --libs --static attend)
-  "$w/op_pc" >/dev/null || { echo "FAIL: the pkg-config build of custom_op failed its check"; exit 1; }
-  echo "pkg-config: custom_op compiled with attend.pc's flags and ran"
-else
-  echo "pkg-config not found: attend.pc not checked (skipped; apt-get install pkg-config)"
-fi
+command -v pkg-config >/dev/null ||
+  { echo "FAIL: pkg-config not found (scripts/setup.sh installs it)"; exit 1; }
+export PKG_CONFIG_PATH="$(echo "$prefix"/lib*/pkgconfig)"
+# shellcheck disable=SC2046
+g++ -O1 "$src/examples/custom_op/main.cpp" -o "$w/op_pc" $(pkg-config --cflags --libs --static attend)
+"$w/op_pc" >/dev/null || { echo "FAIL: the pkg-config build of custom_op failed its check"; exit 1; }
+echo "pkg-config: custom_op compiled with attend.pc's flags and ran"
 # The Debian package: built by CPack, unpacked into an empty folder (a clean prefix, not
 # the build tree or the system), the examples built against what it holds.
-if command -v dpkg-deb >/dev/null; then
-  (cd "$w" && cpack -G DEB --config "$build/CPackConfig.cmake" -B "$w/deb" >"$w/cpack.log" 2>&1) ||
-    { cat "$w/cpack.log"; echo "FAIL: cpack -G DEB"; exit 1; }
-  deb="$(ls "$w"/deb/attend_*.deb)"
-  dpkg-deb -f "$deb" Package Version Depends
-  dpkg-deb -x "$deb" "$w/root"
-  [ -x "$w/root/usr/bin/attend" ] || { echo "FAIL: the .deb has no /usr/bin/attend"; exit 1; }
-  examples "$w/root/usr" "unpacked .deb"
-else
-  echo "dpkg-deb not found: the .deb was not built or checked (skipped)"
-fi
+command -v dpkg-deb >/dev/null || { echo "FAIL: dpkg-deb not found (a Debian system has it)"; exit 1; }
+(cd "$w" && cpack -G DEB --config "$build/CPackConfig.cmake" -B "$w/deb" >"$w/cpack.log" 2>&1) ||
+  { cat "$w/cpack.log"; echo "FAIL: cpack -G DEB"; exit 1; }
+deb="$(ls "$w"/deb/attend_*.deb)"
+dpkg-deb -f "$deb" Package Version Depends
+dpkg-deb -x "$deb" "$w/root"
+[ -x "$w/root/usr/bin/attend" ] || { echo "FAIL: the .deb has no /usr/bin/attend"; exit 1; }
+examples "$w/root/usr" "unpacked .deb"
