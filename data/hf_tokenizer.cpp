@@ -107,15 +107,6 @@ std::string read_pre_tokenizer(const json& pt, const std::string& file) {
 
 }  // namespace
 
-bool looks_like_hf_tokenizer(const std::string& text) {
-  try {
-    const json j = parse_json(text, "tokenizer.json");
-    return j.is_object() && j.contains("model") && j["model"].is_object();
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const fs::path& path) {
   const std::string file = path.string();
   ATTEND_CHECK(path.extension() != ".model", file,

@@ -28,10 +28,6 @@ namespace attend::data {
 // GPT-2's pattern as Hugging Face's files spell it (pretokenize.h runs it by hand).
 extern const char* const kGpt2Pattern;
 
-// Whether parsed JSON text is a Hugging Face tokenizer file (it has a "model" object)
-// rather than attend's own tokenizer.json.
-bool looks_like_hf_tokenizer(const std::string& text);
-
 // Reads a tokenizer.json file; errors name the file and the field.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& file);
 
