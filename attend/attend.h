@@ -1,7 +1,8 @@
 // attend: the umbrella header, the public API in one include: tensors and random numbers,
 // autograd (ops, custom ops, gradcheck), the modules, GPT and Llama, tokenizers and
 // datasets, the training config, step, loop and optimizers, checkpoints, loading and
-// sampling, and the attention views' data. Installed, #include <attend/attend.h> and link
+// sampling, weights in and out (GPT-2, Hugging Face Llama, llama2.c), and the views
+// (attention maps, heads, diagrams, plots). Installed, #include <attend/attend.h> and link
 // attend::attend (docs/library.md); in the tree, link attend_train (and attend_viz for the
 // views). Each room's headers can also be included alone. tests/app/test_readme.cpp
 // compiles README's example against this header alone.
@@ -22,9 +23,13 @@
 #include "nn/gpt.h"
 #include "nn/layers.h"
 #include "nn/module.h"
+#include "nn/seq2seq.h"
 #include "nn/summary.h"
 
 #include "data/dataset.h"
+#include "data/hf_tokenizer.h"
+#include "data/prepare.h"
+#include "data/token_file.h"
 #include "data/tokenizer.h"
 
 #include "io/checkpoint.h"
@@ -32,11 +37,19 @@
 #include "io/version.h"
 
 #include "train/config.h"
+#include "train/gpt2_io.h"
+#include "train/hf_llama_io.h"
+#include "train/llama2c_io.h"
 #include "train/model_io.h"
 #include "train/optim.h"
 #include "train/sample.h"
 #include "train/step.h"
 #include "train/trainer.h"
 
+#include "viz/diagram.h"
 #include "viz/explorer.h"
+#include "viz/head_ablation.h"
 #include "viz/head_sum.h"
+#include "viz/heads_view.h"
+#include "viz/plot.h"
+#include "viz/summary_text.h"

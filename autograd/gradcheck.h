@@ -19,6 +19,7 @@
 
 #include "tensor/tensor.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 struct GradcheckOptions {
@@ -57,3 +58,4 @@ GradcheckResult gradcheck_leaves(const GradcheckFn& f, const std::vector<Tensor>
                                  const GradcheckOptions& options = {});
 
 }  // namespace attend
+#pragma GCC visibility pop

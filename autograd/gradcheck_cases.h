@@ -10,6 +10,7 @@
 #include "autograd/gradcheck.h"
 #include "tensor/random.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 struct GradcheckCase {
@@ -23,3 +24,4 @@ struct GradcheckCase {
 const std::vector<GradcheckCase>& op_gradcheck_cases();
 
 }  // namespace attend
+#pragma GCC visibility pop

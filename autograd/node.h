@@ -13,6 +13,7 @@
 
 #include "tensor/tensor.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::autograd {
 
 struct Node;
@@ -72,3 +73,4 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& out, Ba
 namespace attend {
 using autograd::NoGradGuard;
 }
+#pragma GCC visibility pop

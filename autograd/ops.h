@@ -9,6 +9,7 @@
 #include "tensor/random.h"
 #include "tensor/tensor.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 // ---- views and copies (ops/views.cpp) ----------------------------------------------------
@@ -134,3 +135,4 @@ Tensor swiglu(const Tensor& x);
 Tensor rotary(const Tensor& x, int64_t head_size, int64_t rotated, int64_t pos0, double theta);
 
 }  // namespace attend
+#pragma GCC visibility pop

@@ -4,18 +4,25 @@
 #
 # Headers go to P/include/attend/<room>/ and the umbrella to P/include/attend/attend.h;
 # both P/include (for <attend/...>) and P/include/attend (for the headers' own
-# "tensor/..." includes) are on the targets' include path. io/hdf5_file.h, which needs
-# HDF5's headers, is not installed: HDF5 stays inside attend_io.
+# "tensor/..." includes) are on the targets' include path. The internal headers listed in
+# cmake/internal_headers.txt (kernels, the regex engine, HDF5's wrapper, ...) are not
+# installed; the install test checks that and that every installed header compiles alone.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(ATTEND_ROOMS tensor autograd nn data io train viz)
+file(STRINGS ${PROJECT_SOURCE_DIR}/cmake/internal_headers.txt ATTEND_INTERNAL_HEADERS REGEX "^[^#]")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/internal_headers.txt)
 add_library(attend_all INTERFACE)
 foreach(room IN LISTS ATTEND_ROOMS)
-  set_target_properties(attend_${room} PROPERTIES EXPORT_NAME ${room})
+  # Hidden unless a header says otherwise: the shared libraries export the API (the
+  # declarations inside the headers' `#pragma GCC visibility push(default)`), not the
+  # helpers, template instances and the standard library's code compiled into them.
+  set_target_properties(attend_${room} PROPERTIES EXPORT_NAME ${room} CXX_VISIBILITY_PRESET hidden)
   target_link_libraries(attend_all INTERFACE attend_${room})
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${room}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attend/${room}
-          FILES_MATCHING PATTERN "*.h" PATTERN "hdf5_file.h" EXCLUDE PATTERN "kernels" EXCLUDE)
+  file(GLOB headers RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${room}/*.h)
+  list(REMOVE_ITEM headers ${ATTEND_INTERNAL_HEADERS})
+  install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attend/${room})
 endforeach()
 set_target_properties(attend_all PROPERTIES EXPORT_NAME attend)
 add_library(attend::attend ALIAS attend_all)

@@ -19,6 +19,7 @@
 #include "tensor/random.h"
 #include "tensor/tensor.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::data {
 
 struct Batch {
@@ -43,3 +44,4 @@ class TokenDataset {
 };
 
 }  // namespace attend::data
+#pragma GCC visibility pop

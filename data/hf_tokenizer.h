@@ -23,6 +23,7 @@
 
 #include "data/tokenizer.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::data {
 
 // GPT-2's pattern as Hugging Face's files spell it (pretokenize.h runs it by hand).
@@ -36,3 +37,4 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& file);
 std::string hf_tokenizer_json(const TokenizerSpec& spec);
 
 }  // namespace attend::data
+#pragma GCC visibility pop

@@ -8,6 +8,7 @@
 
 #include "data/tokenizer.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::data {
 
 // A file, or every text file under a folder (recursively, sorted by path, hidden entries
@@ -39,3 +40,4 @@ PrepareResult prepare(const PrepareOptions& options);
 std::unique_ptr<Tokenizer> tokenizer_for_corpus(const std::string& spec, const std::string& corpus);
 
 }  // namespace attend::data
+#pragma GCC visibility pop

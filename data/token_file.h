@@ -22,6 +22,7 @@
 
 #include "tensor/util.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::data {
 
 inline constexpr char kTokenMagic[8] = {'A', 'T', 'N', 'D', 'T', 'O', 'K', 'S'};
@@ -61,3 +62,4 @@ class TokenFile {
 };
 
 }  // namespace attend::data
+#pragma GCC visibility pop

@@ -26,6 +26,7 @@
 
 #include "tensor/util.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::data {
 
 using TokenIds = std::vector<int32_t>;
@@ -131,3 +132,4 @@ bool unicode_string_to_bytes(std::string_view s, std::string& out);
 using attend::read_file;
 
 }  // namespace attend::data
+#pragma GCC visibility pop

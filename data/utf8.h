@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::data {
 
 // One decoded character: a code point, or (valid == false) a single byte that does not
@@ -31,3 +32,4 @@ bool is_space(uint32_t cp);
 std::string describe_char(uint32_t cp);
 
 }  // namespace attend::data
+#pragma GCC visibility pop

@@ -40,6 +40,7 @@
 #include "data/tokenizer.h"
 #include "nn/module.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::io {
 
 using ConfigValue = std::variant<int64_t, double, std::string>;
@@ -92,3 +93,4 @@ CheckpointData load_checkpoint(const std::filesystem::path& path);
 uint64_t content_hash(const CheckpointData& data);
 
 }  // namespace attend::io
+#pragma GCC visibility pop

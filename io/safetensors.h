@@ -21,6 +21,7 @@
 #include "tensor/tensor.h"
 #include "tensor/util.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::io {
 
 struct SafetensorsEntry {
@@ -70,3 +71,4 @@ inline float bf16_to_float(uint16_t b) {
 }
 
 }  // namespace attend::io
+#pragma GCC visibility pop

@@ -38,6 +38,7 @@
 
 #include "nn/layers.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
 
 struct AttentionConfig {
@@ -115,3 +116,4 @@ class Attention : public Module {
 };
 
 }  // namespace attend::nn
+#pragma GCC visibility pop

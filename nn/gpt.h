@@ -32,6 +32,7 @@
 
 #include "nn/attention.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
 
 struct GPTConfig {
@@ -176,3 +177,4 @@ class GPT : public Module {
 };
 
 }  // namespace attend::nn
+#pragma GCC visibility pop

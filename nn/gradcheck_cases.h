@@ -7,8 +7,10 @@
 
 #include "autograd/gradcheck_cases.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
 
 const std::vector<GradcheckCase>& module_gradcheck_cases();
 
 }  // namespace attend::nn
+#pragma GCC visibility pop

@@ -23,6 +23,7 @@
 #include "nn/module.h"
 #include "tensor/random.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
 
 class Linear : public Module {
@@ -125,3 +126,4 @@ class Dropout : public Module {
 void attach_dropout_context(Module& root, const std::shared_ptr<DropoutContext>& ctx);
 
 }  // namespace attend::nn
+#pragma GCC visibility pop

@@ -18,6 +18,7 @@
 
 #include "autograd/ops.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
@@ -85,3 +86,4 @@ class ModuleList : public Module {
 };
 
 }  // namespace attend::nn
+#pragma GCC visibility pop

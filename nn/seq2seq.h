@@ -23,6 +23,7 @@
 
 #include "nn/gpt.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
 
 struct Seq2SeqConfig {
@@ -72,3 +73,4 @@ class Seq2Seq : public Module {
 };
 
 }  // namespace attend::nn
+#pragma GCC visibility pop

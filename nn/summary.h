@@ -9,6 +9,7 @@
 
 #include "nn/gpt.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
 
 struct SummaryRow {
@@ -35,3 +36,4 @@ ModelSummary summarize(const GPTConfig& config, int64_t batch, int64_t seq);
 // The text layout of a summary is viz::format_summary (viz/summary_text.h).
 
 }  // namespace attend::nn
+#pragma GCC visibility pop

@@ -7,6 +7,7 @@
 
 #include "tensor/error.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 enum class DType : uint8_t { F32, F64, I32, I64, Bool };
@@ -102,3 +103,4 @@ decltype(auto) dispatch_all(DType t, F&& f) {
 }
 
 }  // namespace attend
+#pragma GCC visibility pop

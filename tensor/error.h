@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 class Error : public std::runtime_error {
@@ -36,3 +37,4 @@ std::string str(const Args&... args) {
     if (!(cond))                                                                           \
       throw std::logic_error(::attend::str("internal invariant broken: ", __VA_ARGS__)); \
   } while (0)
+#pragma GCC visibility pop

@@ -13,6 +13,7 @@
 #include "tensor/random.h"
 #include "tensor/tensor.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::kernel {
 
 // ---- views (tensor/kernels/view.cpp): no copy, share storage ---------------------------
@@ -170,3 +171,4 @@ Tensor rotary(const Tensor& x, int64_t head_size, int64_t rotated, int64_t pos0,
               int sign = 1);
 
 }  // namespace attend::kernel
+#pragma GCC visibility pop

@@ -9,6 +9,7 @@
 
 #include <omp.h>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 inline constexpr int64_t kElementwiseGrain = 1 << 15;  // elements
@@ -34,3 +35,4 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
 }
 
 }  // namespace attend
+#pragma GCC visibility pop

@@ -28,6 +28,7 @@
 
 #include "tensor/tensor.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 using PhiloxCounter = std::array<uint32_t, 4>;
@@ -88,8 +89,11 @@ struct DropoutStream {
 // Checks the stream's ranges for a mask of n elements (throws naming them).
 void check_dropout_range(const DropoutStream& d, int64_t n);
 // out[i] = mask element first + i, for i < len (f32 or f64).
+// (A function template instantiated in a .cpp file takes the visibility of its definition,
+// not of the pragma below: the attribute exports the f32/f64 instances from a shared build.)
 template <typename T>
-void dropout_fill(const DropoutStream& d, uint64_t first, int64_t len, T* out);
+__attribute__((visibility("default"))) void dropout_fill(const DropoutStream& d, uint64_t first,
+                                                         int64_t len, T* out);
 
 // Uniform in [0, 1) from the top 24 (float) or 53 (double) bits.
 inline float u32_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * 0x1p-24f; }
@@ -141,3 +145,4 @@ void normal_(const Tensor& t, double mean, double std, Generator& gen);
 void uniform_(const Tensor& t, double low, double high, Generator& gen);
 
 }  // namespace attend
+#pragma GCC visibility pop

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 using Shape = std::vector<int64_t>;    // sizes, outermost first
@@ -27,3 +28,4 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shape& target);
 
 }  // namespace attend
+#pragma GCC visibility pop

@@ -20,6 +20,7 @@
 #include "tensor/dtype.h"
 #include "tensor/shape.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 namespace autograd {
@@ -127,3 +128,4 @@ Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype
 Tensor scalar_tensor(double value, DType dtype = DType::F32);  // 0-dim
 
 }  // namespace attend
+#pragma GCC visibility pop

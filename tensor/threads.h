@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 // The user fixed the count (attend --threads N, or OMP_NUM_THREADS in the environment).
@@ -96,3 +97,4 @@ class TunedUnit {
 };
 
 }  // namespace attend
+#pragma GCC visibility pop

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
 // The whole file; throws naming the path if it cannot be opened or read, or is not a
@@ -95,3 +96,4 @@ int64_t parse_int(const std::string& text, const std::string& what);
 double parse_double(const std::string& text, const std::string& what);
 
 }  // namespace attend
+#pragma GCC visibility pop

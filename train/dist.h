@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 class Dist {
@@ -86,3 +87,4 @@ class Dist {
 void check_world_size(int world, int64_t micro_steps);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

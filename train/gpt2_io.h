@@ -19,6 +19,7 @@
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 struct ImportOptions {
@@ -51,3 +52,4 @@ struct ExportResult {
 ExportResult export_gpt2(const std::string& checkpoint, const std::filesystem::path& dir);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

@@ -31,6 +31,7 @@
 
 #include "train/gpt2_io.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 struct LlamaExportOptions {
@@ -52,3 +53,4 @@ ImportResult import_hf_llama(const ImportOptions& options);
 bool is_hf_llama_folder(const std::filesystem::path& config_json);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

@@ -29,8 +29,10 @@
 
 #include "train/gpt2_io.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 ExportResult export_llama2c(const std::string& checkpoint, const std::filesystem::path& out);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

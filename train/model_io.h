@@ -12,6 +12,7 @@
 #include "train/dist.h"
 #include "train/run_dir.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 // A model and its tokenizer rebuilt from a checkpoint, in eval mode.
@@ -53,3 +54,4 @@ double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed
                      int64_t iters, int64_t batch_size, Stream stream);  // Dist::world()
 
 }  // namespace attend::train
+#pragma GCC visibility pop

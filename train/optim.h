@@ -19,6 +19,7 @@
 
 #include "nn/module.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 struct AdamWOptions {
@@ -95,3 +96,4 @@ double clip_scale(double norm, double max_norm);
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

@@ -18,6 +18,7 @@
 
 #include "io/checkpoint.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 // An exclusive flock on RUN_DIR/lock, which holds the owner's pid; a second trainer is
@@ -80,3 +81,4 @@ void write_loss_plot(const std::filesystem::path& dir, const std::vector<Metrics
                      bool log_y);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

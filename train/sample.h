@@ -19,6 +19,7 @@
 #include "nn/gpt.h"
 #include "tensor/random.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 struct SampleOptions {
@@ -48,3 +49,4 @@ inline PhiloxCounter sample_counter(uint64_t i, uint32_t k = 0) {
 int32_t choose_token(const float* logits, int64_t V, const SampleOptions& options, double u);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

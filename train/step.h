@@ -21,6 +21,7 @@
 #include "train/dist.h"
 #include "train/optim.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 struct StepResult {
@@ -60,3 +61,4 @@ StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDat
                       const TrainConfig& c, int64_t step, double lr);  // Dist::world()
 
 }  // namespace attend::train
+#pragma GCC visibility pop

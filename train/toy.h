@@ -16,6 +16,7 @@
 
 #include "nn/seq2seq.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 struct ToyOptions {
@@ -54,3 +55,4 @@ std::vector<int32_t> toy_decoder_input(const std::string& answer);
 std::string toy_decode(const ToyModel& toy, const std::string& source);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

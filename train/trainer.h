@@ -13,6 +13,7 @@
 
 #include "train/config.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 struct TrainRequest {
@@ -34,3 +35,4 @@ struct TrainOutcome {
 TrainOutcome run_training(const TrainRequest& request);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

@@ -10,6 +10,7 @@
 
 #include "nn/gpt.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::viz {
 
 // A prompt's activations in the boxes: shape, mean and standard deviation of each box's
@@ -39,3 +40,4 @@ std::string model_diagram_html(const nn::GPTConfig& config, const std::string& t
                                const DiagramActivations* activations = nullptr);
 
 }  // namespace attend::viz
+#pragma GCC visibility pop

@@ -23,6 +23,7 @@
 #include "nn/gpt.h"
 #include "nn/seq2seq.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::viz {
 
 struct AttentionMap {
@@ -136,3 +137,4 @@ std::string attention_html(const AttentionMap& m, const AttentionSelection& sel,
                            const std::string& diagram_svg = "");
 
 }  // namespace attend::viz
+#pragma GCC visibility pop

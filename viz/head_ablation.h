@@ -12,6 +12,7 @@
 #include "data/dataset.h"
 #include "nn/gpt.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::viz {
 
 struct HeadAblation {
@@ -24,3 +25,4 @@ HeadAblation ablate_heads(nn::GPT& model, const data::TokenDataset& data, int64_
                           int64_t batch_size);
 
 }  // namespace attend::viz
+#pragma GCC visibility pop

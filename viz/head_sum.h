@@ -11,6 +11,7 @@
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::viz {
 
 struct HeadChange {
@@ -41,3 +42,4 @@ std::vector<HeadSum> head_sums(const Tensor& heads, const nn::Linear& c_proj, in
 std::string head_sum_text(const HeadSum& s);
 
 }  // namespace attend::viz
+#pragma GCC visibility pop

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::viz {
 
 struct AblationTable {
@@ -25,3 +26,4 @@ std::string ablation_svg(const AblationTable& t);
 std::string ablation_html(const AblationTable& t);
 
 }  // namespace attend::viz
+#pragma GCC visibility pop

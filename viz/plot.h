@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::viz {
 
 struct Series {
@@ -32,3 +33,4 @@ std::string stacked_svg(const std::vector<std::string>& panels, const std::vecto
 std::string xml_escape(const std::string& s);
 
 }  // namespace attend::viz
+#pragma GCC visibility pop

@@ -8,6 +8,7 @@
 
 #include "nn/summary.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::viz {
 
 std::string format_summary(const nn::ModelSummary& s);
@@ -17,3 +18,4 @@ std::string with_commas(int64_t v);
 std::string human_bytes(double bytes);
 
 }  // namespace attend::viz
+#pragma GCC visibility pop

@@ -15,6 +15,7 @@
 #include <limits>
 #include <type_traits>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::kernel {
 
 // e^x for f32 within about 2 ulp: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two
@@ -308,3 +309,4 @@ void softmax_grad_row_range(const T* y, const T* g, T* dx, int64_t lo, int64_t v
 }
 
 }  // namespace attend::kernel
+#pragma GCC visibility pop

@@ -2,8 +2,9 @@
 # Installs the build into a temporary prefix and builds every examples/* project against
 # it, as a user would: only -DCMAKE_PREFIX_PATH=PREFIX, nothing from the source or build
 # tree. Then runs each example (each exits non-zero when its own check fails), checks that
-# `attend --version` and the package's version agree, that an internal header
-# (io/hdf5_file.h) was not installed, compiles one example with pkg-config's flags,
+# `attend --version` and the package's version agree, that no internal header
+# (cmake/internal_headers.txt) was installed and every installed one compiles alone,
+# compiles one example with pkg-config's flags,
 # and does the same from the .deb CPack makes, unpacked into an empty folder.
 #   install_examples.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -14,11 +15,28 @@ trap 'rm -rf "$w"' EXIT
 prefix="$w/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 [ -f "$prefix/include/attend/attend.h" ] || { echo "FAIL: attend/attend.h not installed"; exit 1; }
-for internal in io/hdf5_file.h tensor/kernels; do
-  if [ -e "$prefix/include/attend/$internal" ]; then
+# The internal headers (cmake/internal_headers.txt) are not installed...
+n=0
+while read -r internal; do
+  case "$internal" in ''|'#'*) continue ;; esac
+  [ -e "$src/${internal%/}" ] || { echo "FAIL: $internal is listed as internal but is not in the source"; exit 1; }
+  if [ -e "$prefix/include/attend/${internal%/}" ]; then
     echo "FAIL: the internal $internal was installed"; exit 1
   fi
-done
+  n=$((n + 1))
+done <"$src/cmake/internal_headers.txt"
+[ "$n" -ge 10 ] || { echo "FAIL: only $n internal headers read from cmake/internal_headers.txt"; exit 1; }
+# ...and every installed header compiles alone with only the installed include roots, so
+# none of them needs one that was left out.
+find "$prefix/include/attend" -name '*.h' | sed "s|^$prefix/include/||" | sort >"$w/headers"
+[ "$(wc -l <"$w/headers")" -ge 35 ] || { echo "FAIL: only $(wc -l <"$w/headers") headers installed"; exit 1; }
+if ! xargs -P 2 -I{} sh -c 'printf "#include <%s>\n" "$1" | g++ -std=c++20 -fsyntax-only -fopenmp -x c++ \
+       -I"$2/include" -I"$2/include/attend" - 2>"$3/hdr-$(echo "$1" | tr / _).err" ||
+       { cat "$3/hdr-$(echo "$1" | tr / _).err"; echo "FAIL: the installed <$1> does not compile alone"; exit 1; }' \
+       _ {} "$prefix" "$w" <"$w/headers"; then
+  exit 1
+fi
+echo "headers: $n internal ones left out; $(wc -l <"$w/headers") installed, each compiles alone"
 version="$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")$/\1/p' "$prefix"/lib*/cmake/attend/attendConfigVersion.cmake)"
 program="$("$prefix/bin/attend" --version)"
 [ "$program" = "attend $version" ] || { echo "FAIL: attend --version says '$program', the package $version"; exit 1; }
@@ -49,6 +67,8 @@ examples() {  # PREFIX LABEL: configure, build and run every example against PRE
   [ "$n" -ge 4 ] || { echo "FAIL: $n examples found under $src/examples, expected 4"; exit 1; }
 }
 examples "$prefix" "installed package"
+# What the examples call is exported by a shared build too (nothing they reach is hidden).
+bash "$src/tests/install/hidden_refs.sh" "$prefix"/lib*/libattend_*.a -- "$w"/installed\ package-*/CMakeFiles/*.dir/*.o
 # pkg-config: the same example compiled by hand with the .pc file's flags.
 command -v pkg-config >/dev/null ||
   { echo "FAIL: pkg-config not found (scripts/setup.sh installs it)"; exit 1; }
@@ -57,6 +77,21 @@ export PKG_CONFIG_PATH="$(echo "$prefix"/lib*/pkgconfig)"
 g++ -O1 "$src/examples/custom_op/main.cpp" -o "$w/op_pc" $(pkg-config --cflags --libs --static attend)
 "$w/op_pc" >/dev/null || { echo "FAIL: the pkg-config build of custom_op failed its check"; exit 1; }
 echo "pkg-config: custom_op compiled with attend.pc's flags and ran"
+# Every ```cpp block of docs/library.md is a whole program: compiled the same way and run.
+awk -v dir="$w" '/^```cpp$/ { n++; f = dir "/snippet" n ".cpp"; on = 1; next }
+                 /^```$/ { on = 0 } on { print > f }' "$src/docs/library.md"
+n=0
+for snippet in "$w"/snippet*.cpp; do
+  [ -f "$snippet" ] || break
+  # shellcheck disable=SC2046
+  g++ -O1 "$snippet" -o "${snippet%.cpp}" $(pkg-config --cflags --libs --static attend) ||
+    { echo "FAIL: docs/library.md's snippet $(basename "$snippet") does not compile"; exit 1; }
+  "${snippet%.cpp}" >"${snippet%.cpp}.out" ||
+    { cat "${snippet%.cpp}.out"; echo "FAIL: docs/library.md's snippet $(basename "$snippet") failed its check"; exit 1; }
+  n=$((n + 1))
+done
+[ "$n" -ge 3 ] || { echo "FAIL: $n cpp snippets found in docs/library.md, expected 3"; exit 1; }
+echo "docs/library.md: $n snippets compiled against the installed package and ran"
 # The Debian package: built by CPack, unpacked into an empty folder (a clean prefix, not
 # the build tree or the system), the examples built against what it holds.
 command -v dpkg-deb >/dev/null || { echo "FAIL: dpkg-deb not found (a Debian system has it)"; exit 1; }
