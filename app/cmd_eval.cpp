@@ -23,7 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct EvalArgs {
-  std::string checkpoint, data;
+  std::string checkpoint, data, precision;
 };
 
 bool is_token_file(const fs::path& file) {
@@ -55,6 +55,7 @@ class TempDir {
 
 int run_eval(const EvalArgs& a) {
   train::LoadedModel m = train::load_model(a.checkpoint);
+  train::apply_precision(a.precision.empty() ? m.config.precision : a.precision);
   train::EvalResult r;
   if (is_token_file(a.data)) {
     train::check_made_by(data::TokenFile(a.data), m.tokenizer->spec());
@@ -81,6 +82,9 @@ void add_eval(CLI::App& app, int& rc) {
                   "checkpoint file (.h5), or a run folder (its newest)")
       ->required();
   cmd->add_option("--data", a->data, "a token file (.bin) or a text file")->required();
+  cmd->add_option("--precision", a->precision,
+                  "f32 | bf16 matrix products (default: the checkpoint's training precision)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([a, &rc] { rc = run_eval(*a); });
 }
 

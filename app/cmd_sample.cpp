@@ -18,7 +18,7 @@ namespace attend::cli {
 namespace {
 
 struct SampleArgs {
-  std::string checkpoint, prompt_file;
+  std::string checkpoint, prompt_file, precision;
   train::SampleOptions options;
 };
 
@@ -30,6 +30,7 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
   ATTEND_CHECK(o.num_samples >= 1 && o.num_samples <= 1000000,
                "sample: --num_samples must be in [1, 10^6], got ", o.num_samples);
   train::LoadedModel m = train::load_model(a.checkpoint);
+  train::apply_precision(a.precision.empty() ? m.config.precision : a.precision);
   m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails before any output
   const auto t0 = std::chrono::steady_clock::now();
   int64_t drawn = 0;
@@ -69,6 +70,9 @@ void add_sample(CLI::App& app, int& rc) {
   cmd->add_option(flag_names("num_samples"), o.num_samples,
                   "samples to draw, each with its own random numbers")
       ->capture_default_str();
+  cmd->add_option("--precision", a->precision,
+                  "f32 | bf16 matrix products (default: the checkpoint's training precision)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--stop", o.stop, "end a sample once its text contains this (kept)");
   cmd->add_option(flag_names("max_new_tokens"), o.max_new_tokens, "tokens to generate")
       ->capture_default_str();

@@ -63,5 +63,30 @@ int main() {
                   fast, flop / fast / 1e6, naive, flop / naive / 1e6, naive / fast, c.what);
     }
   }
+  // bf16 products (set_gemm_precision(bf16)): the same f32 tensors, operands rounded to bf16
+  // as they are packed, against the f32 product measured beside it.
+  std::printf("\nbf16 products (%s), against f32 on the same operands\n",
+              kernel::gemm_has_native_bf16() ? "AVX512_BF16" : "emulated: no AVX512_BF16");
+  std::printf("%-22s %10s %10s %10s %10s %8s\n", "M x K x N", "f32 ms", "GFLOP/s", "bf16 ms",
+              "GFLOP/s", "speedup");
+  const Case big[] = {{2048, 768, 2304, "GPT-2 qkv, B*T 2048"}, {2048, 3072, 768, "GPT-2 c_proj"},
+                      {256, 768, 50304, "GPT-2 lm_head, B*T 256"}};
+  for (const Case* set : {cases, big}) {
+    const size_t n = set == cases ? std::size(cases) : std::size(big);
+    for (size_t i = 0; i < n; ++i) {
+      const Case& c = set[i];
+      Tensor a = randn({c.M, c.K}, g), b = randn({c.K, c.N}, g);
+      const double flop = 2.0 * c.M * c.N * c.K;
+      const double f32 = median_ms([&] { kernel::matmul(a, b); }, 7);
+      kernel::set_gemm_precision(kernel::GemmPrecision::bf16);
+      const double bf16 = median_ms([&] { kernel::matmul(a, b); }, 7);
+      kernel::set_gemm_precision(kernel::GemmPrecision::f32);
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%ldx%ldx%ld", static_cast<long>(c.M),
+                    static_cast<long>(c.K), static_cast<long>(c.N));
+      std::printf("%-22s %10.3f %10.1f %10.3f %10.1f %7.2fx   %s\n", shape, f32, flop / f32 / 1e6,
+                  bf16, flop / bf16 / 1e6, f32 / bf16, c.what);
+    }
+  }
   return 0;
 }

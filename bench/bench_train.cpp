@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -13,6 +14,7 @@
 #include "data/token_file.h"
 #include "tensor/random.h"
 #include "tensor/threads.h"
+#include "train/config.h"
 #include "train/progress.h"
 #include "train/step.h"
 
@@ -54,6 +56,9 @@ int main(int argc, char** argv) {
   const std::string only = argc > 2 ? argv[2] : "all";
   // "auto": the trainer's ThreadTuner picks the thread count (probing every 4 steps).
   const bool tune = argc > 3 && std::string(argv[3]) == "auto";
+  // ATTEND_PRECISION=bf16: the matrix products in bf16 (as --precision bf16).
+  const char* precision = std::getenv("ATTEND_PRECISION");
+  train::apply_precision(precision ? precision : "f32");
   struct Case {
     const char* name;
     nn::GPTConfig cfg;
@@ -75,8 +80,8 @@ int main(int argc, char** argv) {
       {"shakespeare-char baby GPT, B 4", gpt(65, 256, 6, 6, 6, 384, 0.2), 4},
       {"gpt2-vocab tiny: V 50257, 4 layers, C 128", gpt(50257, 64, 4, 4, 4, 128, 0.0), 8},
   };
-  std::printf("attend bench_train: threads %d, %d timed steps after 2 warm-up, median\n",
-              omp_get_max_threads(), steps);
+  std::printf("attend bench_train: threads %d, %d timed steps after 2 warm-up, median, %s products\n",
+              omp_get_max_threads(), steps, precision ? precision : "f32");
   std::printf("%-44s %12s %8s %8s %10s %12s %10s\n", "config", "params", "B", "T", "ms/step",
               "tokens/s", "GFLOP/s");
   const fs::path dir = fs::temp_directory_path() / ("attend_bench_" + std::to_string(::getpid()));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tensor/kernels/gemm.h"
 #include "tensor/util.h"
 
 namespace attend::train {
@@ -104,6 +105,10 @@ const std::vector<ConfigField>& config_fields() {
       {"grad_clip", "clip the global gradient norm to this (0: off)", G::Optim, R::Refuse,
        &C::grad_clip},
       {"seed", "seed of initialisation, batches and dropout", G::Optim, R::Refuse, &C::seed},
+      {"precision",
+       "f32 | bf16: matrix products on bf16-rounded operands, summed in f32 (weights, "
+       "gradients, optimizer state stay f32)",
+       G::Optim, R::Refuse, &C::precision},
       {"eval_interval", "evaluate every this many steps", G::Run, R::Free, &C::eval_interval},
       {"eval_iters", "batches per split in an evaluation", G::Run, R::Free, &C::eval_iters},
       {"log_interval", "print and record every this many steps", G::Run, R::Free, &C::log_interval},
@@ -205,6 +210,7 @@ void TrainConfig::validate() const {
   check(momentum >= 0 && momentum < 1, "momentum", momentum, "must be in [0, 1)");
   check(grad_clip >= 0, "grad_clip", grad_clip, "must be >= 0 (0: off)");
   check(seed >= 0, "seed", seed, "must be >= 0");
+  check(precision == "f32" || precision == "bf16", "precision", precision, "must be f32 or bf16");
   check(eval_interval > 0, "eval_interval", eval_interval, "must be positive");
   // Each is a batch scored at every evaluation (and a slot in a vector): 10^6 is days.
   check(eval_iters > 0 && eval_iters <= 1000000, "eval_iters", eval_iters,
@@ -395,6 +401,23 @@ TrainConfig config_from_wire(const std::string& text) {
     if (kind == 2) values.emplace_back(name, e[2].get<std::string>());
   }
   return from_values(values);
+}
+
+void apply_precision(const std::string& precision) {
+  ATTEND_CHECK(precision == "f32" || precision == "bf16", "--precision: must be f32 or bf16, got ",
+               precision);
+  const bool bf16 = precision == "bf16";
+  kernel::set_gemm_precision(bf16 ? kernel::GemmPrecision::bf16 : kernel::GemmPrecision::f32);
+  static bool said = false;
+  if (bf16 && !said) {
+    said = true;
+    if (kernel::gemm_has_native_bf16() && kernel::gemm_kernel() == kernel::GemmKernel::avx512)
+      spdlog::info("precision bf16: matrix products by this CPU's AVX512_BF16 (vdpbf16ps)");
+    else
+      spdlog::warn("precision bf16: {}; running the emulation (the same results, slower than f32)",
+                   kernel::gemm_has_native_bf16() ? "ATTEND_GEMM chose a kernel without AVX512_BF16"
+                                                  : "this CPU has no AVX512_BF16");
+  }
 }
 
 TrainConfig merge_resume(const ResolvedConfig& req, const TrainConfig& saved) {

@@ -25,6 +25,7 @@
 #include "nn/gpt.h"
 #include "io/checkpoint.h"
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::train {
 
 struct TrainConfig {
@@ -51,6 +52,9 @@ struct TrainConfig {
   double momentum = 0.9;   // sgd
   double grad_clip = 1.0;  // 0: no clipping
   int64_t seed = 1337;
+  // f32 | bf16: the matrix products' operands (tensor/kernels/gemm.h); weights, gradients,
+  // optimizer state, norms, softmax and the loss stay f32 either way.
+  std::string precision = "f32";
   // evaluation, logging, checkpoints
   int64_t eval_interval = 250;
   int64_t eval_iters = 20;
@@ -143,6 +147,11 @@ TrainConfig config_from_wire(const std::string& text);
 
 // On resume: the checkpoint's settings, except explicit fields that differ and may change
 // (Warn: logged as breaking exactness; Free: logged). Refused changes throw, listing all.
+// Sets the process's matrix-product precision to c.precision; with bf16, says once on
+// stderr whether the CPU's AVX512_BF16 or the emulation runs it.
+void apply_precision(const std::string& precision);
+
 TrainConfig merge_resume(const ResolvedConfig& requested, const TrainConfig& saved);
 
 }  // namespace attend::train
+#pragma GCC visibility pop

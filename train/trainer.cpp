@@ -451,6 +451,7 @@ TrainOutcome run_training(const TrainRequest& req) {
   RunStart s = dist.root() ? start_run(req) : RunStart{};
   share_config(dist, s);
   const TrainConfig& c = s.config;
+  apply_precision(c.precision);
   check_world_size(dist.size(), c.gradient_accumulation_steps);
   std::optional<RunLock> lock;
   claim_run_dir(s, dist, lock);

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "tensor/error.h"
+#include "tensor/kernels/gemm_bf16.h"
 #include "tensor/kernels/gemm_micro.h"
 #include "tensor/kernels/gemm_pack.h"
 #include "tensor/kernels/gemm_rows.h"
@@ -73,9 +74,18 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
     for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
     return;
   }
+  // bf16 products (gemm_bf16.h): panels rounded to bf16 pairs after packing. Not for a
+  // prepacked B (attention's, shared across calls) and not for f64.
+  bool bf16 = false;
+  if constexpr (std::is_same_v<T, float>)
+    bf16 = !pre && g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
+  const bool bf16_hw = bf16 && bf16_native();
+  auto to_bf16 = [&](T* panel, int64_t kc, int64_t width) {
+    if constexpr (std::is_same_v<T, float>) panel_to_bf16(panel, kc, width);
+  };
   // A few rows against a transposed weight (a token at a time): no packing, same bits.
   if constexpr (std::is_same_v<T, float>) {
-    if (!pre && few_rows_applies(M, N, K, A, B)) {
+    if (!bf16 && !pre && few_rows_applies(M, N, K, A, B)) {
       gemm_few_rows(M, N, K, A, B, C, ldc, parallel, accumulate);
       return;
     }
@@ -107,7 +117,28 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
     const int64_t width = std::min(step * NR, nc - jp * NR), panels = (width + NR - 1) / NR;
     const T* b_panel = b_pack + jp * bs;
     if constexpr (std::is_same_v<T, float>) {
-      if (panels == 2) {
+      if (bf16) {
+        const int64_t kc2 = (kc + 1) / 2;
+        const auto* a2 = reinterpret_cast<const uint32_t*>(a_panel);
+        const auto* b2 = reinterpret_cast<const uint32_t*>(b_panel);
+        const bool whole = rows == MR && width == panels * NR;
+        float* o = whole ? C + i0 * ldc + j0 : acc;
+        const int64_t ld = whole ? ldc : step * NR;
+        const bool add = whole && !first;
+        if (bf16_hw && panels == 2) {
+          micro_bf16_6x32(kc2, a2, b2, b2 + bs, o, ld, add);
+        } else {
+          for (int64_t q = 0; q < panels; ++q) {
+            const auto* bq = reinterpret_cast<const uint32_t*>(b_panel + q * bs);
+            if (bf16_hw) {
+              micro_bf16_6x16(kc2, a2, bq, o + q * NR, ld, add);
+            } else {
+              micro_bf16_emulated(kc2, a2, bq, o + q * NR, ld, add);
+            }
+          }
+        }
+        if (whole) return;
+      } else if (panels == 2) {
         if (rows == MR && width == 2 * NR) {
           micro_avx512_6x32(kc, a_panel, b_panel, b_panel + bs, C + i0 * ldc + j0, ldc, !first);
           return;
@@ -115,7 +146,7 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
         micro_avx512_6x32(kc, a_panel, b_panel, b_panel + bs, acc, 2 * NR, false);
       }
     }
-    if (panels == 1) {
+    if (panels == 1 && !bf16) {
       if (rows == MR && width == NR) {
         micro(kc, a_panel, b_panel, C + i0 * ldc + j0, ldc, !first);
         return;
@@ -157,8 +188,12 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
           bp = pre + pc * ((pre_N + NR - 1) / NR * NR);
         } else {
           pack_b(nc, kc, pc, jc, B, b_pack, false);
+          if (bf16)
+            for (int64_t q = 0; q < n_panels; ++q) to_bf16(b_pack + q * kc * NR, kc, NR);
         }
         pack_a(M, kc, pc, A, a_pack, false);
+        if (bf16)
+          for (int64_t q = 0; q < m_panels; ++q) to_bf16(a_pack + q * kc * MR, kc, MR);
         rows_blocked(0, m_panels, n_panels, [&](int64_t ip, int64_t jp) {
           tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, bp, b_stride(pc), pc == 0 && !accumulate,
                acc);
@@ -193,14 +228,19 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
       T* my_a = ib > ia ? a_buffer.get<T>((ib - ia) * MR * std::min(KC, K)) : nullptr;
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
-        if (q1 > q0)
+        if (q1 > q0) {
           pack_b(std::min(nc, q1 * NR) - q0 * NR, kc, pc, jc + q0 * NR, B, b_pack + q0 * kc * NR,
                  false);
+          if (bf16)
+            for (int64_t q = q0; q < q1; ++q) to_bf16(b_pack + q * kc * NR, kc, NR);
+        }
 #pragma omp barrier
         if (ib > ia) {
           const int64_t r0 = ia * MR;
           pack_a(std::min(M, ib * MR) - r0, kc, pc,
                  MatrixRef<T>{A.data + r0 * A.row_stride, A.row_stride, A.col_stride}, my_a, false);
+          if (bf16)
+            for (int64_t q = 0; q < ib - ia; ++q) to_bf16(my_a + q * kc * MR, kc, MR);
           auto one = [&](int64_t ip, int64_t jp) {
             tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, kc * NR,
                  pc == 0 && !accumulate, acc);

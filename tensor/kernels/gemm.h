@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::kernel {
 
 template <typename T>
@@ -52,4 +53,18 @@ GemmKernel set_gemm_kernel(GemmKernel k);
 const char* gemm_kernel_name(GemmKernel k);
 std::string gemm_env_problem();
 
+// The precision of f32 products. f32 (the default): f32 products and sums. bf16: each
+// operand rounded to bf16 (nearest even) as it is packed, products of bf16 pairs summed in
+// f32 (gemm_bf16.h states the exact arithmetic), by AVX512_BF16's vdpbf16ps where the CPU
+// has it and the AVX-512 kernel is in use, else by an emulation that gives the same bits.
+// Thread counts change no bits in either. Applies to gemm (and so to matmul and Linear);
+// gemm_prepacked (attention's fused kernel) and the few-rows path of sampling stay f32.
+// f64 products are never rounded. set_gemm_precision returns the previous precision.
+enum class GemmPrecision { f32, bf16 };
+GemmPrecision gemm_precision();
+GemmPrecision set_gemm_precision(GemmPrecision p);
+bool gemm_has_native_bf16();  // AVX512_BF16 on this CPU
+float round_to_bf16(float x);  // the packing's rounding, for tests and checkers
+
 }  // namespace attend::kernel
+#pragma GCC visibility pop

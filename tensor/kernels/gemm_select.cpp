@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "tensor/kernels/gemm_bf16.h"
 #include "tensor/kernels/gemm_micro.h"
 
 namespace attend::kernel {
@@ -44,6 +45,8 @@ GemmKernel initial_kernel() {
 }  // namespace
 
 std::atomic<GemmKernel> g_kernel{initial_kernel()};
+const bool kHasAvx512Bf16 = kHasAvx512 && __builtin_cpu_supports("avx512bf16");
+std::atomic<GemmPrecision> g_precision{GemmPrecision::f32};
 
 }  // namespace gemm_detail
 
@@ -64,6 +67,11 @@ GemmKernel set_gemm_kernel(GemmKernel k) {
   if (k == GemmKernel::avx2 && !kHasAvx2) k = GemmKernel::portable;
   return g_kernel.exchange(k);
 }
+
+GemmPrecision gemm_precision() { return gemm_detail::g_precision.load(); }
+GemmPrecision set_gemm_precision(GemmPrecision p) { return gemm_detail::g_precision.exchange(p); }
+bool gemm_has_native_bf16() { return gemm_detail::kHasAvx512Bf16; }
+float round_to_bf16(float x) { return gemm_detail::bf16_value(gemm_detail::bf16_bits(x)); }
 
 const char* gemm_kernel_name(GemmKernel k) {
   switch (k) {

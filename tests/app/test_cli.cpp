@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "run_cmd.h"
 #include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
 #include "test_util.h"
 #include "io/checkpoint.h"
 #include "train/model_io.h"
@@ -142,6 +143,47 @@ TEST_CASE("exact resume: 8 steps straight equal 3 steps + resume for 5, bit for 
 TEST_CASE("exact resume of a Llama with a sliding window and an untied head, bit for bit") {
   // RMSNorm, RoPE, SwiGLU, GQA (kTiny's n_kv_head 1), Mistral's window, lm_head its own.
   check_exact_resume(" --arch llama --tie_embeddings false --sliding_window 5");
+}
+
+TEST_CASE("exact resume with bf16 products, bit for bit") {
+  check_exact_resume(" --precision bf16");
+}
+
+TEST_CASE("bf16: recorded in the checkpoint, kept on resume, refused changed, same bits at 1 and 2 threads and by either kernel") {
+  fs::path dir = temp_dir("bf16");
+  fs::path corpus = make_corpus(dir);
+  const std::string common = " train --data " + corpus.string() + kTiny + " --dropout 0.1 --max_iters 4";
+  for (const char* run : {"f32", "t1", "t2", "emulated"}) {
+    const std::string name = run;
+    const std::string env = name == "emulated" ? "ATTEND_GEMM=avx2 " : "";
+    const std::string threads = name == "t2" ? "--threads 2" : "--threads 1";
+    const std::string precision = name == "f32" ? "" : " --precision bf16";
+    Run r = attend_cmd(threads + common + precision + " --out " + (dir / run).string(), env);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    if (name == "emulated" || (name == "t1" && !kernel::gemm_has_native_bf16()))
+      CHECK(r.out.find("running the emulation") != std::string::npos);
+  }
+  CHECK(models_differing(dir / "t1", dir / "t2") == 0);
+  CHECK(models_differing(dir / "t1", dir / "emulated") == 0);
+  CHECK(models_differing(dir / "t1", dir / "f32") > 0);  // the rounding did happen
+  const io::CheckpointData saved = train::newest_valid_checkpoint(dir / "t1").data;
+  CHECK(train::from_values(saved.config).precision == "bf16");
+  const Run changed =
+      attend_cmd("train --resume " + (dir / "t1").string() + " --max_iters 6 --precision f32");
+  CHECK(changed.code != 0);
+  CHECK(changed.out.find("precision (checkpoint bf16, now f32)") != std::string::npos);
+  const Run bad = attend_cmd(common + " --precision f16 --out " + (dir / "bad").string());
+  CHECK(bad.code != 0);
+  CHECK(bad.out.find("--precision: must be f32 or bf16, got f16") != std::string::npos);
+  // eval and sample take the checkpoint's precision unless told otherwise.
+  const std::string ev = "eval --checkpoint " + (dir / "t1").string() + " --data " + corpus.string();
+  const std::string e_saved = attend_stdout(ev), e_bf16 = attend_stdout(ev + " --precision bf16"),
+                    e_f32 = attend_stdout(ev + " --precision f32");
+  REQUIRE(e_saved.find("loss ") == 0);
+  CHECK(e_saved == e_bf16);
+  CHECK(e_saved != e_f32);
+  CHECK(attend_cmd(ev + " --precision f16").code != 0);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("exact resume keeps non-round settings bit for bit (4 steps + resume to 8)") {

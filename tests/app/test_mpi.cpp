@@ -146,6 +146,25 @@ TEST_CASE("mpirun -np 2 and -np 4 train the same bits as one process") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("bf16 products: mpirun -np 2 and -np 4 train the same bits as one process") {
+  REQUIRE_MPI();
+  const fs::path dir = test::temp_dir("mpi_bf16");
+  const fs::path data = prepared(dir);
+  const std::string f = flags(data) + " --max_iters 3 --precision bf16";
+  REQUIRE(
+      shell("OMP_NUM_THREADS=2 " + std::string(ATTEND_BIN) + f + " --out " + (dir / "w1").string())
+          .code == 0);
+  for (int np : {2, 4}) {
+    const fs::path run = dir / ("w" + std::to_string(np));
+    const Run r = shell(mpirun(np) + ATTEND_BIN + f + " --out " + run.string());
+    CAPTURE(r.out);
+    REQUIRE(r.code == 0);
+    check_same_bits(dir / "w1" / train::checkpoint_name(3), run / train::checkpoint_name(3));
+    CHECK(losses(dir / "w1") == losses(run));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a Llama (GQA, sliding window) trains the same bits at -np 2 as in one process") {
   REQUIRE_MPI();
   const fs::path dir = test::temp_dir("mpi_llama");

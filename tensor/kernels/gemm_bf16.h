@@ -1,0 +1,173 @@
+// The GEMM's bf16 arithmetic (tensor/kernels/gemm.cpp is the driver): with the precision
+// set to bf16, f32 operands are rounded to bf16 when their panels are packed, and the
+// micro-kernels multiply bf16 pairs and accumulate in f32. Internal to the GEMM.
+//
+// Packed layout: a panel's k values are taken in pairs (k, k+1), a zero after an odd last
+// one; a pair of bf16 values shares one 32-bit word, k in the low half, k+1 in the high
+// half: the operand order of AVX512_BF16's vdpbf16ps. A panel of kc f32 rows becomes
+// ceil(kc/2) word rows in place, at the start of the same memory.
+//
+// Arithmetic, native and emulated alike: per pair, acc = acc + a[k+1] b[k+1], then
+// acc = acc + a[k] b[k], each rounded to f32 (nearest even), a result below f32's smallest
+// normal flushed to zero, as vdpbf16ps is specified. A product of two bf16 values is exact
+// in f32, so a fused multiply-add of the rounded values is that step exactly. An f32
+// subnormal operand is read as zero when packed, so no denormal ever reaches the native
+// instruction (which would read it as zero) or the emulation.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "tensor/kernels/gemm_micro.h"
+
+namespace attend::kernel::gemm_detail {
+
+extern const bool kHasAvx512Bf16;
+extern std::atomic<GemmPrecision> g_precision;
+
+// f32 -> bf16 bits: a subnormal f32 is read as a zero of its sign (so no bf16 subnormal is
+// ever made: rounding a normal value only grows it), then round to nearest even; a NaN
+// stays a (quiet) NaN; a value that rounds past bf16's largest becomes infinity.
+inline uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// The same rounding, 16 lanes at once: f32 bits -> the rounded value's bits in the high
+// half (the low half is left over).
+__attribute__((target("avx512f"))) inline __m512i bf16_round_x16(__m512i u) {
+  const __m512i exp = _mm512_set1_epi32(0x7f800000), abs = _mm512_set1_epi32(0x7fffffff);
+  const __mmask16 tiny = _mm512_testn_epi32_mask(u, exp);
+  u = _mm512_mask_and_epi32(u, tiny, u, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_epi32(u, abs), exp);
+  const __m512i odd = _mm512_and_epi32(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+  return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+}
+
+// Pair rows lo and hi (hi null: zeros) of `width` <= 16 floats -> width words at out.
+__attribute__((target("avx512f"))) inline void bf16_pairs_x16(const float* lo, const float* hi,
+                                                              int64_t width, uint32_t* out) {
+  const __mmask16 m = static_cast<__mmask16>((1u << width) - 1);
+  const __m512i l = bf16_round_x16(_mm512_maskz_loadu_epi32(m, lo));
+  const __m512i h = hi ? bf16_round_x16(_mm512_maskz_loadu_epi32(m, hi)) : _mm512_setzero_si512();
+  const __m512i w = _mm512_or_epi32(_mm512_srli_epi32(l, 16),
+                                    _mm512_and_epi32(h, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  _mm512_mask_storeu_epi32(out, m, w);
+}
+
+inline float bf16_value(uint32_t h) {
+  const uint32_t u = h << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A packed panel of kc rows of `width` f32 values (k-major) -> ceil(kc/2) rows of `width`
+// bf16 pairs, in place. Output row p is written after input rows 2p and 2p+1 are read, and
+// p <= 2p, so nothing unread is overwritten.
+inline void panel_to_bf16(float* panel, int64_t kc, int64_t width) {
+  uint32_t* out = reinterpret_cast<uint32_t*>(panel);
+  uint32_t row[32];
+  for (int64_t p = 0; p < (kc + 1) / 2; ++p) {
+    const float* lo = panel + 2 * p * width;
+    const float* hi = 2 * p + 1 < kc ? lo + width : nullptr;
+    // With the AVX-512 kernel selected (and so the CPU has it); the scalar rounding under
+    // ATTEND_GEMM=avx2 or portable, so the tests compare the two.
+    if (width <= 16 && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
+      // both rows are read into registers before the store
+      bf16_pairs_x16(lo, hi, width, out + p * width);
+      continue;
+    }
+    for (int64_t j = 0; j < width; ++j)
+      row[j] = bf16_bits(lo[j]) | (hi ? static_cast<uint32_t>(bf16_bits(hi[j])) << 16 : 0u);
+    std::memcpy(out + p * width, row, static_cast<size_t>(width) * 4);
+  }
+}
+
+inline float flush_tiny(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
+
+// The emulation: the MR x 16 tile from kc2 pair rows of A (MR words each) and B (16 words).
+inline void micro_bf16_emulated(int64_t kc2, const uint32_t* a, const uint32_t* b, float* out,
+                                int64_t ld, bool add) {
+  float c[MR][16] = {};
+  for (int64_t p = 0; p < kc2; ++p, a += MR, b += 16)
+    for (int64_t i = 0; i < MR; ++i) {
+      const float a0 = bf16_value(a[i] & 0xffffu), a1 = bf16_value(a[i] >> 16);
+      for (int64_t j = 0; j < 16; ++j) {
+        const float b0 = bf16_value(b[j] & 0xffffu), b1 = bf16_value(b[j] >> 16);
+        c[i][j] = flush_tiny(std::fma(a1, b1, c[i][j]));
+        c[i][j] = flush_tiny(std::fma(a0, b0, c[i][j]));
+      }
+    }
+  for (int64_t i = 0; i < MR; ++i)
+    for (int64_t j = 0; j < 16; ++j) out[i * ld + j] = add ? out[i * ld + j] + c[i][j] : c[i][j];
+}
+
+// vdpbf16ps: MR x 16 (one B panel) or MR x 32 (two adjacent panels, b0 and b1).
+__attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x16(
+    int64_t kc2, const uint32_t* a, const uint32_t* b, float* out, int64_t ld, bool add) {
+  __m512 c[MR];
+  for (auto& x : c) x = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc2; ++p, a += MR, b += 16) {
+    const __m512bh x = (__m512bh)_mm512_loadu_si512(b);
+    for (int64_t i = 0; i < MR; ++i)
+      c[i] = _mm512_dpbf16_ps(c[i], (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i])), x);
+  }
+  for (int64_t i = 0; i < MR; ++i) {
+    float* o = out + i * ld;
+    _mm512_storeu_ps(o, add ? _mm512_add_ps(_mm512_loadu_ps(o), c[i]) : c[i]);
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x32(
+    int64_t kc2, const uint32_t* a, const uint32_t* b0, const uint32_t* b1, float* out, int64_t ld,
+    bool add) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
+  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
+  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
+  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
+  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc2; ++p, a += MR, b0 += 16, b1 += 16) {
+    const __m512bh x0 = (__m512bh)_mm512_loadu_si512(b0), x1 = (__m512bh)_mm512_loadu_si512(b1);
+    __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[0]));
+    c00 = _mm512_dpbf16_ps(c00, ai, x0), c01 = _mm512_dpbf16_ps(c01, ai, x1);
+    ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[1]));
+    c10 = _mm512_dpbf16_ps(c10, ai, x0), c11 = _mm512_dpbf16_ps(c11, ai, x1);
+    ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[2]));
+    c20 = _mm512_dpbf16_ps(c20, ai, x0), c21 = _mm512_dpbf16_ps(c21, ai, x1);
+    ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[3]));
+    c30 = _mm512_dpbf16_ps(c30, ai, x0), c31 = _mm512_dpbf16_ps(c31, ai, x1);
+    ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[4]));
+    c40 = _mm512_dpbf16_ps(c40, ai, x0), c41 = _mm512_dpbf16_ps(c41, ai, x1);
+    ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[5]));
+    c50 = _mm512_dpbf16_ps(c50, ai, x0), c51 = _mm512_dpbf16_ps(c51, ai, x1);
+  }
+  const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int64_t i = 0; i < MR; ++i) {
+    float* o = out + i * ld;
+    if (add) {
+      _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), c[i][0]));
+      _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_loadu_ps(o + 16), c[i][1]));
+    } else {
+      _mm512_storeu_ps(o, c[i][0]);
+      _mm512_storeu_ps(o + 16, c[i][1]);
+    }
+  }
+}
+
+// The kernel a bf16 product runs: vdpbf16ps when the CPU has it and the f32 kernel in use is
+// the AVX-512 one (ATTEND_GEMM=avx2 or portable selects the emulation), else the emulation.
+inline bool bf16_native() {
+  return kHasAvx512Bf16 && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512;
+}
+
+}  // namespace attend::kernel::gemm_detail

@@ -1,0 +1,183 @@
+// The bf16 GEMM (set_gemm_precision(bf16)): the rounding on hand-picked values; a plain
+// scalar twin that follows the stated arithmetic (pairs, high half first, f32 roundings,
+// results below the smallest normal flushed, KC blocks added) matched bit for bit by the
+// native (vdpbf16ps) and the emulated kernel; the f64 sum of the rounded operands within
+// f32 rounding; 1 against 2 threads; f64 products untouched.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
+#include "tensor/random.h"
+#include "test_util.h"
+
+using namespace attend;
+namespace k = attend::kernel;
+
+namespace {
+
+struct PrecisionGuard {
+  k::GemmPrecision old;
+  explicit PrecisionGuard(k::GemmPrecision p) : old(k::set_gemm_precision(p)) {}
+  ~PrecisionGuard() { k::set_gemm_precision(old); }
+};
+struct KernelGuard {
+  k::GemmKernel old;
+  explicit KernelGuard(k::GemmKernel g) : old(k::set_gemm_kernel(g)) {}
+  ~KernelGuard() { k::set_gemm_kernel(old); }
+};
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float flush(float x) { return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x; }
+
+// C = A @ B by the stated arithmetic, element by element, with the GEMM's K blocks of 256.
+std::vector<float> twin(const std::vector<float>& a, const std::vector<float>& b, int64_t M,
+                        int64_t N, int64_t K) {
+  std::vector<float> c(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float total = 0;
+      for (int64_t pc = 0; pc < K; pc += 256) {
+        const int64_t kc = std::min<int64_t>(256, K - pc);
+        float s = 0;
+        for (int64_t p = 0; p < kc; p += 2) {
+          auto av = [&](int64_t kk) { return kk < kc ? k::round_to_bf16(a[i * K + pc + kk]) : 0.0f; };
+          auto bv = [&](int64_t kk) { return kk < kc ? k::round_to_bf16(b[(pc + kk) * N + j]) : 0.0f; };
+          s = flush(std::fma(av(p + 1), bv(p + 1), s));
+          s = flush(std::fma(av(p), bv(p), s));
+        }
+        total = pc == 0 ? s : total + s;
+      }
+      c[static_cast<size_t>(i * N + j)] = total;
+    }
+  return c;
+}
+
+// Values spread over many binades, with exact cancellations and tiny products (flushes).
+std::vector<float> spread(int64_t n, Generator& g) {
+  std::vector<float> v = randn({n}, g).to_vector<float>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i % 7 == 3) v[i] *= 1e-20f;  // products near and below f32's smallest normal
+    if (i % 11 == 5) v[i] = -v[i - 1];
+  }
+  return v;
+}
+
+void check_bits(const Tensor& got, const std::vector<float>& want) {
+  const auto g = got.to_vector<float>();
+  REQUIRE(g.size() == want.size());
+  size_t diff = 0, first = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (bits(g[i]) != bits(want[i]) && !(std::isnan(g[i]) && std::isnan(want[i])) && diff++ == 0)
+      first = i;
+  const float got_first = g[first], want_first = want[first];
+  CAPTURE(first);
+  CAPTURE(diff);
+  CAPTURE(got_first);
+  CAPTURE(want_first);
+  CHECK(diff == 0);
+}
+
+}  // namespace
+
+TEST_CASE("bf16 rounding: nearest even, NaN kept, subnormal inputs zero, overflow to inf") {
+  CHECK(k::round_to_bf16(1.0f) == 1.0f);
+  CHECK(k::round_to_bf16(from_bits(0x3f808000)) == 1.0f);                  // tie, even below
+  CHECK(bits(k::round_to_bf16(from_bits(0x3f818000))) == 0x3f820000u);     // tie, even above
+  CHECK(bits(k::round_to_bf16(from_bits(0x3f808001))) == 0x3f810000u);     // above the tie
+  CHECK(bits(k::round_to_bf16(-3.14159265f)) == 0xc0490000u);
+  CHECK(std::isnan(k::round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(std::isnan(k::round_to_bf16(from_bits(0x7f800001))));  // a NaN whose top bits are inf's
+  CHECK(bits(k::round_to_bf16(1e-39f)) == 0u);                  // f32 subnormal: zero
+  CHECK(bits(k::round_to_bf16(from_bits(0x007fffff))) == 0u);   // even the largest one
+  CHECK(bits(k::round_to_bf16(from_bits(0x00800000))) == 0x00800000u);  // smallest normal kept
+  CHECK(bits(k::round_to_bf16(-1e-39f)) == 0x80000000u);
+  CHECK(bits(k::round_to_bf16(from_bits(0x7f7fffff))) == 0x7f800000u);  // rounds up to inf
+  CHECK(k::round_to_bf16(std::numeric_limits<float>::infinity()) ==
+        std::numeric_limits<float>::infinity());
+}
+
+TEST_CASE("the bf16 GEMM gives its scalar twin's bits, native and emulated, on odd sizes") {
+  Generator g(71);
+  const PrecisionGuard bf16(k::GemmPrecision::bf16);
+  std::vector<k::GemmKernel> kernels = {k::GemmKernel::portable, k::GemmKernel::avx2};
+  if (k::gemm_has_native_bf16()) kernels.push_back(k::GemmKernel::avx512);
+  for (int64_t M : {1, 6, 13, 97})
+    for (int64_t N : {1, 16, 33, 100})
+      for (int64_t K : {1, 2, 7, 256, 257, 600}) {
+        CAPTURE(M);
+        CAPTURE(N);
+        CAPTURE(K);
+        const auto av = spread(M * K, g), bv = spread(K * N, g);
+        const Tensor a = tensor(std::vector<double>(av.begin(), av.end()), {M, K});
+        const Tensor b = tensor(std::vector<double>(bv.begin(), bv.end()), {K, N});
+        const auto want = twin(a.to_vector<float>(), b.to_vector<float>(), M, N, K);
+        for (const auto kern : kernels) {
+          const KernelGuard use(kern);
+          CAPTURE(std::string(k::gemm_kernel_name(k::gemm_kernel())));
+          check_bits(k::matmul(a, b), want);
+        }
+      }
+  if (!k::gemm_has_native_bf16())
+    test::skip("this CPU has no AVX512_BF16: only the emulated bf16 kernel was checked");
+}
+
+TEST_CASE("bf16 GEMM: within f32 rounding of the exact sum of the rounded operands") {
+  Generator g(72);
+  const PrecisionGuard bf16(k::GemmPrecision::bf16);
+  const int64_t M = 37, N = 70, K = 700;
+  const Tensor a = randn({M, K}, g), b = randn({K, N}, g);
+  const auto av = a.to_vector<float>(), bv = b.to_vector<float>();
+  const auto c = k::matmul(a, b).to_vector<float>();
+  double worst = 0, worst_vs_f32 = 0;
+  const auto c32 = [&] {
+    const PrecisionGuard f32(k::GemmPrecision::f32);
+    return k::matmul(a, b).to_vector<float>();
+  }();
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double exact = 0, mag = 0;
+      for (int64_t kk = 0; kk < K; ++kk) {
+        const double p = static_cast<double>(k::round_to_bf16(av[i * K + kk])) *
+                         k::round_to_bf16(bv[kk * N + j]);
+        exact += p;
+        mag += std::fabs(p);
+      }
+      worst = std::max(worst, std::fabs(c[i * N + j] - exact) / mag);
+      worst_vs_f32 = std::max(worst_vs_f32, std::fabs(c[i * N + j] - c32[i * N + j]) / mag);
+    }
+  MESSAGE("relative to sum |a b|: vs the exact sum of rounded operands " << worst
+                                                                          << ", vs f32 " << worst_vs_f32);
+  CHECK(worst < K * 6e-8);            // f32 accumulation of K products
+  CHECK(worst_vs_f32 < 3 * 0.0039);   // each operand within 2^-8 relative of its f32 value
+  CHECK(worst_vs_f32 > 1e-5);         // and the rounding did happen
+}
+
+TEST_CASE("bf16 GEMM is bit-identical with 1 and 2 threads, f64 is never rounded") {
+  Generator g(73);
+  const PrecisionGuard bf16(k::GemmPrecision::bf16);
+  const Tensor a = randn({300, 400}, g), b = randn({400, 500}, g);
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Tensor one = k::matmul(a, b);
+  omp_set_num_threads(2);
+  const Tensor two = k::matmul(a, k::contiguous(b));
+  omp_set_num_threads(before);
+  check_bits(two, one.to_vector<float>());
+  const Tensor a64 = k::cast(a, DType::F64), b64 = k::cast(b, DType::F64);
+  const Tensor c64 = k::matmul(a64, b64);
+  const PrecisionGuard f32(k::GemmPrecision::f32);
+  test::check_close(c64, k::matmul(a64, b64), 0, 0);
+}
