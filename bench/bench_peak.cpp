@@ -4,7 +4,8 @@
 // recent Intel server cores run 512-bit FMAs at twice the 256-bit rate, so a 256-bit
 // figure would understate the peak (and overstate MFU) by 2x there; the 256-bit rate is
 // printed beside it. GFLOP/s counts 2 per lane per FMA. The MFU figures of
-// bench/bench_vs_torch.sh divide by the first number.
+// bench/bench_vs_torch.sh divide by the first number. Where the CPU has AVX512_BF16, the
+// same chains of vdpbf16ps give the bf16 peak (the MFU of --precision bf16 divides by it).
 //   bench_peak [THREADS]      (default: OpenMP's)
 #include <immintrin.h>
 #include <omp.h>
@@ -47,10 +48,28 @@ float chains512(int64_t iters, float seed) {
 }
 #endif
 
+#if defined(__AVX512BF16__)
+// vdpbf16ps: per f32 lane two bf16 products added to the accumulator (4 FLOP per lane).
+inline __m512 dp_bf16(__m512 c, __m512 a, __m512 b) {
+  return _mm512_dpbf16_ps(c, (__m512bh)_mm512_castps_si512(a), (__m512bh)_mm512_castps_si512(b));
+}
+// f32 accumulators from set1; a and b as two equal bf16 halves per lane (a pair of 1.0 and
+// of 2^-20: the chains grow by 2^-19 a step and never overflow).
+inline __m512 set1_acc_or_pair(float x) {
+  if (x == 0.999999f) return _mm512_castsi512_ps(_mm512_set1_epi32(0x3f803f80));  // 1.0, 1.0
+  if (x == 1e-7f) return _mm512_castsi512_ps(_mm512_set1_epi32(0x35803580));     // 2^-20 twice
+  return _mm512_set1_ps(x);
+}
+float chains_bf16(int64_t iters, float seed) {
+  ATTEND_PEAK_CHAINS(__m512, set1_acc_or_pair, dp_bf16, _mm512_storeu_ps, 16)
+}
+#endif
+
 // Median and best of 5 runs on every thread, GFLOP/s.
 struct Rate {
   double median, best;
 };
+// lanes 32: the bf16 dot-product chains (16 f32 lanes, two products each).
 Rate measure(int lanes, int threads, float& sink) {
   const int64_t iters = 400'000'000 / 12 / lanes;
   std::vector<double> rates;
@@ -59,7 +78,11 @@ Rate measure(int lanes, int threads, float& sink) {
 #pragma omp parallel reduction(+ : sink)
     {
       const auto seed = static_cast<float>(omp_get_thread_num());
-#if defined(__AVX512F__)
+#if defined(__AVX512BF16__)
+      sink += lanes == 32   ? chains_bf16(iters, seed)
+              : lanes == 16 ? chains512(iters, seed)
+                            : chains256(iters, seed);
+#elif defined(__AVX512F__)
       sink += lanes == 16 ? chains512(iters, seed) : chains256(iters, seed);
 #else
       sink += chains256(iters, seed);
@@ -90,6 +113,14 @@ int main(int argc, char** argv) {
 #endif
   std::printf("FMA peak: %.1f GFLOP/s on %d threads (median of 5; best %.1f) [%s; 256-bit: %.1f]\n",
               peak.median, threads, peak.best, width, r256.median);
+#if defined(__AVX512BF16__)
+  if (__builtin_cpu_supports("avx512bf16")) {
+    const Rate bf16 = measure(32, threads, sink);
+    std::printf("bf16 peak: %.1f GFLOP/s on %d threads (median of 5; best %.1f) [AVX512_BF16 "
+                "vdpbf16ps, %.2fx the f32 FMA peak]\n",
+                bf16.median, threads, bf16.best, bf16.median / peak.median);
+  }
+#endif
   if (sink != sink) std::printf("(the chains overflowed)\n");  // uses sink
   return 0;
 }

@@ -74,11 +74,11 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
     for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
     return;
   }
-  // bf16 products (gemm_bf16.h): panels rounded to bf16 pairs after packing. Not for a
-  // prepacked B (attention's, shared across calls) and not for f64.
+  // bf16 products (gemm_bf16.h): panels rounded to bf16 pairs after packing (a prepacked
+  // B was rounded by pack_b_all under the same precision). Not for f64.
   bool bf16 = false;
   if constexpr (std::is_same_v<T, float>)
-    bf16 = !pre && g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
+    bf16 = g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
   const bool bf16_hw = bf16 && bf16_native();
   auto to_bf16 = [&](T* panel, int64_t kc, int64_t width) {
     if constexpr (std::is_same_v<T, float>) panel_to_bf16(panel, kc, width);
@@ -273,8 +273,17 @@ int64_t packed_b_size(int64_t K, int64_t N) {
 template <typename T>
 void pack_b_all(int64_t K, int64_t N, MatrixRef<T> B, T* out) {
   const int64_t n_pad = (N + nr<T>() - 1) / nr<T>() * nr<T>();
-  for (int64_t pc = 0; pc < K; pc += KC)
-    pack_b(N, std::min(KC, K - pc), pc, 0, B, out + pc * n_pad, false);
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    const int64_t kc = std::min(KC, K - pc);
+    pack_b(N, kc, pc, 0, B, out + pc * n_pad, false);
+    // bf16: each panel rounded to pairs in place. A product on a prefix of odd length k then
+    // reads row k's value in the last pair's high half, against A's zero pad: the same sum
+    // unless that value is infinite or NaN, or the sum is -0 (it may come out +0).
+    if constexpr (std::is_same_v<T, float>)
+      if (g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16)
+        for (int64_t q = 0; q < n_pad / nr<T>(); ++q)
+          panel_to_bf16(out + pc * n_pad + q * kc * nr<T>(), kc, nr<T>());
+  }
 }
 
 template <typename T>

@@ -57,9 +57,10 @@ std::string gemm_env_problem();
 // operand rounded to bf16 (nearest even) as it is packed, products of bf16 pairs summed in
 // f32 (gemm_bf16.h states the exact arithmetic), by AVX512_BF16's vdpbf16ps where the CPU
 // has it and the AVX-512 kernel is in use, else by an emulation that gives the same bits.
-// Thread counts change no bits in either. Applies to gemm (and so to matmul and Linear);
-// gemm_prepacked (attention's fused kernel) and the few-rows path of sampling stay f32.
-// f64 products are never rounded. set_gemm_precision returns the previous precision.
+// Thread counts change no bits in either. Applies to gemm (and so to matmul, Linear and
+// the fused attention), and to pack_b_all + gemm_prepacked, which must run under the same
+// precision; with bf16 the few-rows path (sampling's) is not taken. f64 products are never
+// rounded. set_gemm_precision returns the previous precision.
 enum class GemmPrecision { f32, bf16 };
 GemmPrecision gemm_precision();
 GemmPrecision set_gemm_precision(GemmPrecision p);
