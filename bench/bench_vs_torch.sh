@@ -7,6 +7,8 @@
 #
 #   bench/bench_vs_torch.sh [BUILD_DIR] [STEPS] [REPS]     (default build 10 2; 2 threads)
 #   CONFIGS="C" runs only some of the configs (default "C A B D E"); THREADS=N another count.
+#   PRECISION=bf16: attend with bf16 products (ATTEND_PRECISION=bf16) against the twin under
+#   torch.autocast("cpu", dtype=torch.bfloat16); MFU then against the measured bf16 peak.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -45,13 +47,22 @@ echo "PyTorch's OpenBLAS kernels: ${openblas_core:-unknown}${TORCH_OPENBLAS_CORE
 # The machine's speed drifts (its neighbours): a slow moment only lowers a measurement, so
 # the peak is the best bench_peak run, taken before and again after the steps, and every
 # MFU is against that (conservative) figure.
-peak="$(echo "$peak_line" | sed -n 's/.*best \([0-9.]*\)).*/\1/p')"
+peak="$(echo "$peak_line" | sed -n '1s/.*best \([0-9.]*\)).*/\1/p')"
+precision="${PRECISION:-f32}"
+torch_args=()
+if [ "$precision" = bf16 ]; then
+  peak="$(echo "$peak_line" | sed -n 's/^bf16 peak:.*best \([0-9.]*\)).*/\1/p')"
+  [ -n "$peak" ] || { echo "bench_vs_torch: no bf16 peak on this CPU (no AVX512_BF16): MFU against the f32 peak" >&2;
+                      peak="$(echo "$peak_line" | sed -n '1s/.*best \([0-9.]*\)).*/\1/p')"; }
+  torch_args=(--bf16)
+fi
+echo "precision: $precision (MFU against $peak GFLOP/s)"
 printf "%-4s %5s %12s %12s %10s %10s %9s %9s\n" cfg round "attend ms" "torch ms" "speed-up" \
   "attend tok/s" "attend MFU" "torch MFU"
 for rep in $(seq "$reps"); do
   for cfg in ${CONFIGS:-C A B D E}; do
-    a="$(OMP_NUM_THREADS=$threads "$build/bench/bench_train" "$steps" "$cfg" | awk -v c="$cfg" '$1 == c')"
-    t="$(env "${torch_env[@]}" /usr/bin/python3 "$root/bench/torch_twin.py" "$steps" "$cfg" --threads "$threads" | awk -v c="$cfg" '$1 == c')"
+    a="$(ATTEND_PRECISION=$precision OMP_NUM_THREADS=$threads "$build/bench/bench_train" "$steps" "$cfg" | awk -v c="$cfg" '$1 == c')"
+    t="$(env "${torch_env[@]}" /usr/bin/python3 "$root/bench/torch_twin.py" "$steps" "$cfg" --threads "$threads" "${torch_args[@]}" | awk -v c="$cfg" '$1 == c')"
     # attend: name params B T ms tok/s GFLOP/s; torch: name params B T ms tok/s
     echo "$a|$t" | awk -F'|' -v peak="$peak" -v rep="$rep" '{
       split($1, a, " "); split($2, t, " ");
@@ -62,5 +73,7 @@ for rep in $(seq "$reps"); do
 done
 peak_line="$("$build/bench/bench_peak" "$threads")"
 echo "again after the steps: $peak_line"
-echo "$peak_line" | sed -n 's/.*best \([0-9.]*\)).*/\1/p' | awk -v p="$peak" \
+which_line='1p'
+[ "$precision" = bf16 ] && which_line='/^bf16 peak:/p'
+echo "$peak_line" | sed -n "$which_line" | sed -n 's/.*best \([0-9.]*\)).*/\1/p' | awk -v p="$peak" \
   '{ if ($1 > p) printf "(the MFU columns used %.1f GFLOP/s; the best peak seen is %.1f: scale them by %.3f)\n", p, $1, p / $1 }'

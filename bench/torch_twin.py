@@ -157,7 +157,11 @@ def bench(name, steps):
         ix = torch.randint(0, len(data) - T - 1, (B,))
         x = torch.stack([data[i:i + T] for i in ix])
         y = torch.stack([data[i + 1:i + 1 + T] for i in ix])
-        loss = model(x, y)
+        if BF16:  # PyTorch's mixed precision on CPUs: matmuls in bf16 (oneDNN), master weights f32
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(x, y)
+        else:
+            loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -172,8 +176,15 @@ def bench(name, steps):
     sys.stdout.flush()
 
 
+BF16 = False
+
+
 def main():
+    global BF16
     args = [a for a in sys.argv[1:]]
+    if "--bf16" in args:
+        BF16 = True
+        args.remove("--bf16")
     threads = 2
     if "--threads" in args:
         i = args.index("--threads")
@@ -182,8 +193,9 @@ def main():
     steps = int(args[0]) if args else 10
     names = args[1:] or ["C", "A", "B"]
     torch.set_num_threads(threads)
-    print("torch %s twin: threads %d, %d timed steps after 2 warm-up, median" %
-          (torch.__version__, torch.get_num_threads(), steps))
+    print("torch %s twin: threads %d, %d timed steps after 2 warm-up, median%s" %
+          (torch.__version__, torch.get_num_threads(), steps,
+           ", torch.autocast(cpu, bfloat16)" if BF16 else ""))
     print("%-4s %12s %4s %5s %10s %12s" % ("cfg", "params", "B", "T", "ms/step", "tokens/s"))
     for n in names:
         bench(n, steps)

@@ -5,6 +5,7 @@
 # runs the same recipe in PyTorch (bench/torch_recipe.py, when python3-torch is there) in
 # the same sitting and prints both times and their ratio.
 #   bench/train_recipe.sh [tinyshakespeare.txt] [build dir]
+#   PRECISION=bf16 trains attend's run with --precision bf16; SKIP_TORCH=1 leaves out PyTorch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 text="${1:-../shared/data/tinyshakespeare.txt}"
@@ -12,14 +13,15 @@ build="${2:-build}"
 run="$(mktemp -d)/run"
 echo "attend $("$build/attend" --version | cut -d' ' -f2), threads ${OMP_NUM_THREADS:-$(nproc)}, corpus $text"
 start=$(date +%s%N)
+# PRECISION=bf16: attend's run with bf16 products (--precision bf16).
 "$build/attend" train --data "$text" --out "$run" --preset cpu-char --eval_interval 500 --eval_iters 200 \
-  --log_interval 100 2>&1 | tail -n 8
+  --log_interval 100 --precision "${PRECISION:-f32}" 2>&1 | tail -n 8
 end=$(date +%s%N)
 attend_ms=$(( (end - start) / 1000000 ))
 echo "wall time: $attend_ms ms"
 "$build/attend" eval --checkpoint "$run" --data "$run/data/val.bin"
 rm -rf "$(dirname "$run")"
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if [ -z "${SKIP_TORCH:-}" ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
   # As in bench_vs_torch.sh: OpenBLAS's AVX-512 kernels for the twin wherever the CPU has
   # AVX-512 (Debian 12's OpenBLAS runs its AVX2 ones on Zen 5); TORCH_OPENBLAS_CORETYPE=
   # turns that off.
