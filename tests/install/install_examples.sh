@@ -99,6 +99,13 @@ command -v dpkg-deb >/dev/null || { echo "FAIL: dpkg-deb not found (a Debian sys
   { cat "$w/cpack.log"; echo "FAIL: cpack -G DEB"; exit 1; }
 deb="$(ls "$w"/deb/attend_*.deb)"
 dpkg-deb -f "$deb" Package Version Depends
+# apt would install it here: every dependency it names resolves (a simulation: the test does
+# not change the system; the real `apt install ./attend_*.deb` is checked by hand,
+# docs/library.md).
+command -v apt-get >/dev/null || { echo "FAIL: apt-get not found (a Debian system has it)"; exit 1; }
+apt-get -s install "$deb" >"$w/apt.log" 2>&1 || { cat "$w/apt.log"; echo "FAIL: apt-get -s install of the .deb"; exit 1; }
+grep -q '^Inst attend ' "$w/apt.log" || { cat "$w/apt.log"; echo "FAIL: apt-get -s would not install attend"; exit 1; }
+echo "apt-get -s install: the .deb and its dependencies resolve"
 dpkg-deb -x "$deb" "$w/root"
 [ -x "$w/root/usr/bin/attend" ] || { echo "FAIL: the .deb has no /usr/bin/attend"; exit 1; }
 examples "$w/root/usr" "unpacked .deb"
