@@ -133,7 +133,7 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
             if (bf16_hw) {
               micro_bf16_6x16(kc2, a2, bq, o + q * NR, ld, add);
             } else {
-              micro_bf16_emulated(kc2, a2, bq, o + q * NR, ld, add);
+              micro_bf16_emulation(kc2, a2, bq, o + q * NR, ld, add);
             }
           }
         }

@@ -94,7 +94,8 @@ inline void panel_to_bf16(float* panel, int64_t kc, int64_t width) {
 
 inline float flush_tiny(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
 
-// The emulation: the MR x 16 tile from kc2 pair rows of A (MR words each) and B (16 words).
+// The emulation, scalar (ATTEND_GEMM=portable): the MR x 16 tile from kc2 pair rows of A (MR
+// words each) and B (16 words).
 inline void micro_bf16_emulated(int64_t kc2, const uint32_t* a, const uint32_t* b, float* out,
                                 int64_t ld, bool add) {
   float c[MR][16] = {};
@@ -109,6 +110,48 @@ inline void micro_bf16_emulated(int64_t kc2, const uint32_t* a, const uint32_t* 
     }
   for (int64_t i = 0; i < MR; ++i)
     for (int64_t j = 0; j < 16; ++j) out[i * ld + j] = add ? out[i * ld + j] + c[i][j] : c[i][j];
+}
+
+// The emulation in AVX2/FMA registers, for CPUs without AVX512_BF16: each word split into
+// its two bf16 values (high half masked, low half shifted up), two FMAs per pair in the
+// order above, with MXCSR's flush-to-zero on for the loop, which flushes exactly the results
+// flush_tiny does (x86 detects tininess after rounding, and keeps the sign). The store, and
+// the add into C, run under the caller's MXCSR, as the native kernel's do.
+__attribute__((target("avx2,fma"))) inline void micro_bf16_avx2(int64_t kc2, const uint32_t* a,
+                                                                const uint32_t* b, float* out,
+                                                                int64_t ld, bool add) {
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8000u);  // FTZ
+  __m256 c[MR][2];
+  for (auto& row : c) row[0] = row[1] = _mm256_setzero_ps();
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t p = 0; p < kc2; ++p, a += MR, b += 16) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 8));
+    const __m256 h0 = _mm256_castsi256_ps(_mm256_and_si256(w0, high));
+    const __m256 h1 = _mm256_castsi256_ps(_mm256_and_si256(w1, high));
+    const __m256 l0 = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
+    const __m256 l1 = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+    for (int64_t i = 0; i < MR; ++i) {
+      const __m256 ah = _mm256_set1_ps(bf16_value(a[i] >> 16)),
+                   al = _mm256_set1_ps(bf16_value(a[i] & 0xffffu));
+      c[i][0] = _mm256_fmadd_ps(ah, h0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(ah, h1, c[i][1]);
+      c[i][0] = _mm256_fmadd_ps(al, l0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(al, l1, c[i][1]);
+    }
+  }
+  _mm_setcsr(csr);
+  for (int64_t i = 0; i < MR; ++i) {
+    float* o = out + i * ld;
+    if (add) {
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), c[i][0]));
+      _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), c[i][1]));
+    } else {
+      _mm256_storeu_ps(o, c[i][0]);
+      _mm256_storeu_ps(o + 8, c[i][1]);
+    }
+  }
 }
 
 // vdpbf16ps: MR x 16 (one B panel) or MR x 32 (two adjacent panels, b0 and b1).
@@ -165,9 +208,17 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x32(
 }
 
 // The kernel a bf16 product runs: vdpbf16ps when the CPU has it and the f32 kernel in use is
-// the AVX-512 one (ATTEND_GEMM=avx2 or portable selects the emulation), else the emulation.
+// the AVX-512 one; else the emulation, in AVX2 registers unless ATTEND_GEMM=portable.
 inline bool bf16_native() {
   return kHasAvx512Bf16 && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512;
+}
+inline void micro_bf16_emulation(int64_t kc2, const uint32_t* a, const uint32_t* b, float* out,
+                                 int64_t ld, bool add) {
+  if (kHasAvx2 && g_kernel.load(std::memory_order_relaxed) != GemmKernel::portable) {
+    micro_bf16_avx2(kc2, a, b, out, ld, add);
+  } else {
+    micro_bf16_emulated(kc2, a, b, out, ld, add);
+  }
 }
 
 }  // namespace attend::kernel::gemm_detail
