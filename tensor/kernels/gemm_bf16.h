@@ -58,8 +58,9 @@ __attribute__((target("avx512f"))) inline void bf16_pairs_x16(const float* lo, c
   const __mmask16 m = static_cast<__mmask16>((1u << width) - 1);
   const __m512i l = bf16_round_x16(_mm512_maskz_loadu_epi32(m, lo));
   const __m512i h = hi ? bf16_round_x16(_mm512_maskz_loadu_epi32(m, hi)) : _mm512_setzero_si512();
-  const __m512i w = _mm512_or_epi32(_mm512_srli_epi32(l, 16),
-                                    _mm512_and_epi32(h, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  const __m512i w =
+      _mm512_or_epi32(_mm512_srli_epi32(l, 16),
+                      _mm512_and_epi32(h, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   _mm512_mask_storeu_epi32(out, m, w);
 }
 
@@ -92,7 +93,9 @@ inline void panel_to_bf16(float* panel, int64_t kc, int64_t width) {
   }
 }
 
-inline float flush_tiny(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
+inline float flush_tiny(float x) {
+  return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x;
+}
 
 // The emulation, scalar (ATTEND_GEMM=portable): the MR x 16 tile from kc2 pair rows of A (MR
 // words each) and B (16 words).

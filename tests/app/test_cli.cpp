@@ -149,10 +149,13 @@ TEST_CASE("exact resume with bf16 products, bit for bit") {
   check_exact_resume(" --precision bf16");
 }
 
-TEST_CASE("bf16: recorded in the checkpoint, kept on resume, refused changed, same bits at 1 and 2 threads and by either kernel") {
+TEST_CASE(
+    "bf16: recorded in the checkpoint, kept on resume, refused changed, same bits at 1 and 2 "
+    "threads and by either kernel") {
   fs::path dir = temp_dir("bf16");
   fs::path corpus = make_corpus(dir);
-  const std::string common = " train --data " + corpus.string() + kTiny + " --dropout 0.1 --max_iters 4";
+  const std::string common =
+      " train --data " + corpus.string() + kTiny + " --dropout 0.1 --max_iters 4";
   for (const char* run : {"f32", "t1", "t2", "emulated"}) {
     const std::string name = run;
     const std::string env = name == "emulated" ? "ATTEND_GEMM=avx2 " : "";
@@ -176,7 +179,8 @@ TEST_CASE("bf16: recorded in the checkpoint, kept on resume, refused changed, sa
   CHECK(bad.code != 0);
   CHECK(bad.out.find("--precision: must be f32 or bf16, got f16") != std::string::npos);
   // eval and sample take the checkpoint's precision unless told otherwise.
-  const std::string ev = "eval --checkpoint " + (dir / "t1").string() + " --data " + corpus.string();
+  const std::string ev =
+      "eval --checkpoint " + (dir / "t1").string() + " --data " + corpus.string();
   const std::string e_saved = attend_stdout(ev), e_bf16 = attend_stdout(ev + " --precision bf16"),
                     e_f32 = attend_stdout(ev + " --precision f32");
   REQUIRE(e_saved.find("loss ") == 0);

@@ -40,7 +40,9 @@ float from_bits(uint32_t u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-float flush(float x) { return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x; }
+float flush(float x) {
+  return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x;
+}
 
 // C = A @ B by the stated arithmetic, element by element, with the GEMM's K blocks of 256.
 std::vector<float> twin(const std::vector<float>& a, const std::vector<float>& b, int64_t M,
@@ -53,8 +55,12 @@ std::vector<float> twin(const std::vector<float>& a, const std::vector<float>& b
         const int64_t kc = std::min<int64_t>(256, K - pc);
         float s = 0;
         for (int64_t p = 0; p < kc; p += 2) {
-          auto av = [&](int64_t kk) { return kk < kc ? k::round_to_bf16(a[i * K + pc + kk]) : 0.0f; };
-          auto bv = [&](int64_t kk) { return kk < kc ? k::round_to_bf16(b[(pc + kk) * N + j]) : 0.0f; };
+          auto av = [&](int64_t kk) {
+            return kk < kc ? k::round_to_bf16(a[i * K + pc + kk]) : 0.0f;
+          };
+          auto bv = [&](int64_t kk) {
+            return kk < kc ? k::round_to_bf16(b[(pc + kk) * N + j]) : 0.0f;
+          };
           s = flush(std::fma(av(p + 1), bv(p + 1), s));
           s = flush(std::fma(av(p), bv(p), s));
         }
@@ -94,14 +100,14 @@ void check_bits(const Tensor& got, const std::vector<float>& want) {
 
 TEST_CASE("bf16 rounding: nearest even, NaN kept, subnormal inputs zero, overflow to inf") {
   CHECK(k::round_to_bf16(1.0f) == 1.0f);
-  CHECK(k::round_to_bf16(from_bits(0x3f808000)) == 1.0f);                  // tie, even below
-  CHECK(bits(k::round_to_bf16(from_bits(0x3f818000))) == 0x3f820000u);     // tie, even above
-  CHECK(bits(k::round_to_bf16(from_bits(0x3f808001))) == 0x3f810000u);     // above the tie
+  CHECK(k::round_to_bf16(from_bits(0x3f808000)) == 1.0f);               // tie, even below
+  CHECK(bits(k::round_to_bf16(from_bits(0x3f818000))) == 0x3f820000u);  // tie, even above
+  CHECK(bits(k::round_to_bf16(from_bits(0x3f808001))) == 0x3f810000u);  // above the tie
   CHECK(bits(k::round_to_bf16(-3.14159265f)) == 0xc0490000u);
   CHECK(std::isnan(k::round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
   CHECK(std::isnan(k::round_to_bf16(from_bits(0x7f800001))));  // a NaN whose top bits are inf's
-  CHECK(bits(k::round_to_bf16(1e-39f)) == 0u);                  // f32 subnormal: zero
-  CHECK(bits(k::round_to_bf16(from_bits(0x007fffff))) == 0u);   // even the largest one
+  CHECK(bits(k::round_to_bf16(1e-39f)) == 0u);                 // f32 subnormal: zero
+  CHECK(bits(k::round_to_bf16(from_bits(0x007fffff))) == 0u);  // even the largest one
   CHECK(bits(k::round_to_bf16(from_bits(0x00800000))) == 0x00800000u);  // smallest normal kept
   CHECK(bits(k::round_to_bf16(-1e-39f)) == 0x80000000u);
   CHECK(bits(k::round_to_bf16(from_bits(0x7f7fffff))) == 0x7f800000u);  // rounds up to inf
@@ -158,11 +164,11 @@ TEST_CASE("bf16 GEMM: within f32 rounding of the exact sum of the rounded operan
       worst = std::max(worst, std::fabs(c[i * N + j] - exact) / mag);
       worst_vs_f32 = std::max(worst_vs_f32, std::fabs(c[i * N + j] - c32[i * N + j]) / mag);
     }
-  MESSAGE("relative to sum |a b|: vs the exact sum of rounded operands " << worst
-                                                                          << ", vs f32 " << worst_vs_f32);
-  CHECK(worst < K * 6e-8);            // f32 accumulation of K products
-  CHECK(worst_vs_f32 < 3 * 0.0039);   // each operand within 2^-8 relative of its f32 value
-  CHECK(worst_vs_f32 > 1e-5);         // and the rounding did happen
+  MESSAGE("relative to sum |a b|: vs the exact sum of rounded operands " << worst << ", vs f32 "
+                                                                         << worst_vs_f32);
+  CHECK(worst < K * 6e-8);           // f32 accumulation of K products
+  CHECK(worst_vs_f32 < 3 * 0.0039);  // each operand within 2^-8 relative of its f32 value
+  CHECK(worst_vs_f32 > 1e-5);        // and the rounding did happen
 }
 
 TEST_CASE("bf16 GEMM is bit-identical with 1 and 2 threads, f64 is never rounded") {
