@@ -77,12 +77,13 @@ inline float bf16_value(uint32_t h) {
 inline void panel_to_bf16(float* panel, int64_t kc, int64_t width) {
   uint32_t* out = reinterpret_cast<uint32_t*>(panel);
   uint32_t row[32];
+  // With the AVX-512 kernel selected (and so the CPU has it); the scalar rounding under
+  // ATTEND_GEMM=avx2 or portable, so the tests compare the two.
+  const bool wide = width <= 16 && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512;
   for (int64_t p = 0; p < (kc + 1) / 2; ++p) {
     const float* lo = panel + 2 * p * width;
     const float* hi = 2 * p + 1 < kc ? lo + width : nullptr;
-    // With the AVX-512 kernel selected (and so the CPU has it); the scalar rounding under
-    // ATTEND_GEMM=avx2 or portable, so the tests compare the two.
-    if (width <= 16 && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
+    if (wide) {
       // both rows are read into registers before the store
       bf16_pairs_x16(lo, hi, width, out + p * width);
       continue;
@@ -145,16 +146,7 @@ __attribute__((target("avx2,fma"))) inline void micro_bf16_avx2(int64_t kc2, con
     }
   }
   _mm_setcsr(csr);
-  for (int64_t i = 0; i < MR; ++i) {
-    float* o = out + i * ld;
-    if (add) {
-      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), c[i][0]));
-      _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), c[i][1]));
-    } else {
-      _mm256_storeu_ps(o, c[i][0]);
-      _mm256_storeu_ps(o + 8, c[i][1]);
-    }
-  }
+  store_tile(c, out, ld, add);
 }
 
 // vdpbf16ps: MR x 16 (one B panel) or MR x 32 (two adjacent panels, b0 and b1).
@@ -198,16 +190,7 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x32(
     c50 = _mm512_dpbf16_ps(c50, ai, x0), c51 = _mm512_dpbf16_ps(c51, ai, x1);
   }
   const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  for (int64_t i = 0; i < MR; ++i) {
-    float* o = out + i * ld;
-    if (add) {
-      _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), c[i][0]));
-      _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_loadu_ps(o + 16), c[i][1]));
-    } else {
-      _mm512_storeu_ps(o, c[i][0]);
-      _mm512_storeu_ps(o + 16, c[i][1]);
-    }
-  }
+  store_tile(c, out, ld, add);
 }
 
 // The kernel a bf16 product runs: vdpbf16ps when the CPU has it and the f32 kernel in use is

@@ -41,6 +41,37 @@ inline void micro_portable(int64_t kc, const T* a, const T* b, T* out, int64_t l
     for (int64_t j = 0; j < NR; ++j) out[i * ld + j] = add ? out[i * ld + j] + c[i][j] : c[i][j];
 }
 
+// A finished MR x 16 (two 256-bit halves per row) or MR x 32 (two 512-bit halves) f32 tile
+// from registers into out (leading dimension ld), or added to it: every f32 micro-kernel's
+// (and the bf16 kernels') last step.
+__attribute__((target("avx2"))) inline void store_tile(const __m256 (&c)[MR][2], float* out,
+                                                       int64_t ld, bool add) {
+  for (int64_t i = 0; i < MR; ++i) {
+    float* o = out + i * ld;
+    if (add) {
+      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), c[i][0]));
+      _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), c[i][1]));
+    } else {
+      _mm256_storeu_ps(o, c[i][0]);
+      _mm256_storeu_ps(o + 8, c[i][1]);
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) inline void store_tile(const __m512 (&c)[MR][2], float* out,
+                                                          int64_t ld, bool add) {
+  for (int64_t i = 0; i < MR; ++i) {
+    float* o = out + i * ld;
+    if (add) {
+      _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), c[i][0]));
+      _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_loadu_ps(o + 16), c[i][1]));
+    } else {
+      _mm512_storeu_ps(o, c[i][0]);
+      _mm512_storeu_ps(o + 16, c[i][1]);
+    }
+  }
+}
+
 __attribute__((target("avx2,fma"))) inline void micro_avx2(int64_t kc, const float* a,
                                                            const float* b, float* out, int64_t ld,
                                                            bool add) {
@@ -66,16 +97,7 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2(int64_t kc, const flo
     c50 = _mm256_fmadd_ps(ai, b0, c50), c51 = _mm256_fmadd_ps(ai, b1, c51);
   }
   const __m256 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  for (int64_t i = 0; i < MR; ++i) {
-    float* o = out + i * ld;
-    if (add) {
-      _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), c[i][0]));
-      _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), c[i][1]));
-    } else {
-      _mm256_storeu_ps(o, c[i][0]);
-      _mm256_storeu_ps(o + 8, c[i][1]);
-    }
-  }
+  store_tile(c, out, ld, add);
 }
 
 __attribute__((target("avx2,fma"))) inline void micro_avx2(int64_t kc, const double* a,
@@ -142,16 +164,7 @@ __attribute__((target("avx512f"))) inline void micro_avx512_6x32(int64_t kc, con
     c50 = _mm512_fmadd_ps(ai, x0, c50), c51 = _mm512_fmadd_ps(ai, x1, c51);
   }
   const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  for (int64_t i = 0; i < MR; ++i) {
-    float* o = out + i * ld;
-    if (add) {
-      _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), c[i][0]));
-      _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_loadu_ps(o + 16), c[i][1]));
-    } else {
-      _mm512_storeu_ps(o, c[i][0]);
-      _mm512_storeu_ps(o + 16, c[i][1]);
-    }
-  }
+  store_tile(c, out, ld, add);
 }
 
 template <typename T>

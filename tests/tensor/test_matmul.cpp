@@ -156,7 +156,7 @@ TEST_CASE("the AVX-512 f32 kernel gives the AVX2 kernel's bits") {
   CHECK(compared == 2 * 4 * 7 * 4 * 4);
 }
 
-TEST_CASE("gemm_prepacked on a prefix of a B packed once gives gemm's bits on that prefix") {
+TEST_CASE("gemm_prepacked on a prefix of a B packed once gives gemm's bits on that prefix, f32/f64 and bf16") {
   // Attention packs K^T, V (and K, V^T) once per batch and head and multiplies each query
   // block by their first nk keys: the products must equal gemm on B[:k, :n], for row-major
   // and transposed B, k across the 256-deep K blocks, n across the 16-wide panels.
@@ -193,6 +193,11 @@ TEST_CASE("gemm_prepacked on a prefix of a B packed once gives gemm's bits on th
   };
   check.operator()<float>();
   check.operator()<double>();
+  // bf16 products (attention's under --precision bf16): pack_b_all rounds B to bf16 pairs
+  // once; a prefix of odd length k reads row k in the last pair against A's zero pad.
+  const k::GemmPrecision before = k::set_gemm_precision(k::GemmPrecision::bf16);
+  check.operator()<float>();
+  k::set_gemm_precision(before);
   CHECK_THROWS_AS(k::gemm_prepacked<float>(1, 2, 1, {nullptr, 1, 1}, nullptr, 1, 1, nullptr, 2),
                   Error);
 }
