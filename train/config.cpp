@@ -381,6 +381,9 @@ TrainConfig from_values(const io::ConfigValues& values) {
       throw Error(str("checkpoint /config ", e.what()));
     }
   }
+  // Read by eval and sample before anything validates the whole config.
+  ATTEND_CHECK(c.precision == "f32" || c.precision == "bf16",
+               "checkpoint /config precision: expected f32 or bf16, got '", c.precision, "'");
   return c;
 }
 

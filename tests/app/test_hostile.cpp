@@ -240,6 +240,20 @@ TEST_CASE("R10: summary --checkpoint checks /config against the stored weights")
   fs::remove_all(dir);
 }
 
+TEST_CASE("a checkpoint whose /config precision is not f32 or bf16 is refused naming the field") {
+  const fs::path dir = test::temp_dir("hostile_precision");
+  const fs::path r = test::trained_run(dir);
+  io::CheckpointData d = train::newest_valid_checkpoint(r).data;
+  for (auto& [name, v] : d.config)
+    if (name == "precision") v = std::string("f8");
+  io::save_checkpoint(dir / "p.h5", d);
+  const std::string ck = " --checkpoint " + (dir / "p.h5").string();
+  for (const std::string& cmd : {"eval --data " + (dir / "corpus.txt").string() + ck,
+                                 "sample --max_new_tokens 2 --prompt T" + ck})
+    check_refused(attend_cmd(cmd), "checkpoint /config precision: expected f32 or bf16, got 'f8'");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("R11: errors show the user's numbers: integer flags and huge config.json values") {
   const fs::path dir = test::temp_dir("hostile_r11");
   const fs::path hf = exported(dir);
