@@ -79,9 +79,21 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
   bool bf16 = false;
   if constexpr (std::is_same_v<T, float>)
     bf16 = g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
-  const bool bf16_hw = bf16 && bf16_native();
+  const Bf16Path path = bf16 ? bf16_path() : Bf16Path::scalar;
+  const bool bf16_hw = bf16 && path == Bf16Path::native;
   auto to_bf16 = [&](T* panel, int64_t kc, int64_t width) {
-    if constexpr (std::is_same_v<T, float>) panel_to_bf16(panel, kc, width);
+    if constexpr (std::is_same_v<T, float>) panel_to_bf16(panel, kc, width, path);
+  };
+  // A's panels: pairs for the native and scalar kernels, swapped rounded rows for the AVX2
+  // emulation (gemm_bf16.h).
+  auto a_to_bf16 = [&](T* panel, int64_t kc) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (path == Bf16Path::avx2) {
+        panel_to_bf16_swapped(panel, kc, MR);
+      } else {
+        panel_to_bf16(panel, kc, MR, path);
+      }
+    }
   };
   // A few rows against a transposed weight (a token at a time): no packing, same bits.
   if constexpr (std::is_same_v<T, float>) {
@@ -132,8 +144,10 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
             const auto* bq = reinterpret_cast<const uint32_t*>(b_panel + q * bs);
             if (bf16_hw) {
               micro_bf16_6x16(kc2, a2, bq, o + q * NR, ld, add);
+            } else if (path == Bf16Path::avx2) {
+              micro_bf16_avx2(kc, a_panel, bq, o + q * NR, ld, add);
             } else {
-              micro_bf16_emulation(kc2, a2, bq, o + q * NR, ld, add);
+              micro_bf16_emulated(kc2, a2, bq, o + q * NR, ld, add);
             }
           }
         }
@@ -193,7 +207,7 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
         }
         pack_a(M, kc, pc, A, a_pack, false);
         if (bf16)
-          for (int64_t q = 0; q < m_panels; ++q) to_bf16(a_pack + q * kc * MR, kc, MR);
+          for (int64_t q = 0; q < m_panels; ++q) a_to_bf16(a_pack + q * kc * MR, kc);
         rows_blocked(0, m_panels, n_panels, [&](int64_t ip, int64_t jp) {
           tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, bp, b_stride(pc), pc == 0 && !accumulate,
                acc);
@@ -240,7 +254,7 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
           pack_a(std::min(M, ib * MR) - r0, kc, pc,
                  MatrixRef<T>{A.data + r0 * A.row_stride, A.row_stride, A.col_stride}, my_a, false);
           if (bf16)
-            for (int64_t q = 0; q < ib - ia; ++q) to_bf16(my_a + q * kc * MR, kc, MR);
+            for (int64_t q = 0; q < ib - ia; ++q) a_to_bf16(my_a + q * kc * MR, kc);
           auto one = [&](int64_t ip, int64_t jp) {
             tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, kc * NR,
                  pc == 0 && !accumulate, acc);
@@ -282,7 +296,7 @@ void pack_b_all(int64_t K, int64_t N, MatrixRef<T> B, T* out) {
     if constexpr (std::is_same_v<T, float>)
       if (g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16)
         for (int64_t q = 0; q < n_pad / nr<T>(); ++q)
-          panel_to_bf16(out + pc * n_pad + q * kc * nr<T>(), kc, nr<T>());
+          panel_to_bf16(out + pc * n_pad + q * kc * nr<T>(), kc, nr<T>(), bf16_path());
   }
 }
 

@@ -7,6 +7,11 @@
 // half: the operand order of AVX512_BF16's vdpbf16ps. A panel of kc f32 rows becomes
 // ceil(kc/2) word rows in place, at the start of the same memory.
 //
+// The AVX2 emulation reads A differently (B as above): A's panel stays kc f32 rows, each
+// value rounded to bf16 (low 16 bits zero), the two rows of each pair swapped (k+1 first,
+// the order of the arithmetic below), a lone last row of an odd kc left in place; so the
+// kernel broadcasts A's values as plain floats, and splits only B's words.
+//
 // Arithmetic, native and emulated alike: per pair, acc = acc + a[k+1] b[k+1], then
 // acc = acc + a[k] b[k], each rounded to f32 (nearest even), a result below f32's smallest
 // normal flushed to zero, as vdpbf16ps is specified. A product of two bf16 values is exact
@@ -64,6 +69,36 @@ __attribute__((target("avx512f"))) inline void bf16_pairs_x16(const float* lo, c
   _mm512_mask_storeu_epi32(out, m, w);
 }
 
+// bf16_round_x16 in AVX2 registers, 8 lanes.
+__attribute__((target("avx2"))) inline __m256i bf16_round_x8(__m256i u) {
+  const __m256i exp = _mm256_set1_epi32(0x7f800000), abs = _mm256_set1_epi32(0x7fffffff);
+  const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, exp), _mm256_setzero_si256());
+  u = _mm256_andnot_si256(_mm256_and_si256(tiny, abs), u);  // a subnormal: its sign only
+  // (u & abs) and exp are below 2^31, so the signed compare is the unsigned one
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), exp);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+  return _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+}
+
+// Pair rows lo and hi (hi null: zeros) of 16 floats -> 16 words at out; all four halves are
+// read before either store.
+__attribute__((target("avx2"))) inline void bf16_pairs_x8x2(const float* lo, const float* hi,
+                                                            uint32_t* out) {
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  __m256i w[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l =
+        bf16_round_x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + 8 * h)));
+    const __m256i u =
+        hi ? bf16_round_x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + 8 * h)))
+           : _mm256_setzero_si256();
+    w[h] = _mm256_or_si256(_mm256_srli_epi32(l, 16), _mm256_and_si256(u, high));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), w[0]);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), w[1]);
+}
+
 inline float bf16_value(uint32_t h) {
   const uint32_t u = h << 16;
   float f;
@@ -71,26 +106,63 @@ inline float bf16_value(uint32_t h) {
   return f;
 }
 
+// Which bf16 kernel a product runs (read once per product, or per pack_b_all): vdpbf16ps
+// when the CPU has it and the f32 kernel in use is the AVX-512 one; else the emulation, in
+// AVX2 registers unless ATTEND_GEMM=portable (the scalar one, the twin the tests hold the
+// others to).
+enum class Bf16Path { native, avx2, scalar };
+inline Bf16Path bf16_path() {
+  const GemmKernel k = g_kernel.load(std::memory_order_relaxed);
+  if (kHasAvx512Bf16 && k == GemmKernel::avx512) return Bf16Path::native;
+  return kHasAvx2 && k != GemmKernel::portable ? Bf16Path::avx2 : Bf16Path::scalar;
+}
+
 // A packed panel of kc rows of `width` f32 values (k-major) -> ceil(kc/2) rows of `width`
 // bf16 pairs, in place. Output row p is written after input rows 2p and 2p+1 are read, and
-// p <= 2p, so nothing unread is overwritten.
-inline void panel_to_bf16(float* panel, int64_t kc, int64_t width) {
+// p <= 2p, so nothing unread is overwritten. The rounding in AVX-512 or AVX2 registers, or
+// scalar, as the path (the same bits; the tests compare them).
+inline void panel_to_bf16(float* panel, int64_t kc, int64_t width, Bf16Path path) {
   uint32_t* out = reinterpret_cast<uint32_t*>(panel);
   uint32_t row[32];
-  // With the AVX-512 kernel selected (and so the CPU has it); the scalar rounding under
-  // ATTEND_GEMM=avx2 or portable, so the tests compare the two.
-  const bool wide = width <= 16 && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512;
+  const bool x16 = width <= 16 && path == Bf16Path::native;
+  const bool x8 = width == 16 && path == Bf16Path::avx2;
   for (int64_t p = 0; p < (kc + 1) / 2; ++p) {
     const float* lo = panel + 2 * p * width;
     const float* hi = 2 * p + 1 < kc ? lo + width : nullptr;
-    if (wide) {
+    if (x16) {
       // both rows are read into registers before the store
       bf16_pairs_x16(lo, hi, width, out + p * width);
+      continue;
+    }
+    if (x8) {
+      bf16_pairs_x8x2(lo, hi, out + p * width);
       continue;
     }
     for (int64_t j = 0; j < width; ++j)
       row[j] = bf16_bits(lo[j]) | (hi ? static_cast<uint32_t>(bf16_bits(hi[j])) << 16 : 0u);
     std::memcpy(out + p * width, row, static_cast<size_t>(width) * 4);
+  }
+}
+
+// A's panel for the AVX2 emulation (the layout in the header comment), in place: every value
+// rounded to bf16 and kept as f32, then rows 2p and 2p+1 swapped for each whole pair.
+__attribute__((target("avx2"))) inline void panel_to_bf16_swapped(float* panel, int64_t kc,
+                                                                  int64_t width) {
+  const int64_t n = kc * width;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    auto* q = reinterpret_cast<__m256i*>(panel + i);
+    _mm256_storeu_si256(q, _mm256_and_si256(bf16_round_x8(_mm256_loadu_si256(q)), high));
+  }
+  for (; i < n; ++i) panel[i] = bf16_value(bf16_bits(panel[i]));
+  float tmp[16];
+  const size_t bytes = static_cast<size_t>(width) * 4;
+  for (int64_t p = 0; p + 1 < kc; p += 2) {
+    float* r = panel + p * width;
+    std::memcpy(tmp, r, bytes);
+    std::memcpy(r, r + width, bytes);
+    std::memcpy(r + width, tmp, bytes);
   }
 }
 
@@ -116,35 +188,61 @@ inline void micro_bf16_emulated(int64_t kc2, const uint32_t* a, const uint32_t* 
     for (int64_t j = 0; j < 16; ++j) out[i * ld + j] = add ? out[i * ld + j] + c[i][j] : c[i][j];
 }
 
-// The emulation in AVX2/FMA registers, for CPUs without AVX512_BF16: each word split into
-// its two bf16 values (high half masked, low half shifted up), two FMAs per pair in the
-// order above, with MXCSR's flush-to-zero on for the loop, which flushes exactly the results
-// flush_tiny does (x86 detects tininess after rounding, and keeps the sign). The store, and
-// the add into C, run under the caller's MXCSR, as the native kernel's do.
-__attribute__((target("avx2,fma"))) inline void micro_bf16_avx2(int64_t kc2, const uint32_t* a,
-                                                                const uint32_t* b, float* out,
-                                                                int64_t ld, bool add) {
+// The emulation in AVX2/FMA registers, for CPUs without AVX512_BF16: A from its swapped f32
+// panel (kc rows, panel_to_bf16_swapped), B's words split into their two bf16 values (high
+// half masked, low half shifted up), two FMAs per pair in the order above, with MXCSR's
+// flush-to-zero on for the loop, which flushes exactly the results flush_tiny does (x86
+// detects tininess after rounding, and keeps the sign). An odd kc's last pair multiplies B's
+// high half by A's zero, as the native kernel does (a prefix of a prepacked B may have a
+// value there). The store, and the add into C, run under the caller's MXCSR, as the native
+// kernel's do. About as fast as the f32 kernel: the same broadcasts and FMAs per k, B read
+// at half the bytes, four integer operations per pair.
+__attribute__((target("avx2,fma"), noinline)) inline void micro_bf16_avx2(
+    int64_t kc, const float* a, const uint32_t* b, float* out, int64_t ld, bool add) {
   const unsigned csr = _mm_getcsr();
   _mm_setcsr(csr | 0x8000u);  // FTZ
-  __m256 c[MR][2];
-  for (auto& row : c) row[0] = row[1] = _mm256_setzero_ps();
+  // One named register per accumulator, as micro_avx2 (an array here made GCC spill one).
+  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int64_t p = 0; p < kc2; ++p, a += MR, b += 16) {
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 8));
-    const __m256 h0 = _mm256_castsi256_ps(_mm256_and_si256(w0, high));
-    const __m256 h1 = _mm256_castsi256_ps(_mm256_and_si256(w1, high));
-    const __m256 l0 = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
-    const __m256 l1 = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
-    for (int64_t i = 0; i < MR; ++i) {
-      const __m256 ah = _mm256_set1_ps(bf16_value(a[i] >> 16)),
-                   al = _mm256_set1_ps(bf16_value(a[i] & 0xffffu));
-      c[i][0] = _mm256_fmadd_ps(ah, h0, c[i][0]);
-      c[i][1] = _mm256_fmadd_ps(ah, h1, c[i][1]);
-      c[i][0] = _mm256_fmadd_ps(al, l0, c[i][0]);
-      c[i][1] = _mm256_fmadd_ps(al, l1, c[i][1]);
-    }
+  auto hi = [&](const uint32_t* w) {
+    return _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), high));
+  };
+  auto lo = [&](const uint32_t* w) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), 16));
+  };
+  // Six rows' FMAs against the two halves x0, x1 of one bf16 value per column, A's values at r.
+  auto rank1 = [&](const float* r, __m256 x0, __m256 x1) {
+    __m256 ai = _mm256_broadcast_ss(r + 0);
+    c00 = _mm256_fmadd_ps(ai, x0, c00), c01 = _mm256_fmadd_ps(ai, x1, c01);
+    ai = _mm256_broadcast_ss(r + 1);
+    c10 = _mm256_fmadd_ps(ai, x0, c10), c11 = _mm256_fmadd_ps(ai, x1, c11);
+    ai = _mm256_broadcast_ss(r + 2);
+    c20 = _mm256_fmadd_ps(ai, x0, c20), c21 = _mm256_fmadd_ps(ai, x1, c21);
+    ai = _mm256_broadcast_ss(r + 3);
+    c30 = _mm256_fmadd_ps(ai, x0, c30), c31 = _mm256_fmadd_ps(ai, x1, c31);
+    ai = _mm256_broadcast_ss(r + 4);
+    c40 = _mm256_fmadd_ps(ai, x0, c40), c41 = _mm256_fmadd_ps(ai, x1, c41);
+    ai = _mm256_broadcast_ss(r + 5);
+    c50 = _mm256_fmadd_ps(ai, x0, c50), c51 = _mm256_fmadd_ps(ai, x1, c51);
+  };
+  int64_t k = 0;
+  for (; k + 2 <= kc; k += 2, a += 2 * MR, b += 16) {
+    rank1(a, hi(b), hi(b + 8));
+    rank1(a + MR, lo(b), lo(b + 8));
   }
+  if (k < kc) {
+    static const float zeros[MR] = {};
+    rank1(zeros, hi(b), hi(b + 8));
+    rank1(a, lo(b), lo(b + 8));
+  }
+  const __m256 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
   _mm_setcsr(csr);
   store_tile(c, out, ld, add);
 }
@@ -191,20 +289,6 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x32(
   }
   const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
   store_tile(c, out, ld, add);
-}
-
-// The kernel a bf16 product runs: vdpbf16ps when the CPU has it and the f32 kernel in use is
-// the AVX-512 one; else the emulation, in AVX2 registers unless ATTEND_GEMM=portable.
-inline bool bf16_native() {
-  return kHasAvx512Bf16 && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512;
-}
-inline void micro_bf16_emulation(int64_t kc2, const uint32_t* a, const uint32_t* b, float* out,
-                                 int64_t ld, bool add) {
-  if (kHasAvx2 && g_kernel.load(std::memory_order_relaxed) != GemmKernel::portable) {
-    micro_bf16_avx2(kc2, a, b, out, ld, add);
-  } else {
-    micro_bf16_emulated(kc2, a, b, out, ld, add);
-  }
 }
 
 }  // namespace attend::kernel::gemm_detail
