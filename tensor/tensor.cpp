@@ -1,6 +1,7 @@
 #include "tensor/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -71,9 +72,27 @@ BufferPool& pool() {
 
 }  // namespace
 
-Storage::Storage(size_t n) : nbytes(n) { data = pool().take(BufferPool::round(n)); }
+namespace {
+std::atomic<size_t> g_live{0}, g_peak{0};
+}  // namespace
 
-Storage::~Storage() { pool().give(data, BufferPool::round(nbytes)); }
+Storage::Storage(size_t n) : nbytes(n) {
+  data = pool().take(BufferPool::round(n));
+  const size_t now = g_live.fetch_add(n, std::memory_order_relaxed) + n;
+  size_t peak = g_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+Storage::~Storage() {
+  g_live.fetch_sub(nbytes, std::memory_order_relaxed);
+  pool().give(data, BufferPool::round(nbytes));
+}
+
+StorageStats storage_stats() {
+  return {g_live.load(std::memory_order_relaxed), g_peak.load(std::memory_order_relaxed)};
+}
+void reset_storage_peak() { g_peak.store(g_live.load(std::memory_order_relaxed)); }
 
 int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
 

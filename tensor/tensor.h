@@ -28,6 +28,17 @@ struct Node;
 }
 
 // An aligned buffer, freed with its last owner.
+struct Storage;
+
+// Bytes held by live storages (every tensor's buffer, and what ops keep for backward) now,
+// and the most held at once since the last reset_storage_peak(): what a step's activations
+// cost, whatever the allocator keeps cached (bench_train prints it). Process-wide.
+struct StorageStats {
+  size_t live = 0, peak = 0;
+};
+StorageStats storage_stats();
+void reset_storage_peak();
+
 struct Storage {
   explicit Storage(size_t nbytes);
   ~Storage();

@@ -2,6 +2,7 @@
 // broadcast batch dims (see Note [Broadcast gradients]). Transposes are stride views, so
 // the backward products read the saved operands in place.
 #include "autograd/ops.h"
+#include "autograd/ops/saved.h"
 #include "tensor/kernels.h"
 
 namespace attend {
@@ -42,18 +43,21 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   if (b.defined()) kernel::add_(out, b);
   std::vector<Tensor> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
-  autograd::record(
-      "linear", inputs, out,
-      [x = x.detach(), w = w.detach(), has_b = b.defined()](const Tensor& g, const Needs& n) {
-        const int64_t in = w.size(1), outs = w.size(0);
-        const Tensor g2 = kernel::reshape(g, {-1, outs});
-        std::vector<Tensor> grads(has_b ? 3 : 2);
-        if (n[0]) grads[0] = kernel::matmul(g, w);  // (..., in)
-        if (n[1])
-          grads[1] = kernel::matmul(kernel::transpose(g2, 0, 1), kernel::reshape(x, {-1, in}));
-        if (has_b && n[2]) grads[2] = kernel::sum_to(g2, {outs});
-        return grads;
-      });
+  // saves: x (as bf16 under bf16 products: it is only dW's operand, autograd/ops/saved.h), w
+  autograd::detail::SavedOperand saved_x;
+  if (autograd::needs_grad(inputs)) saved_x = autograd::detail::SavedOperand(x);
+  autograd::record("linear", inputs, out,
+                   [saved_x, w = w.detach(), has_b = b.defined()](const Tensor& g, const Needs& n) {
+                     const int64_t in = w.size(1), outs = w.size(0);
+                     const Tensor g2 = kernel::reshape(g, {-1, outs});
+                     std::vector<Tensor> grads(has_b ? 3 : 2);
+                     if (n[0]) grads[0] = kernel::matmul(g, w);  // (..., in)
+                     if (n[1])
+                       grads[1] = kernel::matmul(kernel::transpose(g2, 0, 1),
+                                                 kernel::reshape(saved_x.get(), {-1, in}));
+                     if (has_b && n[2]) grads[2] = kernel::sum_to(g2, {outs});
+                     return grads;
+                   });
   return out;
 }
 

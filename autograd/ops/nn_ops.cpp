@@ -2,6 +2,7 @@
 // tensor/kernels/nn.cpp), so the graph holds one saved tensor or two instead of the
 // chain of a composition; tests check each against its composition from primitives.
 #include "autograd/ops.h"
+#include "autograd/ops/saved.h"
 #include "tensor/kernels.h"
 
 namespace attend {
@@ -19,11 +20,11 @@ Tensor softmax(const Tensor& x) {
 
 Tensor scaled_softmax(const Tensor& x, double scale, int64_t offset, int64_t window) {
   Tensor out = kernel::scaled_softmax(x, scale, offset, window);
-  autograd::record("scaled_softmax", {x}, out,
-                   [y = out.detach(), scale, offset, window](const Tensor& g, const Needs&) {
-                     return std::vector<Tensor>{
-                         kernel::scaled_softmax_backward(y, g, scale, offset, window)};
-                   });
+  autograd::record(
+      "scaled_softmax", {x}, out,
+      [y = out.detach(), scale, offset, window](const Tensor& g, const Needs&) {
+        return std::vector<Tensor>{kernel::scaled_softmax_backward(y, g, scale, offset, window)};
+      });
   return out;
 }
 
@@ -51,10 +52,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
   Tensor out =
       kernel::transpose(empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.dtype()), 1, 2);
   kernel::attention_forward(qc, kc, vc, scale, offset, drop, out, window);
-  // saves: q, k, v (the weights are recomputed in backward)
+  // saves: q, k, v (the weights are recomputed in backward; as bf16 under bf16 products,
+  // autograd/ops/saved.h)
+  using autograd::detail::SavedOperand;
+  SavedOperand sq, sk, sv;
+  if (autograd::needs_grad({q, k, v}))
+    sq = SavedOperand(qc), sk = SavedOperand(kc), sv = SavedOperand(vc);
   autograd::record("attention", {q, k, v}, out,
-                   [qc = qc.detach(), kc = kc.detach(), vc = vc.detach(), scale, offset, drop,
-                    window](const Tensor& g, const Needs&) {
+                   [sq, sk, sv, scale, offset, drop, window](const Tensor& g, const Needs&) {
+                     const Tensor qc = sq.get(), kc = sk.get(), vc = sv.get();
                      Tensor dq = empty(qc.shape(), qc.dtype()), dk = empty(kc.shape(), kc.dtype()),
                             dv = empty(vc.shape(), vc.dtype());
                      kernel::attention_backward(unit_last(g), qc, kc, vc, scale, offset, drop, dq,
@@ -77,10 +83,14 @@ Tensor attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, doubl
   kernel::attention_forward(heads_view(x, 0, n_head, HS), heads_view(x, C, n_kv_head, HS),
                             heads_view(x, C + kv, n_kv_head, HS), scale, offset, drop,
                             heads_view(o, 0, n_head, HS), window);
-  // saves: qkv (the weights are recomputed in backward)
+  // saves: qkv (the weights are recomputed in backward; as bf16 under bf16 products,
+  // autograd/ops/saved.h)
+  autograd::detail::SavedOperand saved;
+  if (autograd::needs_grad({qkv})) saved = autograd::detail::SavedOperand(x);
   autograd::record("attention_qkv", {qkv}, o,
-                   [x = x.detach(), n_head, n_kv_head, HS, C, kv, scale, offset, drop, window](
+                   [saved, n_head, n_kv_head, HS, C, kv, scale, offset, drop, window](
                        const Tensor& g, const Needs&) {
+                     const Tensor x = saved.get();
                      Tensor gc = kernel::contiguous(g);
                      Tensor dx = empty(x.shape(), x.dtype());
                      kernel::attention_backward(
@@ -190,12 +200,12 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   auto r = kernel::rms_norm(x, weight, eps);
   // saves: x, weight and the per-row 1/rms
-  autograd::record("rms_norm", {x, weight}, r.y,
-                   [x = x.detach(), w = weight.detach(), rstd = r.rstd](const Tensor& g,
-                                                                         const Needs&) {
-                     auto d = kernel::rms_norm_backward(g, x, w, rstd);
-                     return std::vector<Tensor>{d.dx, d.dweight};
-                   });
+  autograd::record(
+      "rms_norm", {x, weight}, r.y,
+      [x = x.detach(), w = weight.detach(), rstd = r.rstd](const Tensor& g, const Needs&) {
+        auto d = kernel::rms_norm_backward(g, x, w, rstd);
+        return std::vector<Tensor>{d.dx, d.dweight};
+      });
   return r.y;
 }
 
@@ -211,11 +221,10 @@ Tensor swiglu(const Tensor& x) {
 Tensor rotary(const Tensor& x, int64_t head_size, int64_t rotated, int64_t pos0, double theta) {
   Tensor out = kernel::rotary(x, head_size, rotated, pos0, theta);
   // saves: nothing (the backward turns the gradient back)
-  autograd::record("rotary", {x}, out,
-                   [head_size, rotated, pos0, theta](const Tensor& g, const Needs&) {
-                     return std::vector<Tensor>{
-                         kernel::rotary(g, head_size, rotated, pos0, theta, -1)};
-                   });
+  autograd::record(
+      "rotary", {x}, out, [head_size, rotated, pos0, theta](const Tensor& g, const Needs&) {
+        return std::vector<Tensor>{kernel::rotary(g, head_size, rotated, pos0, theta, -1)};
+      });
   return out;
 }
 

@@ -66,6 +66,10 @@ GemmPrecision gemm_precision();
 GemmPrecision set_gemm_precision(GemmPrecision p);
 bool gemm_has_native_bf16();  // AVX512_BF16 on this CPU
 float round_to_bf16(float x);  // the packing's rounding, for tests and checkers
+// n f32 values -> their bf16 bits by that rounding, and back (bits << 16, exact): a tensor
+// kept for backward in half the bytes (autograd/ops/saved.h). In parallel, any thread count.
+void to_bf16_bits(const float* x, uint16_t* out, int64_t n);
+void from_bf16_bits(const uint16_t* x, float* out, int64_t n);
 
 }  // namespace attend::kernel
 #pragma GCC visibility pop

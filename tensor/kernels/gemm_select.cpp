@@ -6,6 +6,7 @@
 
 #include "tensor/kernels/gemm_bf16.h"
 #include "tensor/kernels/gemm_micro.h"
+#include "tensor/parallel.h"
 
 namespace attend::kernel {
 
@@ -72,6 +73,41 @@ GemmPrecision gemm_precision() { return gemm_detail::g_precision.load(); }
 GemmPrecision set_gemm_precision(GemmPrecision p) { return gemm_detail::g_precision.exchange(p); }
 bool gemm_has_native_bf16() { return gemm_detail::kHasAvx512Bf16; }
 float round_to_bf16(float x) { return gemm_detail::bf16_value(gemm_detail::bf16_bits(x)); }
+
+namespace {
+
+__attribute__((target("avx2"))) void to_bf16_bits_avx2(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i r =
+        gemm_detail::bf16_round_x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    // the high halves of the eight words, in order (each shifted value < 2^16, so the
+    // saturating pack keeps it)
+    const __m256i h = _mm256_srli_epi32(r, 16);
+    const __m128i packed =
+        _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), packed);
+  }
+  for (; i < n; ++i) out[i] = gemm_detail::bf16_bits(x[i]);
+}
+
+}  // namespace
+
+void to_bf16_bits(const float* x, uint16_t* out, int64_t n) {
+  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    if (kHasAvx2) {
+      to_bf16_bits_avx2(x + b, out + b, e - b);
+    } else {
+      for (int64_t i = b; i < e; ++i) out[i] = gemm_detail::bf16_bits(x[i]);
+    }
+  });
+}
+
+void from_bf16_bits(const uint16_t* x, float* out, int64_t n) {
+  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = gemm_detail::bf16_value(x[i]);
+  });
+}
 
 const char* gemm_kernel_name(GemmKernel k) {
   switch (k) {

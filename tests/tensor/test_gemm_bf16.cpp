@@ -116,11 +116,12 @@ TEST_CASE("bf16 rounding: nearest even, NaN kept, subnormal inputs zero, overflo
         std::numeric_limits<float>::infinity());
 }
 
-TEST_CASE("the bf16 GEMM gives its scalar twin's bits, native and emulated, on odd sizes") {
+namespace {
+
+// Each kernel's products on odd sizes against the twin, bit for bit.
+void check_twin(const std::vector<k::GemmKernel>& kernels) {
   Generator g(71);
   const PrecisionGuard bf16(k::GemmPrecision::bf16);
-  std::vector<k::GemmKernel> kernels = {k::GemmKernel::portable, k::GemmKernel::avx2};
-  if (k::gemm_has_native_bf16()) kernels.push_back(k::GemmKernel::avx512);
   for (int64_t M : {1, 6, 13, 97})
     for (int64_t N : {1, 16, 33, 100})
       for (int64_t K : {1, 2, 7, 256, 257, 600}) {
@@ -137,8 +138,18 @@ TEST_CASE("the bf16 GEMM gives its scalar twin's bits, native and emulated, on o
           check_bits(k::matmul(a, b), want);
         }
       }
+}
+
+}  // namespace
+
+TEST_CASE("the emulated bf16 GEMM (scalar, AVX2) gives its scalar twin's bits on odd sizes") {
+  check_twin({k::GemmKernel::portable, k::GemmKernel::avx2});
+}
+
+TEST_CASE("the native bf16 GEMM (vdpbf16ps) gives its scalar twin's bits on odd sizes") {
   if (!k::gemm_has_native_bf16())
-    test::skip("this CPU has no AVX512_BF16: only the emulated bf16 kernel was checked");
+    ATTEND_SKIP("this CPU has no AVX512_BF16: the native bf16 kernel was not checked");
+  check_twin({k::GemmKernel::avx512});
 }
 
 TEST_CASE("bf16 GEMM: within f32 rounding of the exact sum of the rounded operands") {
@@ -167,11 +178,11 @@ TEST_CASE("bf16 GEMM: within f32 rounding of the exact sum of the rounded operan
     }
   MESSAGE("relative to sum |a b|: vs the exact sum of rounded operands " << worst << ", vs f32 "
                                                                          << worst_vs_f32);
-  CHECK(worst < K * 6e-8);           // f32 accumulation of K products
+  CHECK(worst < K * 6e-8);  // f32 accumulation of K products
   // Each operand within 2^-9 (half a bf16 ulp) of its f32 value: a product within 2^-8 of
   // |a b|, plus both sides' f32 sums of K products.
   CHECK(worst_vs_f32 < 0.00390625 + 2 * K * 6e-8);
-  CHECK(worst_vs_f32 > 1e-5);        // and the rounding did happen
+  CHECK(worst_vs_f32 > 1e-5);  // and the rounding did happen
 }
 
 TEST_CASE("bf16 GEMM is bit-identical with 1 and 2 threads, f64 is never rounded") {
@@ -189,4 +200,29 @@ TEST_CASE("bf16 GEMM is bit-identical with 1 and 2 threads, f64 is never rounded
   const Tensor c64 = k::matmul(a64, b64);
   const PrecisionGuard f32(k::GemmPrecision::f32);
   test::check_close(c64, k::matmul(a64, b64), 0, 0);
+}
+
+TEST_CASE("to_bf16_bits and back give round_to_bf16's values, in parallel and in its tail") {
+  Generator g(5);
+  std::vector<float> v = spread(100003, g);  // past one parallel piece, not a multiple of 8
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            from_bits(0x7f800001),
+                            1e-39f,
+                            -1e-39f,
+                            from_bits(0x7f7fffff),
+                            from_bits(0x3f808000),
+                            from_bits(0x3f818000),
+                            -std::numeric_limits<float>::infinity()};
+  for (size_t i = 0; i < 8; ++i) v[i * 9] = specials[i], v[v.size() - 1 - i] = specials[i];
+  std::vector<uint16_t> half(v.size());
+  std::vector<float> back(v.size());
+  k::to_bf16_bits(v.data(), half.data(), static_cast<int64_t>(v.size()));
+  k::from_bf16_bits(half.data(), back.data(), static_cast<int64_t>(v.size()));
+  size_t diff = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float want = k::round_to_bf16(v[i]);
+    diff += bits(back[i]) != bits(want) && !(std::isnan(back[i]) && std::isnan(want));
+    diff += (bits(back[i]) & 0xffffu) != 0;
+  }
+  CHECK(diff == 0);
 }

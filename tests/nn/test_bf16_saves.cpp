@@ -1,0 +1,109 @@
+// Under bf16 products, Linear's input and attention's q, k, v are kept for backward as bf16
+// (autograd/ops/saved.h): the same loss and gradients, bit for bit, as keeping them in f32
+// (the GEMM rounds them to bf16 anyway), in less memory; under f32 nothing changes.
+#include <cstring>
+
+#include "autograd/ops/saved.h"
+#include "nn/gpt.h"
+#include "tensor/kernels/gemm.h"
+#include "tensor/random.h"
+#include "test_util.h"
+
+using namespace attend;
+using namespace attend::nn;
+namespace k = attend::kernel;
+
+namespace {
+
+struct Run {
+  std::vector<std::vector<float>> values;  // the loss, then every parameter's gradient
+  size_t forward = 0;  // storage bytes above the model's after forward (what backward keeps)
+  size_t peak = 0;     // and at most, through backward
+};
+
+// One forward and backward of a fresh model (the same seed, so the same weights and dropout).
+Run step(const GPTConfig& c, k::GemmPrecision precision, bool compact) {
+  const k::GemmPrecision old_precision = k::set_gemm_precision(precision);
+  const bool old_compact = autograd::detail::set_compact_saves(compact);
+  Run r;
+  {
+    GPT m(c, 3);
+    m.train();
+    Generator g(9);
+    const Tensor idx = randint({4, c.block_size}, 0, c.vocab_size, g);
+    const Tensor targets = randint({4, c.block_size}, 0, c.vocab_size, g);
+    const size_t base = storage_stats().live;
+    reset_storage_peak();
+    const GPTOutput out = m.forward(idx, targets);
+    r.forward = storage_stats().live - base;
+    out.loss.backward();
+    r.peak = storage_stats().peak - base;
+    r.values.push_back(out.loss.to_vector<float>());
+    for (const Tensor& p : m.parameters()) r.values.push_back(p.grad().to_vector<float>());
+  }
+  autograd::detail::set_compact_saves(old_compact);
+  k::set_gemm_precision(old_precision);
+  return r;
+}
+
+size_t differing(const Run& a, const Run& b) {
+  REQUIRE(a.values.size() == b.values.size());
+  size_t n = 0;
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    REQUIRE(a.values[i].size() == b.values[i].size());
+    n += std::memcmp(a.values[i].data(), b.values[i].data(), a.values[i].size() * 4) != 0;
+  }
+  return n;
+}
+
+GPTConfig small_gpt() {
+  return GPTConfig{.vocab_size = 65,
+                   .block_size = 64,
+                   .n_layer = 2,
+                   .n_head = 4,
+                   .n_kv_head = 4,
+                   .n_embd = 64,
+                   .dropout = 0.1,
+                   .bias = true};
+}
+
+GPTConfig small_llama() {
+  GPTConfig c = gpt_preset("llama-char");
+  c.vocab_size = 65, c.block_size = 64, c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2;
+  c.n_embd = 64;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 products: activations kept as bf16 give the same gradients in less memory") {
+  for (const GPTConfig& c : {small_gpt(), small_llama()}) {
+    CAPTURE(c.arch);
+    const Run kept_f32 = step(c, k::GemmPrecision::bf16, false);
+    const Run kept_bf16 = step(c, k::GemmPrecision::bf16, true);
+    CHECK(differing(kept_f32, kept_bf16) == 0);
+    // What a layer keeps for its products' backward, per token: GPT-2 ln_1's output, qkv,
+    // the attention's output, ln_2's output, GELU's output (C + 3C + C + C + 4C); the Llama
+    // RMSNorm's output, qkv after RoPE (C + 2 KVH HS), the attention's output, RMSNorm's,
+    // SwiGLU's (H). After forward exactly half of those bytes are gone (2 of 4 per value),
+    // and the peak through backward is lower.
+    const int64_t C = c.n_embd, kv = c.n_kv_head * (C / c.n_head);
+    const int64_t per_token = c.is_llama() ? 4 * C + 2 * kv + c.mlp_hidden() : 10 * C;
+    const size_t halved = static_cast<size_t>(4 * c.block_size * c.n_layer * per_token * 2);
+    CAPTURE(kept_f32.forward);
+    CAPTURE(kept_bf16.forward);
+    CAPTURE(kept_f32.peak);
+    CAPTURE(kept_bf16.peak);
+    CHECK(kept_f32.forward - kept_bf16.forward == halved);
+    CHECK(kept_bf16.peak < kept_f32.peak);
+    // and bf16 products change the numbers (this test compares something)
+    CHECK(differing(kept_f32, step(c, k::GemmPrecision::f32, false)) > 0);
+  }
+}
+
+TEST_CASE("f32 products: nothing is kept as bf16") {
+  const Run a = step(small_gpt(), k::GemmPrecision::f32, true);
+  const Run b = step(small_gpt(), k::GemmPrecision::f32, false);
+  CHECK(differing(a, b) == 0);
+  CHECK(a.peak == b.peak);
+}
