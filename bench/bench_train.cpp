@@ -82,8 +82,11 @@ int main(int argc, char** argv) {
   };
   std::printf("attend bench_train: threads %d, %d timed steps after 2 warm-up, median, %s products\n",
               omp_get_max_threads(), steps, precision ? precision : "f32");
-  std::printf("%-44s %12s %8s %8s %10s %12s %10s\n", "config", "params", "B", "T", "ms/step",
-              "tokens/s", "GFLOP/s");
+  // peak MB: the most tensor storage held at once during the timed steps (weights,
+  // gradients, AdamW's state, the activations kept for backward), tensor/tensor.h's
+  // storage_stats; not what the allocator caches or the process's RSS.
+  std::printf("%-44s %12s %8s %8s %10s %12s %10s %9s\n", "config", "params", "B", "T", "ms/step",
+              "tokens/s", "GFLOP/s", "peak MB");
   const fs::path dir = fs::temp_directory_path() / ("attend_bench_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   for (const Case& c : cases) {
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
     std::vector<double> ms;
     ThreadTuner tuner(omp_get_max_threads(), 4);
     for (int s = 0; s < steps + 2; ++s) {
+      if (s == 2) reset_storage_peak();
       const auto t0 = std::chrono::steady_clock::now();
       if (tune) tuner.begin_step();
       train::train_step(model, *opt, ds, tc, s, 1e-3);
@@ -116,11 +120,12 @@ int main(int argc, char** argv) {
                   tuner.switches());
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
-    std::printf("%-44s %12lld %8lld %8lld %10.1f %12.0f %10.1f\n", c.name,
+    std::printf("%-44s %12lld %8lld %8lld %10.1f %12.0f %10.1f %9.1f\n", c.name,
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(c.B),
                 static_cast<long long>(c.cfg.block_size), med,
                 static_cast<double>(c.B * c.cfg.block_size) / (med / 1000.0),
-                step_flops(c.cfg, c.B * c.cfg.block_size) / (med / 1000.0) / 1e9);
+                step_flops(c.cfg, c.B * c.cfg.block_size) / (med / 1000.0) / 1e9,
+                static_cast<double>(storage_stats().peak) / 1e6);
     std::fflush(stdout);
   }
   fs::remove_all(dir);

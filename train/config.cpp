@@ -73,13 +73,13 @@ const std::vector<ConfigField>& config_fields() {
       {"dropout", "dropout probability", G::Model, R::Refuse, &M::dropout},
       {"bias", "biases in Linear layers and LayerNorms (gpt2; arch llama sets false)", G::Model,
        R::Refuse, &M::bias},
-      {"arch", "architecture: gpt2 | llama (RMSNorm, RoPE, SwiGLU, no biases)", G::Model,
-       R::Refuse, &M::arch},
+      {"arch", "architecture: gpt2 | llama (RMSNorm, RoPE, SwiGLU, no biases)", G::Model, R::Refuse,
+       &M::arch},
       {"norm_eps", "eps of every LayerNorm or RMSNorm", G::Model, R::Refuse, &M::norm_eps},
       {"hidden_dim", "MLP hidden size H (0: 4C for gpt2, Llama's rule for llama)", G::Model,
        R::Refuse, &M::hidden_dim},
-      {"multiple_of", "llama: Llama's rule rounds H up to a multiple of this", G::Model,
-       R::Refuse, &M::multiple_of},
+      {"multiple_of", "llama: Llama's rule rounds H up to a multiple of this", G::Model, R::Refuse,
+       &M::multiple_of},
       {"rope_theta", "llama: RoPE's base theta", G::Model, R::Refuse, &M::rope_theta},
       {"tie_embeddings", "lm_head shares wte's weight (gpt2: always)", G::Model, R::Refuse,
        &M::tie_embeddings},
@@ -417,9 +417,11 @@ void apply_precision(const std::string& precision) {
     if (kernel::gemm_has_native_bf16() && kernel::gemm_kernel() == kernel::GemmKernel::avx512)
       spdlog::info("precision bf16: matrix products by this CPU's AVX512_BF16 (vdpbf16ps)");
     else
-      spdlog::warn("precision bf16: {}; running the emulation (the same results, slower than f32)",
-                   kernel::gemm_has_native_bf16() ? "ATTEND_GEMM chose a kernel without AVX512_BF16"
-                                                  : "this CPU has no AVX512_BF16");
+      spdlog::warn(
+          "precision bf16: {}; running the emulation (the same results; about f32's "
+          "speed with AVX2, slower without: here bf16 saves only activation memory)",
+          kernel::gemm_has_native_bf16() ? "ATTEND_GEMM chose a kernel without AVX512_BF16"
+                                         : "this CPU has no AVX512_BF16");
   }
 }
 
