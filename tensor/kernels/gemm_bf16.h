@@ -201,13 +201,7 @@ __attribute__((target("avx2,fma"), noinline)) inline void micro_bf16_avx2(
     int64_t kc, const float* a, const uint32_t* b, float* out, int64_t ld, bool add) {
   const unsigned csr = _mm_getcsr();
   _mm_setcsr(csr | 0x8000u);  // FTZ
-  // One named register per accumulator, as micro_avx2 (an array here made GCC spill one).
-  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+  Avx2Tile t;
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   auto hi = [&](const uint32_t* w) {
     return _mm256_castsi256_ps(
@@ -217,34 +211,18 @@ __attribute__((target("avx2,fma"), noinline)) inline void micro_bf16_avx2(
     return _mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), 16));
   };
-  // Six rows' FMAs against the two halves x0, x1 of one bf16 value per column, A's values at r.
-  auto rank1 = [&](const float* r, __m256 x0, __m256 x1) {
-    __m256 ai = _mm256_broadcast_ss(r + 0);
-    c00 = _mm256_fmadd_ps(ai, x0, c00), c01 = _mm256_fmadd_ps(ai, x1, c01);
-    ai = _mm256_broadcast_ss(r + 1);
-    c10 = _mm256_fmadd_ps(ai, x0, c10), c11 = _mm256_fmadd_ps(ai, x1, c11);
-    ai = _mm256_broadcast_ss(r + 2);
-    c20 = _mm256_fmadd_ps(ai, x0, c20), c21 = _mm256_fmadd_ps(ai, x1, c21);
-    ai = _mm256_broadcast_ss(r + 3);
-    c30 = _mm256_fmadd_ps(ai, x0, c30), c31 = _mm256_fmadd_ps(ai, x1, c31);
-    ai = _mm256_broadcast_ss(r + 4);
-    c40 = _mm256_fmadd_ps(ai, x0, c40), c41 = _mm256_fmadd_ps(ai, x1, c41);
-    ai = _mm256_broadcast_ss(r + 5);
-    c50 = _mm256_fmadd_ps(ai, x0, c50), c51 = _mm256_fmadd_ps(ai, x1, c51);
-  };
   int64_t k = 0;
   for (; k + 2 <= kc; k += 2, a += 2 * MR, b += 16) {
-    rank1(a, hi(b), hi(b + 8));
-    rank1(a + MR, lo(b), lo(b + 8));
+    t.rank1(a, hi(b), hi(b + 8));
+    t.rank1(a + MR, lo(b), lo(b + 8));
   }
   if (k < kc) {
     static const float zeros[MR] = {};
-    rank1(zeros, hi(b), hi(b + 8));
-    rank1(a, lo(b), lo(b + 8));
+    t.rank1(zeros, hi(b), hi(b + 8));
+    t.rank1(a, lo(b), lo(b + 8));
   }
-  const __m256 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
   _mm_setcsr(csr);
-  store_tile(c, out, ld, add);
+  t.store(out, ld, add);
 }
 
 // vdpbf16ps: MR x 16 (one B panel) or MR x 32 (two adjacent panels, b0 and b1).

@@ -72,32 +72,42 @@ __attribute__((target("avx512f"))) inline void store_tile(const __m512 (&c)[MR][
   }
 }
 
+// An MR x 16 f32 tile in twelve AVX2 registers, as named members (an indexed array made GCC
+// spill one to the stack every step): the f32 kernel's and the bf16 emulation's.
+struct Avx2Tile {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  __attribute__((target("avx2"))) Avx2Tile() {
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  }
+  // Row i += a[i] x (x0, x1), one FMA per register.
+  __attribute__((target("avx2,fma"))) void rank1(const float* a, __m256 x0, __m256 x1) {
+    __m256 ai = _mm256_broadcast_ss(a + 0);
+    c00 = _mm256_fmadd_ps(ai, x0, c00), c01 = _mm256_fmadd_ps(ai, x1, c01);
+    ai = _mm256_broadcast_ss(a + 1);
+    c10 = _mm256_fmadd_ps(ai, x0, c10), c11 = _mm256_fmadd_ps(ai, x1, c11);
+    ai = _mm256_broadcast_ss(a + 2);
+    c20 = _mm256_fmadd_ps(ai, x0, c20), c21 = _mm256_fmadd_ps(ai, x1, c21);
+    ai = _mm256_broadcast_ss(a + 3);
+    c30 = _mm256_fmadd_ps(ai, x0, c30), c31 = _mm256_fmadd_ps(ai, x1, c31);
+    ai = _mm256_broadcast_ss(a + 4);
+    c40 = _mm256_fmadd_ps(ai, x0, c40), c41 = _mm256_fmadd_ps(ai, x1, c41);
+    ai = _mm256_broadcast_ss(a + 5);
+    c50 = _mm256_fmadd_ps(ai, x0, c50), c51 = _mm256_fmadd_ps(ai, x1, c51);
+  }
+  __attribute__((target("avx2"))) void store(float* out, int64_t ld, bool add) const {
+    const __m256 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                             {c30, c31}, {c40, c41}, {c50, c51}};
+    store_tile(c, out, ld, add);
+  }
+};
+
 __attribute__((target("avx2,fma"))) inline void micro_avx2(int64_t kc, const float* a,
                                                            const float* b, float* out, int64_t ld,
                                                            bool add) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k, a += MR, b += 16) {
-    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-    __m256 ai = _mm256_broadcast_ss(a + 0);
-    c00 = _mm256_fmadd_ps(ai, b0, c00), c01 = _mm256_fmadd_ps(ai, b1, c01);
-    ai = _mm256_broadcast_ss(a + 1);
-    c10 = _mm256_fmadd_ps(ai, b0, c10), c11 = _mm256_fmadd_ps(ai, b1, c11);
-    ai = _mm256_broadcast_ss(a + 2);
-    c20 = _mm256_fmadd_ps(ai, b0, c20), c21 = _mm256_fmadd_ps(ai, b1, c21);
-    ai = _mm256_broadcast_ss(a + 3);
-    c30 = _mm256_fmadd_ps(ai, b0, c30), c31 = _mm256_fmadd_ps(ai, b1, c31);
-    ai = _mm256_broadcast_ss(a + 4);
-    c40 = _mm256_fmadd_ps(ai, b0, c40), c41 = _mm256_fmadd_ps(ai, b1, c41);
-    ai = _mm256_broadcast_ss(a + 5);
-    c50 = _mm256_fmadd_ps(ai, b0, c50), c51 = _mm256_fmadd_ps(ai, b1, c51);
-  }
-  const __m256 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  store_tile(c, out, ld, add);
+  Avx2Tile t;
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += 16)
+    t.rank1(a, _mm256_loadu_ps(b), _mm256_loadu_ps(b + 8));
+  t.store(out, ld, add);
 }
 
 __attribute__((target("avx2,fma"))) inline void micro_avx2(int64_t kc, const double* a,
