@@ -93,8 +93,15 @@ __attribute__((target("avx2"))) void to_bf16_bits_avx2(const float* x, uint16_t*
 
 }  // namespace
 
+// A conversion is a memory-bound pass beside a product many times its cost: in parallel only
+// for a million elements or more, so small models do not pay a parallel region per saved
+// tensor on a busy machine. cpu-char (bench_train 10 C, one CPU hog beside it, 2 threads):
+// bf16 88-117 ms against f32 88-96 with this grain, 103-117 against 71-90 with the
+// elementwise grain (noisy; numbers.md, 2026-12-04 night).
+constexpr int64_t kConvertGrain = int64_t{1} << 20;
+
 void to_bf16_bits(const float* x, uint16_t* out, int64_t n) {
-  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+  parallel_for(n, kConvertGrain, [&](int64_t b, int64_t e) {
     if (kHasAvx2) {
       to_bf16_bits_avx2(x + b, out + b, e - b);
     } else {
@@ -104,7 +111,7 @@ void to_bf16_bits(const float* x, uint16_t* out, int64_t n) {
 }
 
 void from_bf16_bits(const uint16_t* x, float* out, int64_t n) {
-  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+  parallel_for(n, kConvertGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) out[i] = gemm_detail::bf16_value(x[i]);
   });
 }

@@ -204,7 +204,7 @@ TEST_CASE("bf16 GEMM is bit-identical with 1 and 2 threads, f64 is never rounded
 
 TEST_CASE("to_bf16_bits and back give round_to_bf16's values, in parallel and in its tail") {
   Generator g(5);
-  std::vector<float> v = spread(100003, g);  // past one parallel piece, not a multiple of 8
+  std::vector<float> v = spread((1 << 21) + 3, g);  // two parallel pieces, not a multiple of 8
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
                             from_bits(0x7f800001),
                             1e-39f,
