@@ -1,5 +1,6 @@
 // The backward engine: reverse topological order over the nodes reachable from the root,
 // gradients summed per node before it runs, and accumulated (+=) into leaves' grad().
+#include <algorithm>
 #include <unordered_map>
 
 #include "autograd/node.h"
@@ -39,6 +40,11 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
 }
 
 void record(const char* name, const std::vector<Tensor>& inputs, Tensor& out, BackwardFn fn) {
+  record(name, inputs, out, std::move(fn), -1, nullptr);
+}
+
+void record(const char* name, const std::vector<Tensor>& inputs, Tensor& out, BackwardFn fn,
+            int accumulate_input, AccumulateFn accumulate) {
   if (!needs_grad(inputs)) return;
   for (const Tensor& t : inputs) {
     if (t.defined() && out.is_same(t)) {
@@ -64,6 +70,11 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& out, Ba
     node->input_dtypes.push_back(t.defined() ? t.dtype() : DType::F32);
   }
   node->backward = std::move(fn);
+  if (accumulate && accumulate_input >= 0 &&
+      static_cast<size_t>(accumulate_input) < node->next.size()) {
+    node->accumulate_input = accumulate_input;
+    node->accumulate = std::move(accumulate);
+  }
   out.impl()->requires_grad = true;
   out.impl()->grad_fn = std::move(node);
 }
@@ -93,6 +104,20 @@ void accumulate_leaf(TensorImpl* leaf, Tensor& g) {
   } else {
     kernel::add_(Tensor(leaf->grad), g);
   }
+}
+
+// The input whose gradient node n adds into its leaf's existing one, or -1: n has
+// Node::accumulate, that input needs a gradient, and is a leaf that already has one of the
+// input's shape and dtype, contiguous (else backward builds it and accumulate_leaf adds it).
+int accumulated_input(const Node& n) {
+  if (!n.accumulate || n.accumulate_input < 0) return -1;
+  const auto i = static_cast<size_t>(n.accumulate_input);
+  const Edge& e = n.next[i];
+  if (!n.needs[i] || !e.leaf || !e.leaf->grad) return -1;
+  const Tensor g(e.leaf->grad);
+  if (g.shape() != n.input_shapes[i] || g.dtype() != n.input_dtypes[i] || !g.is_contiguous())
+    return -1;
+  return n.accumulate_input;
 }
 
 }  // namespace
@@ -149,12 +174,25 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
     ATTEND_CHECK(!n->released, "backward: the graph through '", n->name,
                  "' was already freed by an earlier backward; pass retain_graph=true to the "
                  "first backward to run backward twice");
-    std::vector<Tensor> grads = gn.defined() ? n->backward(gn, n->needs) : std::vector<Tensor>{};
+    // An input whose gradient the node adds into its leaf's in place (Node::accumulate).
+    const int into = gn.defined() ? accumulated_input(*n) : -1;
+    std::vector<Tensor> grads;
+    if (gn.defined()) {
+      if (into < 0) {
+        grads = n->backward(gn, n->needs);
+      } else {
+        Tensor leaf_grad(n->next[static_cast<size_t>(into)].leaf->grad);
+        n->accumulate(gn, leaf_grad);
+        Needs rest = n->needs;
+        rest[static_cast<size_t>(into)] = false;
+        if (std::find(rest.begin(), rest.end(), true) != rest.end()) grads = n->backward(gn, rest);
+      }
+    }
     grads.resize(n->next.size());
     for (size_t i = 0; i < n->next.size(); ++i) {
       const Edge& e = n->next[i];
       Tensor& gi = grads[i];
-      if (n->needs[i] && gi.defined()) {
+      if (n->needs[i] && static_cast<int>(i) != into && gi.defined()) {
         ATTEND_CHECK(gi.shape() == n->input_shapes[i] && gi.dtype() == n->input_dtypes[i],
                      "backward of '", n->name, "': gradient ", i, " has shape ",
                      shape_str(gi.shape()), " ", dtype_name(gi.dtype()), ", expected ",
@@ -171,6 +209,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
     }
     if (!retain_graph) {
       n->backward = nullptr;
+      n->accumulate = nullptr;
       n->released = true;
     }
   }

@@ -131,6 +131,10 @@ std::vector<GradcheckCase> make_cases() {
                                2)),
       ROW("embedding", "w (6,3), ids (2,3) with repeats", (In{rn(g, {6, 3})}),
           embedding(x[0], tensor({1, 5, 1, 0, 5, 5}, {2, 3}, DType::I64))),
+      ROW("embedding.tied", "w (6,3) also the matmul's: e(ids) w^T, the gradient added in place",
+          (In{rn(g, {6, 3})}),
+          matmul(embedding(x[0], tensor({1, 5, 1, 0, 5, 5}, {2, 3}, DType::I64)),
+                 transpose(x[0], 0, 1))),
       // Llama's layers and Mistral's sliding window
       ROW("rms_norm", "(2,3,6), w (6), eps 1e-5", (In{rn(g, {2, 3, 6}), rn(g, {6})}),
           rms_norm(x[0], x[1], 1e-5)),

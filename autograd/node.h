@@ -27,6 +27,9 @@ struct Edge {
 using Needs = std::vector<bool>;  // needs[i]: input i requires a gradient
 // (grad of the output, needs) -> one gradient per input; an undefined Tensor means zero.
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor&, const Needs&)>;
+// (grad of the output, a leaf's gradient so far) -> adds one input's gradient into the
+// second argument, in place.
+using AccumulateFn = std::function<void(const Tensor&, Tensor&)>;
 
 struct Node {
   const char* name = "";
@@ -35,6 +38,13 @@ struct Node {
   std::vector<DType> input_dtypes;
   Needs needs;
   BackwardFn backward;  // released (emptied) after use unless retain_graph
+  // Optional, for an op whose gradient for one input is sparse (an embedding's table):
+  // when input `accumulate_input` is a leaf that already has a gradient (a table tied to
+  // the LM head), the engine calls `accumulate` to add into it in place and asks backward
+  // for the other inputs only (needs[accumulate_input] false), so the dense gradient is
+  // never built beside the one the leaf holds. Released with backward.
+  int accumulate_input = -1;
+  AccumulateFn accumulate;
   bool released = false;
 
   Node() = default;
@@ -67,6 +77,10 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 // Whatever fn captures stays alive until the node is released: capture what backward
 // needs and no more, and capture the output only as out.detach() (else it owns itself).
 void record(const char* name, const std::vector<Tensor>& inputs, Tensor& out, BackwardFn fn);
+// The same, with Node::accumulate for input `accumulate_input`: fn must return that
+// input's gradient when needs says so, and may skip it when needs says not.
+void record(const char* name, const std::vector<Tensor>& inputs, Tensor& out, BackwardFn fn,
+            int accumulate_input, AccumulateFn accumulate);
 
 }  // namespace attend::autograd
 

@@ -148,6 +148,11 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
 // weight (V, C), ids any shape of integers in [0, V) -> ids.shape + (C,)
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t num_rows);
+// The same gradient added into dst (num_rows, C), contiguous, in place: each row's sum of
+// g rows built from zero in position order, then added to dst's row, so the bits are
+// those of add_(dst, embedding_backward(...)) (except that a row no id names is left as
+// it is, where adding zero would turn a -0 into +0); rows no id names are not touched.
+void embedding_backward_add(const Tensor& g, const Tensor& ids, Tensor& dst);
 
 // ---- Llama's layers (tensor/kernels/nn.cpp, tensor/kernels/rope.cpp) -----------------
 // rms_norm over the last dim: rstd = 1 / sqrt(mean(x^2) + eps), y = x rstd w.

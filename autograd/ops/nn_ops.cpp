@@ -189,11 +189,14 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targ
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = kernel::embedding(weight, ids);
-  // saves: the ids
-  autograd::record("embedding", {weight}, out,
-                   [ids, rows = weight.size(0)](const Tensor& g, const Needs&) {
-                     return std::vector<Tensor>{kernel::embedding_backward(g, ids, rows)};
-                   });
+  // saves: the ids. A table that already has a gradient (tied to the LM head, whose
+  // backward ran first) gets this one added in place, row by row: no second vocab x C table.
+  autograd::record(
+      "embedding", {weight}, out,
+      [ids, rows = weight.size(0)](const Tensor& g, const Needs&) {
+        return std::vector<Tensor>{kernel::embedding_backward(g, ids, rows)};
+      },
+      0, [ids](const Tensor& g, Tensor& dst) { kernel::embedding_backward_add(g, ids, dst); });
   return out;
 }
 

@@ -26,8 +26,10 @@
 //               dw = sum_rows g * xhat
 // swiglu:       x = [a | b] (..., 2H), y = silu(a) b, silu(a) = a s, s = sigmoid(a)
 //   backward:   da = g b s (1 + a (1 - s)),  db = g silu(a)
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "tensor/kernels.h"
@@ -406,6 +408,39 @@ Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t num_rows) 
     }
   });
   return dw;
+}
+
+void embedding_backward_add(const Tensor& g, const Tensor& ids, Tensor& dst) {
+  const int64_t C = g.size(-1), n = ids.numel();
+  ATTEND_CHECK(dst.dim() == 2 && dst.size(1) == C && dst.dtype() == g.dtype() &&
+                   dst.is_contiguous(),
+               "embedding_backward_add: expected a contiguous (rows, ", C, ") ",
+               dtype_name(g.dtype()), " destination, got ", shape_str(dst.shape()), " ",
+               dtype_name(dst.dtype()));
+  Tensor gc = contiguous(g), idc = contiguous(ids);
+  // Positions grouped by id, each group in position order (a stable sort).
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return target_at(idc, a) < target_at(idc, b);
+  });
+  dispatch_float(g.dtype(), "embedding_backward_add", [&]<typename T>() {
+    const T* gp = gc.data<T>();
+    T* d = dst.data<T>();
+    std::vector<T> sum(static_cast<size_t>(C));
+    for (int64_t s = 0; s < n;) {
+      const int64_t row = target_at(idc, order[static_cast<size_t>(s)]);
+      ATTEND_CHECK(row >= 0 && row < dst.size(0), "embedding_backward_add: id ", row,
+                   " is out of range for ", dst.size(0), " rows");
+      std::fill(sum.begin(), sum.end(), T(0));
+      for (; s < n && target_at(idc, order[static_cast<size_t>(s)]) == row; ++s) {
+        const T* src = gp + order[static_cast<size_t>(s)] * C;
+        for (int64_t c = 0; c < C; ++c) sum[static_cast<size_t>(c)] += src[c];
+      }
+      T* out = d + row * C;
+      for (int64_t c = 0; c < C; ++c) out[c] = out[c] + sum[static_cast<size_t>(c)];
+    }
+  });
 }
 
 RMSNormOut rms_norm(const Tensor& x, const Tensor& weight, double eps) {

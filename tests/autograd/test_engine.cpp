@@ -2,6 +2,7 @@
 // errors around them.
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
+#include "tensor/random.h"
 #include "test_util.h"
 
 using namespace attend;
@@ -155,6 +156,45 @@ TEST_CASE("a leaf takes a gradient nobody else sees and copies one that is share
   c.backward(given);
   CHECK(given.to_vector<double>() == std::vector<double>{1, 1});
   CHECK(c.grad().to_vector<double>() == std::vector<double>{2, 2});
+}
+
+TEST_CASE("a tied table's embedding gradient is added in place - same bits, no second table") {
+  // GPT-2's wte: the embedding's output feeds a linear through the same table (the LM
+  // head), so the linear's backward gives the leaf its gradient first; the embedding then
+  // adds its rows into it (Node::accumulate) instead of building a vocab x C table and
+  // adding that.
+  const int64_t V = 1024, C = 64;
+  Generator gen(7);
+  for (DType dt : {DType::F32, DType::F64}) {
+    CAPTURE(dtype_name(dt));
+    const Tensor w0 = randn({V, C}, gen, dt);
+    const Tensor ids = randint({3, 5}, 0, 6, gen);  // few rows, many repeats
+    const Tensor r = randn({3, 5, V}, gen, dt);
+    // Expected: the linear's weight gradient (the embedding's output detached), plus
+    // embedding_backward's dense table of the gradient that reaches the embedding.
+    Tensor wa = kernel::clone(w0).requires_grad_();
+    Tensor e = embedding(wa, ids).detach().requires_grad_();
+    sum(mul(linear(e, wa, Tensor()), r)).backward();
+    const Tensor expected = kernel::binary(kernel::Binary::Add, wa.grad(),
+                                           kernel::embedding_backward(e.grad(), ids, V));
+
+    Tensor w = kernel::clone(w0).requires_grad_();
+    Tensor loss = sum(mul(linear(embedding(w, ids), w, Tensor()), r));
+    const size_t before = storage_stats().live;
+    reset_storage_peak();
+    loss.backward();
+    CHECK(w.grad().to_vector<double>() == expected.to_vector<double>());
+    // While backward ran, the new storage was w's gradient and the small activations'
+    // gradients (15 x V, a quarter of the table): a dense embedding gradient would have
+    // been a second table.
+    const size_t table = static_cast<size_t>(V * C) * dtype_size(dt);
+    CHECK(storage_stats().peak - before < table + table / 2);
+    // The table's own first gradient (nothing before it) is still the dense one, taken.
+    Tensor u = kernel::clone(w0).requires_grad_();
+    sum(mul(embedding(u, ids), e.grad())).backward();
+    CHECK(u.grad().to_vector<double>() ==
+          kernel::embedding_backward(e.grad(), ids, V).to_vector<double>());
+  }
 }
 
 TEST_CASE("flatten: (2, 3, 4) to (24,) in order, and the gradient flows back in that shape") {
