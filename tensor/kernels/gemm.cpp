@@ -95,10 +95,11 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
       }
     }
   };
-  // A few rows against a transposed weight (a token at a time): no packing, same bits.
+  // A few rows against a transposed weight (a token at a time): no packing, same bits, in
+  // f32 and in bf16.
   if constexpr (std::is_same_v<T, float>) {
-    if (!bf16 && !pre && few_rows_applies(M, N, K, A, B)) {
-      gemm_few_rows(M, N, K, A, B, C, ldc, parallel, accumulate);
+    if (!pre && few_rows_applies(M, N, K, A, B)) {
+      gemm_few_rows(M, N, K, A, B, C, ldc, parallel, accumulate, bf16);
       return;
     }
   }

@@ -59,8 +59,8 @@ std::string gemm_env_problem();
 // has it and the AVX-512 kernel is in use, else by an emulation that gives the same bits.
 // Thread counts change no bits in either. Applies to gemm (and so to matmul, Linear and
 // the fused attention), and to pack_b_all + gemm_prepacked, which must run under the same
-// precision; with bf16 the few-rows path (sampling's) is not taken. f64 products are never
-// rounded. set_gemm_precision returns the previous precision.
+// precision; the few-rows path (sampling's, gemm_rows.h) gives the same bits in either.
+// f64 products are never rounded. set_gemm_precision returns the previous precision.
 enum class GemmPrecision { f32, bf16 };
 GemmPrecision gemm_precision();
 GemmPrecision set_gemm_precision(GemmPrecision p);

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "tensor/kernels/gemm_bf16.h"
 #include "tensor/kernels/gemm_micro.h"
 #include "tensor/parallel.h"
 
@@ -23,6 +25,32 @@ namespace {
 // multiply-adds per row of A, enough to hide their latency.
 constexpr int kGroups = 4;
 constexpr int64_t kChunk = 8 * kGroups;
+
+// bf16 (gemm_bf16.h's arithmetic): eight f32 values rounded to bf16, kept as f32.
+__attribute__((target("avx2"))) inline __m256 round8(__m256 v) {
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  return _mm256_castsi256_ps(_mm256_and_si256(bf16_round_x8(_mm256_castps_si256(v)), high));
+}
+inline float round1(float x) { return bf16_value(bf16_bits(x)); }
+
+// MXCSR's flush-to-zero while a block accumulates in bf16 (as micro_bf16_avx2): results
+// below f32's smallest normal become zeros of their sign, as vdpbf16ps's do. The stores and
+// adds into C run under the caller's MXCSR.
+template <bool Bf16>
+struct FlushToZero {
+  unsigned csr = 0;
+  FlushToZero() {
+    if constexpr (Bf16) {
+      csr = _mm_getcsr();
+      _mm_setcsr(csr | 0x8000u);
+    }
+  }
+  ~FlushToZero() {
+    if constexpr (Bf16) _mm_setcsr(csr);
+  }
+  FlushToZero(const FlushToZero&) = delete;
+  FlushToZero& operator=(const FlushToZero&) = delete;
+};
 
 // Eight k from eight rows (r[i] + k) as eight column vectors: c[j] lane i = r[i][k + j].
 __attribute__((target("avx2,fma"))) inline void columns8(const float* const* r, int64_t k,
@@ -49,13 +77,23 @@ __attribute__((target("avx2,fma"))) inline void columns8(const float* const* r, 
   c[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
+// One k from eight rows as a vector (lane i = r[i][k]), rounded to bf16 with Bf16.
+template <bool Bf16>
+__attribute__((target("avx2,fma"))) inline __m256 column(const float* const* r, int64_t k) {
+  const __m256 c =
+      _mm256_setr_ps(r[0][k], r[1][k], r[2][k], r[3][k], r[4][k], r[5][k], r[6][k], r[7][k]);
+  if constexpr (Bf16) return round8(c);
+  return c;
+}
+
 // Outputs [n0, n0 + 32) of M rows (rows of W past N repeat row N - 1: computed, not
 // stored).
-template <int M>
-__attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K,
-                                               const float* A, int64_t lda, const float* W,
-                                               int64_t ldw, float* C, int64_t ldc,
-                                               bool accumulate) {
+// Bf16: A's rows come rounded (gemm_few_rows), W's values are rounded here; per pair of k
+// the products of k+1 then of k, an odd block's last k after a product of zeros.
+template <int M, bool Bf16>
+__attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K, const float* A,
+                                               int64_t lda, const float* W, int64_t ldw, float* C,
+                                               int64_t ldc, bool accumulate) {
   const float* rows[kGroups][8];
   for (int64_t g = 0; g < kGroups; ++g)
     for (int64_t i = 0; i < 8; ++i) rows[g][i] = W + std::min(n0 + 8 * g + i, N - 1) * ldw;
@@ -65,29 +103,56 @@ __attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K,
     for (auto& row : acc)
       for (auto& a : row) a = _mm256_setzero_ps();
     int64_t k = pc;
-    // Fully unrolled so that acc stays in registers (indexed by constants only).
-    for (; k + 8 <= end; k += 8) {
+    {
+      const FlushToZero<Bf16> ftz;
+      // Fully unrolled so that acc stays in registers (indexed by constants only).
+      for (; k + 8 <= end; k += 8) {
 #pragma GCC unroll 4
-      for (int g = 0; g < kGroups; ++g) {
-        __m256 c[8];
-        columns8(rows[g], k, c);
-#pragma GCC unroll 4
-        for (int m = 0; m < M; ++m) {
-          const float* a = A + m * lda + k;
+        for (int g = 0; g < kGroups; ++g) {
+          __m256 c[8];
+          columns8(rows[g], k, c);
+          if constexpr (Bf16) {
 #pragma GCC unroll 8
-          for (int j = 0; j < 8; ++j)
-            acc[m][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + j), c[j], acc[m][g]);
+            for (int j = 0; j < 8; ++j) c[j] = round8(c[j]);
+          }
+#pragma GCC unroll 4
+          for (int m = 0; m < M; ++m) {
+            const float* a = A + m * lda + k;
+            if constexpr (Bf16) {
+#pragma GCC unroll 4
+              for (int j = 0; j < 8; j += 2) {
+                acc[m][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + j + 1), c[j + 1], acc[m][g]);
+                acc[m][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + j), c[j], acc[m][g]);
+              }
+            } else {
+#pragma GCC unroll 8
+              for (int j = 0; j < 8; ++j)
+                acc[m][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + j), c[j], acc[m][g]);
+            }
+          }
         }
       }
-    }
-    for (; k < end; ++k)  // the block's last k % 8, in order
-      for (int64_t g = 0; g < kGroups; ++g) {
-        const float* const* r = rows[g];
-        const __m256 c = _mm256_setr_ps(r[0][k], r[1][k], r[2][k], r[3][k], r[4][k], r[5][k],
-                                        r[6][k], r[7][k]);
-        for (int m = 0; m < M; ++m)
-          acc[m][g] = _mm256_fmadd_ps(_mm256_set1_ps(A[m * lda + k]), c, acc[m][g]);
+      // The block's last k % 8: in order (f32), or by pairs as above (bf16).
+      if constexpr (Bf16) {
+        for (; k < end; k += 2)
+          for (int64_t g = 0; g < kGroups; ++g) {
+            const __m256 c0 = column<Bf16>(rows[g], k);
+            const __m256 c1 = k + 1 < end ? column<Bf16>(rows[g], k + 1) : _mm256_setzero_ps();
+            for (int m = 0; m < M; ++m) {
+              const float a1 = k + 1 < end ? A[m * lda + k + 1] : 0.0f;
+              acc[m][g] = _mm256_fmadd_ps(_mm256_set1_ps(a1), c1, acc[m][g]);
+              acc[m][g] = _mm256_fmadd_ps(_mm256_set1_ps(A[m * lda + k]), c0, acc[m][g]);
+            }
+          }
+      } else {
+        for (; k < end; ++k)
+          for (int64_t g = 0; g < kGroups; ++g) {
+            const __m256 c = column<Bf16>(rows[g], k);
+            for (int m = 0; m < M; ++m)
+              acc[m][g] = _mm256_fmadd_ps(_mm256_set1_ps(A[m * lda + k]), c, acc[m][g]);
+          }
       }
+    }
     const bool store = pc == 0 && !accumulate;
     for (int m = 0; m < M; ++m)
       for (int64_t g = 0; g < kGroups; ++g) {
@@ -111,11 +176,12 @@ __attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K,
 // segment, read in order; the sums live in `sum` (a thread's share of N: L1 or L2) until
 // the KC block ends. Whole row segments, not narrow tiles: a narrow tile would visit K
 // pages of B for a few hundred bytes each.
-template <int M>
+// Bf16 as chunk's: rows k+1 then k of B per pair, rounded as they are read.
+template <int M, bool Bf16>
 __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t width, int64_t K,
-                                                        const float* A, int64_t lda,
-                                                        const float* B, int64_t ldb, float* C,
-                                                        int64_t ldc, bool accumulate) {
+                                                        const float* A, int64_t lda, const float* B,
+                                                        int64_t ldb, float* C, int64_t ldc,
+                                                        bool accumulate) {
   thread_local std::vector<float> buffer;
   const int64_t stride = (width + 7) / 8 * 8;
   if (static_cast<int64_t>(buffer.size()) < M * stride)
@@ -125,22 +191,56 @@ __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t widt
   for (int64_t pc = 0; pc < K; pc += KC) {
     const int64_t end = std::min(K, pc + KC);
     std::fill(sum, sum + M * stride, 0.0f);
-    for (int64_t k = pc; k < end; ++k) {
-      const float* b = B + k * ldb + n0;
-      __m256 a[M];
-#pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) a[m] = _mm256_broadcast_ss(A + m * lda + k);
-      for (int64_t j = 0; j < full; j += 8) {
-        const __m256 x = _mm256_loadu_ps(b + j);
+    if constexpr (Bf16) {
+      const FlushToZero<Bf16> ftz;
+      for (int64_t k = pc; k < end; k += 2) {
+        // b1 null: an odd block's last k, after a product of zeros (gemm_bf16.h)
+        const float* b0 = B + k * ldb + n0;
+        const float* b1 = k + 1 < end ? b0 + ldb : nullptr;
+        __m256 a0[M], a1[M];
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) {
-          float* s = sum + m * stride + j;
-          _mm256_storeu_ps(s, _mm256_fmadd_ps(a[m], x, _mm256_loadu_ps(s)));
+          a0[m] = _mm256_broadcast_ss(A + m * lda + k);
+          a1[m] = b1 ? _mm256_broadcast_ss(A + m * lda + k + 1) : _mm256_setzero_ps();
+        }
+        for (int64_t j = 0; j < full; j += 8) {
+          const __m256 x0 = round8(_mm256_loadu_ps(b0 + j));
+          const __m256 x1 = b1 ? round8(_mm256_loadu_ps(b1 + j)) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+          for (int m = 0; m < M; ++m) {
+            float* s = sum + m * stride + j;
+            const __m256 t = _mm256_fmadd_ps(a1[m], x1, _mm256_loadu_ps(s));
+            _mm256_storeu_ps(s, _mm256_fmadd_ps(a0[m], x0, t));
+          }
+        }
+        for (int64_t j = full; j < width; ++j) {
+          const float x0 = round1(b0[j]), x1 = b1 ? round1(b1[j]) : 0.0f;
+          for (int m = 0; m < M; ++m) {
+            const float a1s = b1 ? A[m * lda + k + 1] : 0.0f;
+            float& s = sum[m * stride + j];
+            s = flush_tiny(std::fma(a1s, x1, s));
+            s = flush_tiny(std::fma(A[m * lda + k], x0, s));
+          }
         }
       }
-      for (int64_t j = full; j < width; ++j)
-        for (int m = 0; m < M; ++m)
-          sum[m * stride + j] = std::fma(A[m * lda + k], b[j], sum[m * stride + j]);
+    } else {
+      for (int64_t k = pc; k < end; ++k) {
+        const float* b = B + k * ldb + n0;
+        __m256 a[M];
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) a[m] = _mm256_broadcast_ss(A + m * lda + k);
+        for (int64_t j = 0; j < full; j += 8) {
+          const __m256 x = _mm256_loadu_ps(b + j);
+#pragma GCC unroll 4
+          for (int m = 0; m < M; ++m) {
+            float* s = sum + m * stride + j;
+            _mm256_storeu_ps(s, _mm256_fmadd_ps(a[m], x, _mm256_loadu_ps(s)));
+          }
+        }
+        for (int64_t j = full; j < width; ++j)
+          for (int m = 0; m < M; ++m)
+            sum[m * stride + j] = std::fma(A[m * lda + k], b[j], sum[m * stride + j]);
+      }
     }
     const bool store = pc == 0 && !accumulate;
     for (int m = 0; m < M; ++m) {
@@ -155,10 +255,28 @@ __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t widt
   }
 }
 
-}  // namespace
+// f(std::integral_constant<int, M>) for M in 1..4.
+template <typename F>
+void with_rows(int64_t M, F&& f) {
+  switch (M) {
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    default:
+      f(std::integral_constant<int, 4>{});
+      break;
+  }
+}
 
-void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B,
-                   float* C, int64_t ldc, bool parallel, bool accumulate) {
+template <bool Bf16>
+void few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B, float* C,
+              int64_t ldc, bool parallel, bool accumulate) {
   // Which thread computes an output changes nothing: each is one tile's or chunk's.
   // Threads only for large weights: below ~4 MB one thread reads it faster than a fork
   // and join of two (measured: 0.9 MB, 23 us on one thread, 51 us on two).
@@ -171,12 +289,10 @@ void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRe
         const int64_t n0 = (N + 7) / 8 * q / shares * 8;
         const int64_t n1 = std::min(N, (N + 7) / 8 * (q + 1) / shares * 8), w = n1 - n0;
         if (w <= 0) continue;
-        switch (M) {
-          case 1: rows_row_major<1>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc, accumulate); break;
-          case 2: rows_row_major<2>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc, accumulate); break;
-          case 3: rows_row_major<3>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc, accumulate); break;
-          default: rows_row_major<4>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc, accumulate); break;
-        }
+        with_rows(M, [&](auto rows) {
+          rows_row_major<rows(), Bf16>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc,
+                                       accumulate);
+        });
       }
     };
     shares > 1 ? parallel_for(shares, 1, body) : body(0, shares);
@@ -186,15 +302,29 @@ void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRe
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t q = b; q < e; ++q) {
       const int64_t n0 = q * kChunk;
-      switch (M) {
-        case 1: chunk<1>(n0, N, K, A.data, A.row_stride, B.data, B.col_stride, C, ldc, accumulate); break;
-        case 2: chunk<2>(n0, N, K, A.data, A.row_stride, B.data, B.col_stride, C, ldc, accumulate); break;
-        case 3: chunk<3>(n0, N, K, A.data, A.row_stride, B.data, B.col_stride, C, ldc, accumulate); break;
-        default: chunk<4>(n0, N, K, A.data, A.row_stride, B.data, B.col_stride, C, ldc, accumulate); break;
-      }
+      with_rows(M, [&](auto rows) {
+        chunk<rows(), Bf16>(n0, N, K, A.data, A.row_stride, B.data, B.col_stride, C, ldc,
+                            accumulate);
+      });
     }
   };
   threads ? parallel_for(chunks, 1, body) : body(0, chunks);
+}
+
+}  // namespace
+
+void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B,
+                   float* C, int64_t ldc, bool parallel, bool accumulate, bool bf16) {
+  if (!bf16) {
+    few_rows<false>(M, N, K, A, B, C, ldc, parallel, accumulate);
+    return;
+  }
+  // A's rows rounded to bf16 once (M x K values: a few KB), W's values as they are read.
+  std::vector<float> a(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      a[static_cast<size_t>(m * K + k)] = round1(A.data[m * A.row_stride + k]);
+  few_rows<true>(M, N, K, MatrixRef<float>{a.data(), K, 1}, B, C, ldc, parallel, accumulate);
 }
 
 }  // namespace attend::kernel::gemm_detail

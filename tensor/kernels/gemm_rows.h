@@ -8,9 +8,9 @@
 //     each k's row of B is one fused multiply-add into the running sums of 512 outputs.
 // Internal to the GEMM (gemm.cpp calls it).
 //
-// Same bits as the blocked GEMM: every element sums its products in KC-deep blocks, each
-// from zero by fused multiply-adds in k order, and each block's sum is stored (the first,
-// without `accumulate`) or added to C, exactly as the micro-kernels do.
+// Same bits as the blocked GEMM, in f32 and in bf16: every element sums its products in KC-deep
+// blocks, each from zero by fused multiply-adds in k order, and each block's sum is stored (the
+// first, without `accumulate`) or added to C, exactly as the micro-kernels do.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,12 @@ constexpr int64_t kMaxFewRows = 4;
 // Whether gemm_few_rows takes this product: f32 SIMD kernels on, M <= kMaxFewRows, N >= 8,
 // B with row stride 1 (W^T) or column stride 1 (row-major), A's rows contiguous.
 bool few_rows_applies(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B);
+// bf16: the bf16 products' bits (gemm_bf16.h), as the blocked GEMM gives them under that
+// precision: A's rows rounded once, W's values as they are read (no panel to round them
+// in), the pairs in the same order, MXCSR's flush-to-zero while a block accumulates. In AVX2
+// FMAs on every CPU: a token's products are bound by reading the weights, not by the
+// arithmetic, so vdpbf16ps would not make them faster.
 void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B,
-                   float* C, int64_t ldc, bool parallel, bool accumulate);
+                   float* C, int64_t ldc, bool parallel, bool accumulate, bool bf16);
 
 }  // namespace attend::kernel::gemm_detail

@@ -156,7 +156,9 @@ TEST_CASE("the AVX-512 f32 kernel gives the AVX2 kernel's bits") {
   CHECK(compared == 2 * 4 * 7 * 4 * 4);
 }
 
-TEST_CASE("gemm_prepacked on a prefix of a B packed once gives gemm's bits on that prefix, f32/f64 and bf16") {
+TEST_CASE(
+    "gemm_prepacked on a prefix of a B packed once gives gemm's bits on that prefix, f32/f64 and "
+    "bf16") {
   // Attention packs K^T, V (and K, V^T) once per batch and head and multiplies each query
   // block by their first nk keys: the products must equal gemm on B[:k, :n], for row-major
   // and transposed B, k across the 256-deep K blocks, n across the 16-wide panels.
@@ -202,50 +204,67 @@ TEST_CASE("gemm_prepacked on a prefix of a B packed once gives gemm's bits on th
                   Error);
 }
 
-TEST_CASE("a few rows against W^T (sampling's products) give the blocked GEMM's bits") {
+TEST_CASE(
+    "a few rows against W^T (sampling's products) give the blocked GEMM's bits, f32 and bf16") {
   // M <= 4 skips packing (gemm_rows.cpp), with B = W^T or B row-major (past one 512-wide
   // tile at N 1100); its twin is the blocked path,
   // reached by the same rows inside a 7-row product, and the portable kernel. Every
   // element must match bit for bit: K within and past 256-deep blocks, k % 8 tails, N past
-  // the last 32-wide chunk, accumulate, 1 and 2 threads.
+  // the last 32-wide chunk, accumulate, 1 and 2 threads. In bf16 the twins are the blocked
+  // bf16 kernels (the AVX2 emulation or vdpbf16ps, and the scalar one): some values of A
+  // and W are made tiny so that products and sums fall below f32's normals (flushed to
+  // zeros of their sign), some subnormal (read as zero), and odd K ends a block on a lone k.
   const int saved_threads = omp_get_max_threads();
   const k::GemmKernel saved = k::gemm_kernel();
   std::mt19937 rng(17);
   std::normal_distribution<float> normal;
   int64_t compared = 0;
-  for (int threads : {1, 2})
-    for (int64_t M : {1, 2, 3, 4})
-      for (int64_t N : {8, 9, 31, 33, 100, 1100})
-        for (int64_t K : {1, 7, 9, 256, 257, 600})
-          for (bool accumulate : {false, true}) {
-            CAPTURE(threads);
-            CAPTURE(M);
-            CAPTURE(N);
-            CAPTURE(K);
-            CAPTURE(accumulate);
-            omp_set_num_threads(threads);
-            const int64_t rows = 7;
-            std::vector<float> a(rows * K), w(N * K), c0(rows * N);
-            for (auto* v : {&a, &w, &c0})
-              for (float& x : *v) x = normal(rng);
-            // B = W^T read through strides, and the same B stored row-major (W^T's copy).
-            std::vector<float> wt(K * N);
-            for (int64_t n = 0; n < N; ++n)
-              for (int64_t kk = 0; kk < K; ++kk) wt[kk * N + n] = w[n * K + kk];
-            const k::MatrixRef<float> A{a.data(), K, 1}, B{w.data(), 1, K}, Bt{wt.data(), N, 1};
-            std::vector<float> few(c0.begin(), c0.begin() + M * N), blocked = c0,
-                                                                    portable = few, row_major = few;
-            k::gemm<float>(M, N, K, A, B, few.data(), N, true, accumulate);
-            k::gemm<float>(M, N, K, A, Bt, row_major.data(), N, true, accumulate);
-            k::gemm<float>(rows, N, K, A, B, blocked.data(), N, true, accumulate);
-            k::set_gemm_kernel(k::GemmKernel::portable);
-            k::gemm<float>(M, N, K, A, B, portable.data(), N, true, accumulate);
-            k::set_gemm_kernel(saved);
-            REQUIRE(std::memcmp(few.data(), blocked.data(), few.size() * sizeof(float)) == 0);
-            REQUIRE(std::memcmp(few.data(), portable.data(), few.size() * sizeof(float)) == 0);
-            REQUIRE(std::memcmp(few.data(), row_major.data(), few.size() * sizeof(float)) == 0);
-            ++compared;
-          }
+  for (k::GemmPrecision precision : {k::GemmPrecision::f32, k::GemmPrecision::bf16})
+    for (int threads : {1, 2})
+      for (int64_t M : {1, 2, 3, 4})
+        for (int64_t N : {8, 9, 31, 33, 100, 1100})
+          for (int64_t K : {1, 7, 9, 256, 257, 600})
+            for (bool accumulate : {false, true}) {
+              const bool bf16 = precision == k::GemmPrecision::bf16;
+              CAPTURE(bf16);
+              CAPTURE(threads);
+              CAPTURE(M);
+              CAPTURE(N);
+              CAPTURE(K);
+              CAPTURE(accumulate);
+              omp_set_num_threads(threads);
+              const int64_t rows = 7;
+              std::vector<float> a(rows * K), w(N * K), c0(rows * N);
+              for (auto* v : {&a, &w, &c0})
+                for (float& x : *v) x = normal(rng);
+              if (bf16) {
+                // Row 1 of A and the first rows of W scaled to ~1e-19: their products near
+                // 1e-38, some below f32's smallest normal; a few subnormal operands.
+                for (int64_t kk = 0; kk < K; ++kk) a[K + kk] *= 1e-19f;
+                for (int64_t i = 0; i < std::min<int64_t>(N, 3) * K; ++i) w[i] *= 1e-19f;
+                for (size_t i = 0; i < a.size(); i += 13) a[i] = 3e-39f;
+                for (size_t i = 5; i < w.size(); i += 17) w[i] = -2e-39f;
+              }
+              // B = W^T read through strides, and the same B stored row-major (W^T's copy).
+              std::vector<float> wt(K * N);
+              for (int64_t n = 0; n < N; ++n)
+                for (int64_t kk = 0; kk < K; ++kk) wt[kk * N + n] = w[n * K + kk];
+              const k::MatrixRef<float> A{a.data(), K, 1}, B{w.data(), 1, K}, Bt{wt.data(), N, 1};
+              std::vector<float> few(c0.begin(), c0.begin() + M * N), blocked = c0, portable = few,
+                                                                      row_major = few;
+              const k::GemmPrecision before = k::set_gemm_precision(precision);
+              k::gemm<float>(M, N, K, A, B, few.data(), N, true, accumulate);
+              k::gemm<float>(M, N, K, A, Bt, row_major.data(), N, true, accumulate);
+              k::gemm<float>(rows, N, K, A, B, blocked.data(), N, true, accumulate);
+              k::set_gemm_kernel(k::GemmKernel::portable);
+              k::gemm<float>(M, N, K, A, B, portable.data(), N, true, accumulate);
+              k::set_gemm_kernel(saved);
+              k::set_gemm_precision(before);
+              REQUIRE(std::memcmp(few.data(), blocked.data(), few.size() * sizeof(float)) == 0);
+              REQUIRE(std::memcmp(few.data(), portable.data(), few.size() * sizeof(float)) == 0);
+              REQUIRE(std::memcmp(few.data(), row_major.data(), few.size() * sizeof(float)) == 0);
+              ++compared;
+            }
   omp_set_num_threads(saved_threads);
-  CHECK(compared == 2 * 4 * 6 * 6 * 2);
+  CHECK(compared == 2 * 2 * 4 * 6 * 6 * 2);
 }
