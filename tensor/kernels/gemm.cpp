@@ -81,8 +81,16 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
     bf16 = g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
   const Bf16Path path = bf16 ? bf16_path() : Bf16Path::scalar;
   const bool bf16_hw = bf16 && path == Bf16Path::native;
-  auto to_bf16 = [&](T* panel, int64_t kc, int64_t width) {
-    if constexpr (std::is_same_v<T, float>) panel_to_bf16(panel, kc, width, path);
+  // B's panels [jc, jc + nc) x [pc, pc + kc) packed, and under bf16 rounded to pairs (in one
+  // pass where B's layout allows, gemm_bf16.h).
+  auto pack_b_maybe_bf16 = [&](int64_t nc, int64_t kc, int64_t pc, int64_t jc, T* out) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16) {
+        pack_b_bf16(nc, kc, pc, jc, B, out, path);
+        return;
+      }
+    }
+    pack_b(nc, kc, pc, jc, B, out, false);
   };
   // A's panels: pairs for the native and scalar kernels, swapped rounded rows for the AVX2
   // emulation (gemm_bf16.h).
@@ -202,9 +210,7 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
         if (pre) {
           bp = pre + pc * ((pre_N + NR - 1) / NR * NR);
         } else {
-          pack_b(nc, kc, pc, jc, B, b_pack, false);
-          if (bf16)
-            for (int64_t q = 0; q < n_panels; ++q) to_bf16(b_pack + q * kc * NR, kc, NR);
+          pack_b_maybe_bf16(nc, kc, pc, jc, b_pack);
         }
         pack_a(M, kc, pc, A, a_pack, false);
         if (bf16)
@@ -244,10 +250,8 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
         if (q1 > q0) {
-          pack_b(std::min(nc, q1 * NR) - q0 * NR, kc, pc, jc + q0 * NR, B, b_pack + q0 * kc * NR,
-                 false);
-          if (bf16)
-            for (int64_t q = q0; q < q1; ++q) to_bf16(b_pack + q * kc * NR, kc, NR);
+          pack_b_maybe_bf16(std::min(nc, q1 * NR) - q0 * NR, kc, pc, jc + q0 * NR,
+                            b_pack + q0 * kc * NR);
         }
 #pragma omp barrier
         if (ib > ia) {
@@ -290,14 +294,16 @@ void pack_b_all(int64_t K, int64_t N, MatrixRef<T> B, T* out) {
   const int64_t n_pad = (N + nr<T>() - 1) / nr<T>() * nr<T>();
   for (int64_t pc = 0; pc < K; pc += KC) {
     const int64_t kc = std::min(KC, K - pc);
+    // bf16: each panel packed as pairs. A product on a prefix of odd length k then reads row
+    // k's value in the last pair's high half, against A's zero pad: the same sum unless that
+    // value is infinite or NaN, or the sum is -0 (it may come out +0).
+    if constexpr (std::is_same_v<T, float>) {
+      if (g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16) {
+        pack_b_bf16(N, kc, pc, 0, B, out + pc * n_pad, bf16_path());
+        continue;
+      }
+    }
     pack_b(N, kc, pc, 0, B, out + pc * n_pad, false);
-    // bf16: each panel rounded to pairs in place. A product on a prefix of odd length k then
-    // reads row k's value in the last pair's high half, against A's zero pad: the same sum
-    // unless that value is infinite or NaN, or the sum is -0 (it may come out +0).
-    if constexpr (std::is_same_v<T, float>)
-      if (g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16)
-        for (int64_t q = 0; q < n_pad / nr<T>(); ++q)
-          panel_to_bf16(out + pc * n_pad + q * kc * nr<T>(), kc, nr<T>(), bf16_path());
   }
 }
 

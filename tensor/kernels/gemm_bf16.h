@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "tensor/kernels/gemm_micro.h"
+#include "tensor/kernels/gemm_pack.h"
 
 namespace attend::kernel::gemm_detail {
 
@@ -46,13 +47,15 @@ inline uint16_t bf16_bits(float f) {
 }
 
 // The same rounding, 16 lanes at once: f32 bits -> the rounded value's bits in the high
-// half (the low half is left over).
+// half (the low half is left over). Shifts are the zero-masked forms: GCC 12's plain
+// _mm512_srli_epi32 reads an undefined register and warns wherever it is inlined.
 __attribute__((target("avx512f"))) inline __m512i bf16_round_x16(__m512i u) {
   const __m512i exp = _mm512_set1_epi32(0x7f800000), abs = _mm512_set1_epi32(0x7fffffff);
   const __mmask16 tiny = _mm512_testn_epi32_mask(u, exp);
   u = _mm512_mask_and_epi32(u, tiny, u, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_epi32(u, abs), exp);
-  const __m512i odd = _mm512_and_epi32(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i odd =
+      _mm512_and_epi32(_mm512_maskz_srli_epi32(0xffff, u, 16), _mm512_set1_epi32(1));
   const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
   return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
 }
@@ -64,7 +67,7 @@ __attribute__((target("avx512f"))) inline void bf16_pairs_x16(const float* lo, c
   const __m512i l = bf16_round_x16(_mm512_maskz_loadu_epi32(m, lo));
   const __m512i h = hi ? bf16_round_x16(_mm512_maskz_loadu_epi32(m, hi)) : _mm512_setzero_si512();
   const __m512i w =
-      _mm512_or_epi32(_mm512_srli_epi32(l, 16),
+      _mm512_or_epi32(_mm512_maskz_srli_epi32(0xffff, l, 16),
                       _mm512_and_epi32(h, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   _mm512_mask_storeu_epi32(out, m, w);
 }
@@ -141,6 +144,72 @@ inline void panel_to_bf16(float* panel, int64_t kc, int64_t width, Bf16Path path
     for (int64_t j = 0; j < width; ++j)
       row[j] = bf16_bits(lo[j]) | (hi ? static_cast<uint32_t>(bf16_bits(hi[j])) << 16 : 0u);
     std::memcpy(out + p * width, row, static_cast<size_t>(width) * 4);
+  }
+}
+
+// pack_b then panel_to_bf16 on each panel, in one pass where B is row-major or W^T (with
+// AVX2, whole 16-wide panels): each pair of k rows read, rounded and stored as words, so
+// the panel is written once at half the bytes instead of written in f32, read and written
+// again. The same words as the two passes (the rounding is bf16_round_x8's, which gives
+// bf16_bits' bits; the tests compare).
+inline void pack_b_bf16(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRef<float> B,
+                        float* out, Bf16Path path) {
+  constexpr int64_t NR = 16;
+  const int64_t panels = (nc + NR - 1) / NR;
+  const int64_t pairs = (kc + 1) / 2;
+  if (!kHasAvx2 || path == Bf16Path::scalar || (B.col_stride != 1 && B.row_stride != 1)) {
+    pack_b(nc, kc, pc, jc, B, out, false);
+    for (int64_t q = 0; q < panels; ++q) panel_to_bf16(out + q * kc * NR, kc, NR, path);
+    return;
+  }
+  if (B.col_stride == 1) {
+    // Row-major: rows k and k+1 read in order, each 16-wide piece into its panel.
+    for (int64_t p2 = 0; p2 < pairs; ++p2) {
+      const float* lo = B.data + (pc + 2 * p2) * B.row_stride + jc;
+      const float* hi = 2 * p2 + 1 < kc ? lo + B.row_stride : nullptr;
+      for (int64_t q = 0; q < panels; ++q) {
+        auto* d = reinterpret_cast<uint32_t*>(out + q * kc * NR) + p2 * NR;
+        const int64_t j0 = q * NR, cols = std::min(NR, nc - j0);
+        if (cols == NR) {
+          bf16_pairs_x8x2(lo + j0, hi ? hi + j0 : nullptr, d);
+        } else {
+          for (int64_t j = 0; j < NR; ++j)
+            d[j] = j < cols ? bf16_bits(lo[j0 + j]) |
+                                  (hi ? static_cast<uint32_t>(bf16_bits(hi[j0 + j])) << 16 : 0u)
+                            : 0u;
+        }
+      }
+    }
+    return;
+  }
+  // W^T (row stride 1): eight k of a panel through pack_b's 8x8 transposes into a 128-float
+  // scratch, then four pairs of rows out; a partial panel or the last kc % 8 through the
+  // plain pack of that panel and the in-place rounding.
+  alignas(32) float tmp[8 * NR];
+  for (int64_t q = 0; q < panels; ++q) {
+    float* dst = out + q * kc * NR;
+    auto* d = reinterpret_cast<uint32_t*>(dst);
+    const int64_t cols = std::min(NR, nc - q * NR);
+    if (cols != NR || kc < 8) {
+      pack_b(cols, kc, pc, jc + q * NR, B, dst, false);
+      panel_to_bf16(dst, kc, NR, path);
+      continue;
+    }
+    const float* src = B.data + pc + (jc + q * NR) * B.col_stride;
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8) {
+      pack_b_transposed_8x16(src + k, B.col_stride, tmp);
+      for (int64_t r = 0; r < 4; ++r)
+        bf16_pairs_x8x2(tmp + 2 * r * NR, tmp + (2 * r + 1) * NR, d + (k / 2 + r) * NR);
+    }
+    // The last kc % 8 (< 8 rows): packed as f32 into the scratch, then paired.
+    const int64_t rest = kc - k;
+    if (rest > 0) {
+      pack_b(NR, rest, pc + k, jc + q * NR, B, tmp, false);
+      for (int64_t r = 0; r < (rest + 1) / 2; ++r)
+        bf16_pairs_x8x2(tmp + 2 * r * NR, 2 * r + 1 < rest ? tmp + (2 * r + 1) * NR : nullptr,
+                        d + (k / 2 + r) * NR);
+    }
   }
 }
 

@@ -118,13 +118,15 @@ TEST_CASE("bf16 rounding: nearest even, NaN kept, subnormal inputs zero, overflo
 
 namespace {
 
-// Each kernel's products on odd sizes against the twin, bit for bit.
+// Each kernel's products on odd sizes against the twin, bit for bit, with B row-major and
+// with B = W^T (a Linear's weight read through strides: packed through 8x8 transposes, a
+// block's last kc % 8 rows and partial panels apart).
 void check_twin(const std::vector<k::GemmKernel>& kernels) {
   Generator g(71);
   const PrecisionGuard bf16(k::GemmPrecision::bf16);
   for (int64_t M : {1, 6, 13, 97})
     for (int64_t N : {1, 16, 33, 100})
-      for (int64_t K : {1, 2, 7, 256, 257, 600}) {
+      for (int64_t K : {1, 2, 7, 13, 256, 257, 270, 600}) {
         CAPTURE(M);
         CAPTURE(N);
         CAPTURE(K);
@@ -132,10 +134,12 @@ void check_twin(const std::vector<k::GemmKernel>& kernels) {
         const Tensor a = tensor(std::vector<double>(av.begin(), av.end()), {M, K});
         const Tensor b = tensor(std::vector<double>(bv.begin(), bv.end()), {K, N});
         const auto want = twin(a.to_vector<float>(), b.to_vector<float>(), M, N, K);
+        const Tensor w = k::contiguous(k::transpose(b, 0, 1));  // (N, K): b = w^T
         for (const auto kern : kernels) {
           const KernelGuard use(kern);
           CAPTURE(std::string(k::gemm_kernel_name(k::gemm_kernel())));
           check_bits(k::matmul(a, b), want);
+          check_bits(k::matmul(a, k::transpose(w, 0, 1)), want);
         }
       }
 }

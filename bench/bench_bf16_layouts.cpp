@@ -1,0 +1,69 @@
+// bf16 against f32 products on GPT-2's shapes, with B as a Linear's forward reads it (W^T,
+// through strides) and row-major (backward's dX = dY W, attention's V): the best of N runs
+// of each, alternating nothing (run it several times, and beside its previous build, on a
+// noisy machine). What packing costs shows here: the micro-kernels are the same speed in
+// both precisions on a CPU without AVX512_BF16 (the emulation), so the ratio is what the
+// bf16 panels' packing and rounding cost on top.
+//   bench_bf16_layouts [REPS]      (default 9; threads from OMP_NUM_THREADS)
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
+#include "tensor/random.h"
+
+using namespace attend;
+namespace k = attend::kernel;
+
+namespace {
+
+double best_ms(const Tensor& a, const Tensor& b, int reps) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor c = k::matmul(a, b);
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 9;
+  if (reps < 1) {
+    std::fprintf(stderr, "bench_bf16_layouts: REPS must be >= 1, got '%s'\n", argv[1]);
+    return 2;
+  }
+  std::printf("attend bench_bf16_layouts: threads %d, bf16 %s, best of %d\n", omp_get_max_threads(),
+              k::gemm_has_native_bf16() ? "native" : "emulated", reps);
+  std::printf("%-12s %-5s %10s %10s %12s\n", "product", "B", "f32 ms", "bf16 ms", "bf16 speed");
+  struct Shape {
+    int64_t M, K, N;
+    const char* name;
+  };
+  const Shape shapes[] = {{2048, 768, 2304, "qkv"},
+                          {2048, 3072, 768, "c_proj"},
+                          {256, 768, 50304, "lm_head"},
+                          {768, 128, 384, "small qkv"}};
+  Generator g(1);
+  for (const Shape& s : shapes) {
+    const Tensor a = randn({s.M, s.K}, g), w = randn({s.N, s.K}, g);
+    const Tensor row_major = k::contiguous(k::transpose(w, 0, 1));
+    for (int layout = 0; layout < 2; ++layout) {
+      const Tensor b = layout == 0 ? k::transpose(w, 0, 1) : row_major;
+      const k::GemmPrecision before = k::set_gemm_precision(k::GemmPrecision::f32);
+      const double f = best_ms(a, b, reps);
+      k::set_gemm_precision(k::GemmPrecision::bf16);
+      const double h = best_ms(a, b, reps);
+      k::set_gemm_precision(before);
+      std::printf("%-12s %-5s %10.3f %10.3f %11.2fx\n", s.name, layout == 0 ? "W^T" : "rows", f, h,
+                  f / h);
+    }
+  }
+}
