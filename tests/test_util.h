@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensor/error.h"
+#include "tensor/kernels/gemm.h"
 #include "tensor/tensor.h"
 
 namespace attend::test {
@@ -62,6 +63,15 @@ inline void check_close(const Tensor& got, const Tensor& want, double atol, doub
        (w.empty() ? 0.0 : w[at]));
   CHECK(worst <= 0);
 }
+
+// The GEMM's precision set for a scope and restored after it, even when a REQUIRE throws.
+struct PrecisionGuard {
+  kernel::GemmPrecision old;
+  explicit PrecisionGuard(kernel::GemmPrecision p) : old(kernel::set_gemm_precision(p)) {}
+  ~PrecisionGuard() { kernel::set_gemm_precision(old); }
+  PrecisionGuard(const PrecisionGuard&) = delete;
+  PrecisionGuard& operator=(const PrecisionGuard&) = delete;
+};
 
 // Bit-identical (same shape, same bytes of every element).
 inline bool bit_identical(const Tensor& a, const Tensor& b) {

@@ -109,6 +109,41 @@ inline float bf16_value(uint32_t h) {
   return f;
 }
 
+// x rounded to bf16 and kept as f32 (kernel::round_to_bf16).
+inline float bf16_round(float x) { return bf16_value(bf16_bits(x)); }
+
+// The same, 8 lanes: the rounded values as f32 (low halves zero).
+__attribute__((target("avx2"))) inline __m256 bf16_round_ps_x8(__m256 v) {
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  return _mm256_castsi256_ps(_mm256_and_si256(bf16_round_x8(_mm256_castps_si256(v)), high));
+}
+
+// One pair word: lo's bf16 in the low half, hi's in the high half (hi null: zero).
+inline uint32_t bf16_word(const float* lo, const float* hi) {
+  return bf16_bits(*lo) | (hi ? static_cast<uint32_t>(bf16_bits(*hi)) << 16 : 0u);
+}
+
+// MXCSR's flush-to-zero for a scope (On false: nothing), around an emulated block's
+// accumulation: results below f32's smallest normal become zeros of their sign, exactly
+// those flush_tiny flushes (x86 detects tininess after rounding), as vdpbf16ps's are.
+// Stores and adds into C go after the scope, under the caller's MXCSR, as the native
+// kernel's do.
+template <bool On = true>
+struct FlushToZero {
+  unsigned csr = 0;
+  FlushToZero() {
+    if constexpr (On) {
+      csr = _mm_getcsr();
+      _mm_setcsr(csr | 0x8000u);
+    }
+  }
+  ~FlushToZero() {
+    if constexpr (On) _mm_setcsr(csr);
+  }
+  FlushToZero(const FlushToZero&) = delete;
+  FlushToZero& operator=(const FlushToZero&) = delete;
+};
+
 // Which bf16 kernel a product runs (read once per product, or per pack_b_all): vdpbf16ps
 // when the CPU has it and the f32 kernel in use is the AVX-512 one; else the emulation, in
 // AVX2 registers unless ATTEND_GEMM=portable (the scalar one, the twin the tests hold the
@@ -141,8 +176,7 @@ inline void panel_to_bf16(float* panel, int64_t kc, int64_t width, Bf16Path path
       bf16_pairs_x8x2(lo, hi, out + p * width);
       continue;
     }
-    for (int64_t j = 0; j < width; ++j)
-      row[j] = bf16_bits(lo[j]) | (hi ? static_cast<uint32_t>(bf16_bits(hi[j])) << 16 : 0u);
+    for (int64_t j = 0; j < width; ++j) row[j] = bf16_word(lo + j, hi ? hi + j : nullptr);
     std::memcpy(out + p * width, row, static_cast<size_t>(width) * 4);
   }
 }
@@ -174,23 +208,21 @@ inline void pack_b_bf16(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRe
           bf16_pairs_x8x2(lo + j0, hi ? hi + j0 : nullptr, d);
         } else {
           for (int64_t j = 0; j < NR; ++j)
-            d[j] = j < cols ? bf16_bits(lo[j0 + j]) |
-                                  (hi ? static_cast<uint32_t>(bf16_bits(hi[j0 + j])) << 16 : 0u)
-                            : 0u;
+            d[j] = j < cols ? bf16_word(lo + j0 + j, hi ? hi + j0 + j : nullptr) : 0u;
         }
       }
     }
     return;
   }
   // W^T (row stride 1): eight k of a panel through pack_b's 8x8 transposes into a 128-float
-  // scratch, then four pairs of rows out; a partial panel or the last kc % 8 through the
-  // plain pack of that panel and the in-place rounding.
+  // scratch, then four pairs of rows out, the last kc % 8 rows packed into the scratch
+  // plainly, then paired; a partial panel packed and rounded in place.
   alignas(32) float tmp[8 * NR];
   for (int64_t q = 0; q < panels; ++q) {
     float* dst = out + q * kc * NR;
     auto* d = reinterpret_cast<uint32_t*>(dst);
     const int64_t cols = std::min(NR, nc - q * NR);
-    if (cols != NR || kc < 8) {
+    if (cols != NR) {
       pack_b(cols, kc, pc, jc + q * NR, B, dst, false);
       panel_to_bf16(dst, kc, NR, path);
       continue;
@@ -202,7 +234,6 @@ inline void pack_b_bf16(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRe
       for (int64_t r = 0; r < 4; ++r)
         bf16_pairs_x8x2(tmp + 2 * r * NR, tmp + (2 * r + 1) * NR, d + (k / 2 + r) * NR);
     }
-    // The last kc % 8 (< 8 rows): packed as f32 into the scratch, then paired.
     const int64_t rest = kc - k;
     if (rest > 0) {
       pack_b(NR, rest, pc + k, jc + q * NR, B, tmp, false);
@@ -218,13 +249,10 @@ inline void pack_b_bf16(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRe
 __attribute__((target("avx2"))) inline void panel_to_bf16_swapped(float* panel, int64_t kc,
                                                                   int64_t width) {
   const int64_t n = kc * width;
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    auto* q = reinterpret_cast<__m256i*>(panel + i);
-    _mm256_storeu_si256(q, _mm256_and_si256(bf16_round_x8(_mm256_loadu_si256(q)), high));
-  }
-  for (; i < n; ++i) panel[i] = bf16_value(bf16_bits(panel[i]));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(panel + i, bf16_round_ps_x8(_mm256_loadu_ps(panel + i)));
+  for (; i < n; ++i) panel[i] = bf16_round(panel[i]);
   float tmp[16];
   const size_t bytes = static_cast<size_t>(width) * 4;
   for (int64_t p = 0; p + 1 < kc; p += 2) {
@@ -268,8 +296,6 @@ inline void micro_bf16_emulated(int64_t kc2, const uint32_t* a, const uint32_t* 
 // at half the bytes, four integer operations per pair.
 __attribute__((target("avx2,fma"), noinline)) inline void micro_bf16_avx2(
     int64_t kc, const float* a, const uint32_t* b, float* out, int64_t ld, bool add) {
-  const unsigned csr = _mm_getcsr();
-  _mm_setcsr(csr | 0x8000u);  // FTZ
   Avx2Tile t;
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   auto hi = [&](const uint32_t* w) {
@@ -280,17 +306,19 @@ __attribute__((target("avx2,fma"), noinline)) inline void micro_bf16_avx2(
     return _mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), 16));
   };
-  int64_t k = 0;
-  for (; k + 2 <= kc; k += 2, a += 2 * MR, b += 16) {
-    t.rank1(a, hi(b), hi(b + 8));
-    t.rank1(a + MR, lo(b), lo(b + 8));
+  {
+    const FlushToZero ftz;
+    int64_t k = 0;
+    for (; k + 2 <= kc; k += 2, a += 2 * MR, b += 16) {
+      t.rank1(a, hi(b), hi(b + 8));
+      t.rank1(a + MR, lo(b), lo(b + 8));
+    }
+    if (k < kc) {
+      static const float zeros[MR] = {};
+      t.rank1(zeros, hi(b), hi(b + 8));
+      t.rank1(a, lo(b), lo(b + 8));
+    }
   }
-  if (k < kc) {
-    static const float zeros[MR] = {};
-    t.rank1(zeros, hi(b), hi(b + 8));
-    t.rank1(a, lo(b), lo(b + 8));
-  }
-  _mm_setcsr(csr);
   t.store(out, ld, add);
 }
 

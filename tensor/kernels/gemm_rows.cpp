@@ -26,32 +26,6 @@ namespace {
 constexpr int kGroups = 4;
 constexpr int64_t kChunk = 8 * kGroups;
 
-// bf16 (gemm_bf16.h's arithmetic): eight f32 values rounded to bf16, kept as f32.
-__attribute__((target("avx2"))) inline __m256 round8(__m256 v) {
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  return _mm256_castsi256_ps(_mm256_and_si256(bf16_round_x8(_mm256_castps_si256(v)), high));
-}
-inline float round1(float x) { return bf16_value(bf16_bits(x)); }
-
-// MXCSR's flush-to-zero while a block accumulates in bf16 (as micro_bf16_avx2): results
-// below f32's smallest normal become zeros of their sign, as vdpbf16ps's do. The stores and
-// adds into C run under the caller's MXCSR.
-template <bool Bf16>
-struct FlushToZero {
-  unsigned csr = 0;
-  FlushToZero() {
-    if constexpr (Bf16) {
-      csr = _mm_getcsr();
-      _mm_setcsr(csr | 0x8000u);
-    }
-  }
-  ~FlushToZero() {
-    if constexpr (Bf16) _mm_setcsr(csr);
-  }
-  FlushToZero(const FlushToZero&) = delete;
-  FlushToZero& operator=(const FlushToZero&) = delete;
-};
-
 // Eight k from eight rows (r[i] + k) as eight column vectors: c[j] lane i = r[i][k + j].
 __attribute__((target("avx2,fma"))) inline void columns8(const float* const* r, int64_t k,
                                                          __m256* c) {
@@ -82,7 +56,7 @@ template <bool Bf16>
 __attribute__((target("avx2,fma"))) inline __m256 column(const float* const* r, int64_t k) {
   const __m256 c =
       _mm256_setr_ps(r[0][k], r[1][k], r[2][k], r[3][k], r[4][k], r[5][k], r[6][k], r[7][k]);
-  if constexpr (Bf16) return round8(c);
+  if constexpr (Bf16) return bf16_round_ps_x8(c);
   return c;
 }
 
@@ -113,7 +87,7 @@ __attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K,
           columns8(rows[g], k, c);
           if constexpr (Bf16) {
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; ++j) c[j] = round8(c[j]);
+            for (int j = 0; j < 8; ++j) c[j] = bf16_round_ps_x8(c[j]);
           }
 #pragma GCC unroll 4
           for (int m = 0; m < M; ++m) {
@@ -192,7 +166,7 @@ __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t widt
     const int64_t end = std::min(K, pc + KC);
     std::fill(sum, sum + M * stride, 0.0f);
     if constexpr (Bf16) {
-      const FlushToZero<Bf16> ftz;
+      const FlushToZero<> ftz;
       for (int64_t k = pc; k < end; k += 2) {
         // b1 null: an odd block's last k, after a product of zeros (gemm_bf16.h)
         const float* b0 = B + k * ldb + n0;
@@ -204,8 +178,8 @@ __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t widt
           a1[m] = b1 ? _mm256_broadcast_ss(A + m * lda + k + 1) : _mm256_setzero_ps();
         }
         for (int64_t j = 0; j < full; j += 8) {
-          const __m256 x0 = round8(_mm256_loadu_ps(b0 + j));
-          const __m256 x1 = b1 ? round8(_mm256_loadu_ps(b1 + j)) : _mm256_setzero_ps();
+          const __m256 x0 = bf16_round_ps_x8(_mm256_loadu_ps(b0 + j));
+          const __m256 x1 = b1 ? bf16_round_ps_x8(_mm256_loadu_ps(b1 + j)) : _mm256_setzero_ps();
 #pragma GCC unroll 4
           for (int m = 0; m < M; ++m) {
             float* s = sum + m * stride + j;
@@ -214,7 +188,7 @@ __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t widt
           }
         }
         for (int64_t j = full; j < width; ++j) {
-          const float x0 = round1(b0[j]), x1 = b1 ? round1(b1[j]) : 0.0f;
+          const float x0 = bf16_round(b0[j]), x1 = b1 ? bf16_round(b1[j]) : 0.0f;
           for (int m = 0; m < M; ++m) {
             const float a1s = b1 ? A[m * lda + k + 1] : 0.0f;
             float& s = sum[m * stride + j];
@@ -319,11 +293,13 @@ void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRe
     few_rows<false>(M, N, K, A, B, C, ldc, parallel, accumulate);
     return;
   }
-  // A's rows rounded to bf16 once (M x K values: a few KB), W's values as they are read.
-  std::vector<float> a(static_cast<size_t>(M * K));
+  // A's rows rounded to bf16 once (M x K values: a few KB, kept per thread), W's values as
+  // they are read.
+  thread_local std::vector<float> a;
+  if (static_cast<int64_t>(a.size()) < M * K) a.resize(static_cast<size_t>(M * K));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k)
-      a[static_cast<size_t>(m * K + k)] = round1(A.data[m * A.row_stride + k]);
+      a[static_cast<size_t>(m * K + k)] = bf16_round(A.data[m * A.row_stride + k]);
   few_rows<true>(M, N, K, MatrixRef<float>{a.data(), K, 1}, B, C, ldc, parallel, accumulate);
 }
 

@@ -72,7 +72,7 @@ GemmKernel set_gemm_kernel(GemmKernel k) {
 GemmPrecision gemm_precision() { return gemm_detail::g_precision.load(); }
 GemmPrecision set_gemm_precision(GemmPrecision p) { return gemm_detail::g_precision.exchange(p); }
 bool gemm_has_native_bf16() { return gemm_detail::kHasAvx512Bf16; }
-float round_to_bf16(float x) { return gemm_detail::bf16_value(gemm_detail::bf16_bits(x)); }
+float round_to_bf16(float x) { return gemm_detail::bf16_round(x); }
 
 namespace {
 

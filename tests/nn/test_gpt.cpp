@@ -3,10 +3,9 @@
 #include <optional>
 
 #include "nn/gpt.h"
-#include "nn/gradcheck_cases.h"
 #include "nn/layers.h"
+#include "nn/gradcheck_cases.h"
 #include "tensor/kernels.h"
-#include "tensor/kernels/gemm.h"
 #include "tensor/random.h"
 #include "test_util.h"
 
@@ -25,14 +24,7 @@ TEST_CASE("every module passes gradcheck in f64") {
 
 TEST_CASE("an untrained GPT's loss on random tokens is ln(V) within 0.1") {
   Generator g(1);
-  GPTConfig c{.vocab_size = 1000,
-              .block_size = 32,
-              .n_layer = 2,
-              .n_head = 4,
-              .n_kv_head = 4,
-              .n_embd = 64,
-              .dropout = 0.0,
-              .bias = true};
+  GPTConfig c{.vocab_size = 1000, .block_size = 32, .n_layer = 2, .n_head = 4, .n_kv_head = 4, .n_embd = 64, .dropout = 0.0, .bias = true};
   GPT m(c, 2);
   Tensor idx = randint({4, 32}, 0, 1000, g), targets = randint({4, 32}, 0, 1000, g);
   const double loss = m.forward(idx, targets).loss.item();
@@ -40,14 +32,7 @@ TEST_CASE("an untrained GPT's loss on random tokens is ln(V) within 0.1") {
 }
 
 TEST_CASE("sequences longer than block_size and ids outside the vocabulary are errors") {
-  GPT m(GPTConfig{.vocab_size = 11,
-                  .block_size = 8,
-                  .n_layer = 1,
-                  .n_head = 2,
-                  .n_kv_head = 2,
-                  .n_embd = 8,
-                  .dropout = 0.0,
-                  .bias = true});
+  GPT m(GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2, .n_kv_head = 2, .n_embd = 8, .dropout = 0.0, .bias = true});
   check_error(
       [&] {
         m.forward(zeros({1, 9}, DType::I64));
@@ -67,15 +52,7 @@ TEST_CASE("sequences longer than block_size and ids outside the vocabulary are e
 
 TEST_CASE("dropout makes train mode stochastic and eval mode deterministic") {
   Generator g(3);
-  GPT m(GPTConfig{.vocab_size = 11,
-                  .block_size = 8,
-                  .n_layer = 1,
-                  .n_head = 2,
-                  .n_kv_head = 2,
-                  .n_embd = 8,
-                  .dropout = 0.5,
-                  .bias = true},
-        1);
+  GPT m(GPTConfig{.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2, .n_kv_head = 2, .n_embd = 8, .dropout = 0.5, .bias = true}, 1);
   Tensor idx = randint({2, 8}, 0, 11, g);
   Tensor a = m.forward(idx).logits;
   m.dropout_context->step = 1;
@@ -91,15 +68,7 @@ TEST_CASE("the chunked LM head loss equals logits then cross_entropy bit for bit
   // GPT::forward with targets runs linear_cross_entropy (no (B, T, V) logits); keep_logits
   // runs lm_head and cross_entropy. Same loss and same gradients, to the bit.
   Generator g(6);
-  GPT m(GPTConfig{.vocab_size = 37,
-                  .block_size = 32,
-                  .n_layer = 2,
-                  .n_head = 4,
-                  .n_kv_head = 4,
-                  .n_embd = 32,
-                  .dropout = 0.1,
-                  .bias = true},
-        2);
+  GPT m(GPTConfig{.vocab_size = 37, .block_size = 32, .n_layer = 2, .n_head = 4, .n_kv_head = 4, .n_embd = 32, .dropout = 0.1, .bias = true}, 2);
   Tensor idx = randint({3, 32}, 0, 37, g), tgt = randint({3, 32}, 0, 37, g);
   std::vector<std::vector<Tensor>> res(2);
   for (int keep = 0; keep < 2; ++keep) {
@@ -127,20 +96,13 @@ TEST_CASE("decoding with W^T kept contiguous (DecodingWeights) gives the same lo
   GPTConfig llama = gpt_preset("llama-char");
   llama.vocab_size = 300, llama.block_size = 24, llama.n_layer = 2, llama.n_head = 4;
   llama.n_kv_head = 2, llama.n_embd = 48, llama.hidden_dim = 136;
-  const GPTConfig gpt2{.vocab_size = 300,
-                       .block_size = 24,
-                       .n_layer = 2,
-                       .n_head = 4,
-                       .n_kv_head = 4,
-                       .n_embd = 48,
-                       .dropout = 0.0,
-                       .bias = true};
-  for (const kernel::GemmPrecision precision :
-       {kernel::GemmPrecision::f32, kernel::GemmPrecision::bf16})
+  const GPTConfig gpt2{.vocab_size = 300, .block_size = 24, .n_layer = 2, .n_head = 4,
+                       .n_kv_head = 4, .n_embd = 48, .dropout = 0.0, .bias = true};
+  for (const auto precision : {kernel::GemmPrecision::f32, kernel::GemmPrecision::bf16})
     for (const GPTConfig& c : {gpt2, llama}) {
       CAPTURE(c.arch);
       CAPTURE(precision == kernel::GemmPrecision::bf16);
-      const kernel::GemmPrecision before = kernel::set_gemm_precision(precision);
+      const test::PrecisionGuard use(precision);
       GPT m(c, 5);
       m.eval();
       Generator g(6);
@@ -164,6 +126,5 @@ TEST_CASE("decoding with W^T kept contiguous (DecodingWeights) gives the same lo
         CHECK(test::bit_identical(a, b));
         t += n;
       }
-      kernel::set_gemm_precision(before);
     }
 }

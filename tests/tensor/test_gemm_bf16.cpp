@@ -20,11 +20,7 @@ namespace k = attend::kernel;
 
 namespace {
 
-struct PrecisionGuard {
-  k::GemmPrecision old;
-  explicit PrecisionGuard(k::GemmPrecision p) : old(k::set_gemm_precision(p)) {}
-  ~PrecisionGuard() { k::set_gemm_precision(old); }
-};
+using test::PrecisionGuard;
 struct KernelGuard {
   k::GemmKernel old;
   explicit KernelGuard(k::GemmKernel g) : old(k::set_gemm_kernel(g)) {}
