@@ -1,13 +1,46 @@
 // matmul backward: for C = A @ B,  dA = dC @ B^T,  dB = A^T @ dC, then summed over any
 // broadcast batch dims (see Note [Broadcast gradients]). Transposes are stride views, so
 // the backward products read the saved operands in place.
+#include <algorithm>
+
 #include "autograd/ops.h"
 #include "autograd/ops/saved.h"
 #include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
 
 namespace attend {
 
 using autograd::Needs;
+
+namespace {
+
+// Linear's dW = g2^T x, (outs, in), for an x kept as bf16 (autograd/ops/saved.h): x's f32
+// values are made a run of whole K blocks of rows at a time (about 1 MB, at least one
+// block) and each run's product added into dW. Runs start at multiples of kGemmKBlock, so
+// these are the bits of one product over all rows (tensor/kernels/gemm.h), and backward
+// never holds x in f32 whole: 12.6 MB less at the peak of the baby GPT's step
+// (docs/numbers.md, 2026-12-05 second sitting).
+Tensor weight_grad_from_bf16(const Tensor& g2, const autograd::detail::SavedOperand& x,
+                             int64_t outs, int64_t in) {
+  const int64_t R = x.num_rows();
+  const int64_t run =
+      kernel::kGemmKBlock *
+      std::max<int64_t>(1, (int64_t{1} << 18) / (kernel::kGemmKBlock * std::max<int64_t>(in, 1)));
+  Tensor gw = empty({outs, in}, DType::F32);
+  const float* g = g2.data<float>();
+  const int64_t rs = g2.strides()[0], cs = g2.strides()[1];
+  for (int64_t r0 = 0;; r0 += run) {
+    const int64_t r1 = std::min(R, r0 + run);
+    const Tensor xr = x.rows(r0, r1);
+    // A = g2^T's columns [r0, r1): element (i, r) is g2[r0 + r, i]
+    kernel::gemm<float>(outs, in, r1 - r0, {g + r0 * rs, cs, rs}, {xr.data<float>(), in, 1},
+                        gw.data<float>(), in, /*parallel=*/true, /*accumulate=*/r0 > 0);
+    if (r1 == R) break;
+  }
+  return gw;
+}
+
+}  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = kernel::matmul(a, b);
@@ -53,8 +86,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                      std::vector<Tensor> grads(has_b ? 3 : 2);
                      if (n[0]) grads[0] = kernel::matmul(g, w);  // (..., in)
                      if (n[1])
-                       grads[1] = kernel::matmul(kernel::transpose(g2, 0, 1),
-                                                 kernel::reshape(saved_x.get(), {-1, in}));
+                       grads[1] = saved_x.compact()
+                                      ? weight_grad_from_bf16(g2, saved_x, outs, in)
+                                      : kernel::matmul(kernel::transpose(g2, 0, 1),
+                                                       kernel::reshape(saved_x.get(), {-1, in}));
                      if (has_b && n[2]) grads[2] = kernel::sum_to(g2, {outs});
                      return grads;
                    });

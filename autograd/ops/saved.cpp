@@ -33,4 +33,19 @@ Tensor SavedOperand::get() const {
   return out;
 }
 
+int64_t SavedOperand::num_rows() const {
+  ATTEND_INTERNAL_CHECK(half_ && !shape_.empty(), "SavedOperand::num_rows: not kept as bf16");
+  return shape_.back() == 0 ? 0 : numel(shape_) / shape_.back();
+}
+
+Tensor SavedOperand::rows(int64_t r0, int64_t r1) const {
+  ATTEND_INTERNAL_CHECK(half_ && !shape_.empty() && 0 <= r0 && r0 <= r1 && r1 <= num_rows(),
+                        "SavedOperand::rows: rows [", r0, ", ", r1, ") of ", num_rows());
+  const int64_t width = shape_.back();
+  Tensor out = empty({r1 - r0, width}, DType::F32);
+  kernel::from_bf16_bits(static_cast<const uint16_t*>(half_->data) + r0 * width,
+                         out.data<float>(), out.numel());
+  return out;
+}
+
 }  // namespace attend::autograd::detail

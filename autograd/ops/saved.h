@@ -27,6 +27,10 @@ class SavedOperand {
   explicit SavedOperand(const Tensor& t);
   // The tensor (contiguous when it was kept as bf16: a fresh f32 copy of the rounded values).
   Tensor get() const;
+  // Kept as bf16 only: rows [r0, r1) of the tensor seen as (rows, last dim), as a fresh
+  // contiguous f32 tensor (r1 - r0, last dim): backward can widen it a block at a time.
+  Tensor rows(int64_t r0, int64_t r1) const;
+  int64_t num_rows() const;
   bool compact() const { return half_ != nullptr; }
 
  private:

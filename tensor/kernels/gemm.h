@@ -16,6 +16,13 @@ struct MatrixRef {
   int64_t row_stride, col_stride;
 };
 
+// The depth of the blocked GEMM's K blocks. Every kernel (the blocked one, the few-rows
+// one) sums each K block from zero and then stores it (the first block, without
+// `accumulate`) or adds it to C, in order; so a product split along K at multiples of
+// kGemmKBlock, its first part computed plainly and each later part with `accumulate`, gives
+// the bits of the whole product, in f32 and in bf16 (tests/tensor/test_gemm.cpp).
+constexpr int64_t kGemmKBlock = 256;
+
 // Cache-blocked with packed panels and a register-tiled micro-kernel (AVX-512 or AVX2/FMA when the
 // CPU has it, checked at run time; a portable one otherwise). Every output element sums its K
 // products in the same order whatever the thread count: threads split M and N, never K.

@@ -13,7 +13,7 @@
 namespace attend::kernel::gemm_detail {
 
 constexpr int64_t MR = 6;     // rows of a micro-tile
-constexpr int64_t KC = 256;   // shared-dim block: an A and a B panel stay in L1/L2
+constexpr int64_t KC = kGemmKBlock;  // shared-dim block: an A and a B panel stay in L1/L2
 constexpr int64_t NC = 3072;  // columns per packed B block
 constexpr int64_t MCP = 24;   // row panels per block of A reused against one B panel pair
 

@@ -107,3 +107,38 @@ TEST_CASE("f32 products: nothing is kept as bf16") {
   CHECK(differing(a, b) == 0);
   CHECK(a.peak == b.peak);
 }
+
+TEST_CASE("bf16 products: Linear's weight gradient from a bf16 input, a few K blocks of rows at a "
+          "time, has the whole product's bits and never widens the input whole") {
+  const int64_t in = 1100;  // over 2^18 / kGemmKBlock: one K block of rows per run
+  for (const int64_t outs : {3, 40})
+    for (const int64_t rows : {k::kGemmKBlock, 2 * k::kGemmKBlock + 37}) {
+      CAPTURE(outs);
+      CAPTURE(rows);
+      std::vector<std::vector<float>> grads[2];
+      size_t rise = 0;
+      for (const bool compact : {false, true}) {
+        const test::PrecisionGuard guard(k::GemmPrecision::bf16);
+        const bool old = autograd::detail::set_compact_saves(compact);
+        Generator g(31);  // the same x, w, b and output gradient both times
+        Tensor x = randn({rows, in}, g), w = randn({outs, in}, g), b = randn({outs}, g);
+        const Tensor go = randn({rows, outs}, g);
+        x.requires_grad_(), w.requires_grad_(), b.requires_grad_();
+        const Tensor y = linear(x, w, b);
+        const size_t before = storage_stats().live;
+        reset_storage_peak();
+        y.backward(go);
+        if (compact) rise = storage_stats().peak - before;
+        for (const Tensor& t : {x, w, b}) grads[compact].push_back(t.grad().to_vector<float>());
+        autograd::detail::set_compact_saves(old);
+      }
+      for (size_t i = 0; i < 3; ++i)
+        CHECK(std::memcmp(grads[0][i].data(), grads[1][i].data(), grads[0][i].size() * 4) == 0);
+      // Backward's new storage: dx, dW, db and one run of x's rows in f32 (not all of x).
+      const size_t f = 4, run_bytes = static_cast<size_t>(k::kGemmKBlock * in) * f;
+      const size_t bound = static_cast<size_t>(rows * in + outs * in + outs) * f + run_bytes;
+      CAPTURE(rise);
+      CAPTURE(bound);
+      CHECK(rise <= bound);
+    }
+}

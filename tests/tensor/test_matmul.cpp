@@ -2,6 +2,7 @@
 // batches, f32 against f64, and 1 against 2 threads.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -75,6 +76,45 @@ TEST_CASE("matmul is bit-identical with 1 and 2 threads") {
   omp_set_num_threads(saved);
   CHECK(test::bit_identical(c1, c2));
   CHECK(test::bit_identical(d1, d2));
+}
+
+// A (M, K) @ b (K, N) split along K, each later part added with `accumulate` (Linear's dW
+// from a bf16 input, a run of rows at a time: autograd/ops/matmul.cpp). A is read through
+// its strides.
+std::vector<float> split_along_k(const Tensor& A, const Tensor& b, int64_t at) {
+  const int64_t M = A.size(0), K = A.size(1), N = b.size(1);
+  std::vector<float> c(static_cast<size_t>(M * N));
+  const int64_t rs = A.strides()[0], cs = A.strides()[1];
+  for (int64_t k0 = 0; k0 < K; k0 += at) {
+    const int64_t k1 = std::min(K, k0 + at);
+    k::gemm<float>(M, N, k1 - k0, {A.data<float>() + k0 * cs, rs, cs},
+                   {b.data<float>() + k0 * N, N, 1}, c.data(), N, true, k0 > 0);
+  }
+  return c;
+}
+
+TEST_CASE("a product split along K at multiples of kGemmKBlock gives the whole product's bits") {
+  Generator g(23);
+  const int64_t K = 2 * k::kGemmKBlock + 37, N = 40;
+  for (const k::GemmPrecision p : {k::GemmPrecision::f32, k::GemmPrecision::bf16})
+    for (const int64_t M : {3, 37})
+      for (const bool transposed : {false, true}) {  // 3 rows, contiguous: the few-rows kernel
+        CAPTURE(static_cast<int>(p));
+        CAPTURE(M);
+        CAPTURE(transposed);
+        const test::PrecisionGuard guard(p);
+        const Tensor A = transposed ? k::transpose(randn({K, M}, g), 0, 1) : randn({M, K}, g);
+        const Tensor b = randn({K, N}, g);
+        const std::vector<float> whole = k::matmul(A, b).to_vector<float>();
+        for (const int64_t at : {k::kGemmKBlock, 2 * k::kGemmKBlock, K}) {
+          CAPTURE(at);
+          const std::vector<float> parts = split_along_k(A, b, at);
+          CHECK(std::memcmp(parts.data(), whole.data(), whole.size() * 4) == 0);
+        }
+        // elsewhere the sums are grouped differently (so the check above compares something)
+        const std::vector<float> off = split_along_k(A, b, k::kGemmKBlock - 56);
+        CHECK(std::memcmp(off.data(), whole.data(), whole.size() * 4) != 0);
+      }
 }
 
 TEST_CASE("a transposed A packs to the same panels: bit-identical to its contiguous copy") {
