@@ -4,6 +4,9 @@
 // noisy machine). What packing costs shows here: the micro-kernels are the same speed in
 // both precisions on a CPU without AVX512_BF16 (the emulation), so the ratio is what the
 // bf16 panels' packing and rounding cost on top.
+// Then one token's products (M 1, sampling's) against a decoding copy of the weight
+// (nn::DecodingWeights): f32 W^T, the same rounded to bf16 as it is read, and W^T kept as
+// bf16 bits (kernel::gemm_bf16_weight): ms and the weight's bytes read per second.
 //   bench_bf16_layouts [REPS]      (default 9; threads from OMP_NUM_THREADS)
 #include <omp.h>
 
@@ -11,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
@@ -26,6 +30,18 @@ double best_ms(const Tensor& a, const Tensor& b, int reps) {
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     const Tensor c = k::matmul(a, b);
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  return best;
+}
+
+template <typename F>
+double best_ms_of(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
     const auto t1 = std::chrono::steady_clock::now();
     best = std::min(best, std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
@@ -65,5 +81,32 @@ int main(int argc, char** argv) {
       std::printf("%-12s %-5s %10.3f %10.3f %11.2fx\n", s.name, layout == 0 ? "W^T" : "rows", f, h,
                   f / h);
     }
+  }
+
+  // One token: (1, K) @ W^T (K, N) row-major, as sampling multiplies by its decoding copies.
+  std::printf("\n%-12s %14s %14s %14s   (ms, and GB/s of weight read)\n", "one token", "f32",
+              "bf16 rounded", "bf16 bits");
+  const Shape tokens[] = {{1, 768, 2304, "qkv"},
+                          {1, 3072, 768, "c_proj"},
+                          {1, 768, 50304, "lm_head"}};
+  for (const Shape& s : tokens) {
+    const Tensor a = randn({1, s.K}, g), bt = randn({s.K, s.N}, g);
+    std::vector<uint16_t> bits(static_cast<size_t>(s.K * s.N));
+    k::to_bf16_bits(bt.data<float>(), bits.data(), bt.numel());
+    std::vector<float> c(static_cast<size_t>(s.N));
+    const k::MatrixRef<float> A{a.data<float>(), s.K, 1}, B{bt.data<float>(), s.N, 1};
+    const k::GemmPrecision before = k::set_gemm_precision(k::GemmPrecision::f32);
+    const double f = best_ms_of(reps, [&] { k::gemm<float>(1, s.N, s.K, A, B, c.data(), s.N, true); });
+    k::set_gemm_precision(k::GemmPrecision::bf16);
+    const double r = best_ms_of(reps, [&] { k::gemm<float>(1, s.N, s.K, A, B, c.data(), s.N, true); });
+    double h = 0;
+    if (k::gemm_bf16_weight_applies(1, s.N, s.K))
+      h = best_ms_of(reps, [&] {
+        k::gemm_bf16_weight(1, s.N, s.K, A, bits.data(), s.N, c.data(), s.N, true);
+      });
+    k::set_gemm_precision(before);
+    const double bytes = static_cast<double>(s.K * s.N);
+    std::printf("%-12s %7.3f %5.1f  %7.3f %5.1f  %7.3f %5.1f\n", s.name, f, 4 * bytes / f / 1e6, r,
+                4 * bytes / r / 1e6, h, h > 0 ? 2 * bytes / h / 1e6 : 0.0);
   }
 }

@@ -36,13 +36,19 @@ class Linear : public Module {
   // W^T (in, out) contiguous while a DecodingWeights holds it: forward without grad then
   // multiplies by it (same bits: every product sums in the same order either way).
   Tensor weight_t;
+  // Or, held under bf16 products, W^T's bf16 bits (in x out, row-major): forward without
+  // grad multiplies 1-4 rows by them (kernel::gemm_bf16_weight), more rows by the weight;
+  // the bits bf16 products give on the weight either way.
+  std::shared_ptr<const Storage> weight_t_bf16;
 };
 
 // Decoding a token at a time reads every weight once per token; (1, in) x W^T reads W
 // across its rows, W^T kept contiguous reads it in order (gemm_rows.cpp). While it lives,
-// every Linear of `model` holds W^T (as much memory again as its weights; skipped, with
-// active() false, when the machine has less than twice that available). The weights must
-// not change meanwhile: sampling holds one for its generation, nothing else.
+// every Linear of `model` holds W^T: in f32, as much memory again as its weights; made
+// under bf16 products, as bf16 (half that, and half the bytes a token reads), which only
+// bf16 products may use. Skipped, with active() false, when the machine has less than
+// twice that available. The weights must not change meanwhile: sampling holds one for its
+// generation, nothing else.
 class DecodingWeights {
  public:
   explicit DecodingWeights(Module& model);

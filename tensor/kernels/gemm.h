@@ -43,6 +43,17 @@ template <typename T>
 void gemm_prepacked(int64_t M, int64_t n, int64_t k, MatrixRef<T> A, const T* packed, int64_t K,
                     int64_t N, T* C, int64_t ldc, bool accumulate = false);
 
+// Sampling's products against a weight kept as bf16 (nn::DecodingWeights under bf16
+// products): C (M, N) = A (M, K) @ B, where B (K, N) is row-major with row stride ldb and
+// given by its bf16 bits (to_bf16_bits of an f32 B). The bits gemm gives for that f32 B
+// under bf16 precision, at half the bytes read: the few-rows kernel (gemm_rows.h) widening
+// B's values instead of rounding them. Only for what gemm_bf16_weight_applies says this
+// machine's kernels take (the AVX2 kernels in use, 1 <= M <= 4, N >= 8, K >= 1); elsewhere
+// multiply by the f32 weight. A's rows contiguous (column stride 1).
+bool gemm_bf16_weight_applies(int64_t M, int64_t N, int64_t K);
+void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
+                      int64_t ldb, float* C, int64_t ldc, bool parallel);
+
 // The plain triple loop, accumulating in double: the test oracle.
 template <typename T>
 void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc);

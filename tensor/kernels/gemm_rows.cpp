@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tensor/error.h"
 #include "tensor/kernels/gemm_bf16.h"
 #include "tensor/kernels/gemm_micro.h"
 #include "tensor/parallel.h"
@@ -145,17 +146,44 @@ __attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K,
   }
 }
 
+// Eight and one of B's values as the row-major kernel multiplies them: f32 as they are, or
+// rounded to bf16 (Bf16), or widened from bf16 bits (a weight kept in bf16 for decoding: the
+// same values as rounding the f32 weight they were made from).
+template <bool Bf16, typename Src>
+__attribute__((target("avx2,fma"))) inline __m256 load8(const Src* p) {
+  if constexpr (std::is_same_v<Src, uint16_t>) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (Bf16) {
+    return bf16_round_ps_x8(_mm256_loadu_ps(p));
+  } else {
+    return _mm256_loadu_ps(p);
+  }
+}
+template <bool Bf16, typename Src>
+inline float load1(const Src* p) {
+  if constexpr (std::is_same_v<Src, uint16_t>) {
+    return bf16_value(*p);
+  } else if constexpr (Bf16) {
+    return bf16_round(*p);
+  } else {
+    return *p;
+  }
+}
+
 // Row-major B (a weight kept transposed for decoding, W^T contiguous): outputs
 // [n0, n0 + width) of M rows. For each k, one fused multiply-add per output with B's row
 // segment, read in order; the sums live in `sum` (a thread's share of N: L1 or L2) until
 // the KC block ends. Whole row segments, not narrow tiles: a narrow tile would visit K
 // pages of B for a few hundred bytes each.
-// Bf16 as chunk's: rows k+1 then k of B per pair, rounded as they are read.
-template <int M, bool Bf16>
+// Bf16 as chunk's: rows k+1 then k of B per pair, rounded as they are read (or, from bf16
+// bits, widened).
+template <int M, bool Bf16, typename Src>
 __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t width, int64_t K,
-                                                        const float* A, int64_t lda, const float* B,
+                                                        const float* A, int64_t lda, const Src* B,
                                                         int64_t ldb, float* C, int64_t ldc,
                                                         bool accumulate) {
+  static_assert(Bf16 || std::is_same_v<Src, float>);
   thread_local std::vector<float> buffer;
   const int64_t stride = (width + 7) / 8 * 8;
   if (static_cast<int64_t>(buffer.size()) < M * stride)
@@ -169,8 +197,8 @@ __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t widt
       const FlushToZero<> ftz;
       for (int64_t k = pc; k < end; k += 2) {
         // b1 null: an odd block's last k, after a product of zeros (gemm_bf16.h)
-        const float* b0 = B + k * ldb + n0;
-        const float* b1 = k + 1 < end ? b0 + ldb : nullptr;
+        const Src* b0 = B + k * ldb + n0;
+        const Src* b1 = k + 1 < end ? b0 + ldb : nullptr;
         __m256 a0[M], a1[M];
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) {
@@ -178,8 +206,8 @@ __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t widt
           a1[m] = b1 ? _mm256_broadcast_ss(A + m * lda + k + 1) : _mm256_setzero_ps();
         }
         for (int64_t j = 0; j < full; j += 8) {
-          const __m256 x0 = bf16_round_ps_x8(_mm256_loadu_ps(b0 + j));
-          const __m256 x1 = b1 ? bf16_round_ps_x8(_mm256_loadu_ps(b1 + j)) : _mm256_setzero_ps();
+          const __m256 x0 = load8<true>(b0 + j);
+          const __m256 x1 = b1 ? load8<true>(b1 + j) : _mm256_setzero_ps();
 #pragma GCC unroll 4
           for (int m = 0; m < M; ++m) {
             float* s = sum + m * stride + j;
@@ -188,7 +216,7 @@ __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t widt
           }
         }
         for (int64_t j = full; j < width; ++j) {
-          const float x0 = bf16_round(b0[j]), x1 = b1 ? bf16_round(b1[j]) : 0.0f;
+          const float x0 = load1<true>(b0 + j), x1 = b1 ? load1<true>(b1 + j) : 0.0f;
           for (int m = 0; m < M; ++m) {
             const float a1s = b1 ? A[m * lda + k + 1] : 0.0f;
             float& s = sum[m * stride + j];
@@ -199,12 +227,12 @@ __attribute__((target("avx2,fma"))) void rows_row_major(int64_t n0, int64_t widt
       }
     } else {
       for (int64_t k = pc; k < end; ++k) {
-        const float* b = B + k * ldb + n0;
+        const Src* b = B + k * ldb + n0;
         __m256 a[M];
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) a[m] = _mm256_broadcast_ss(A + m * lda + k);
         for (int64_t j = 0; j < full; j += 8) {
-          const __m256 x = _mm256_loadu_ps(b + j);
+          const __m256 x = load8<false>(b + j);
 #pragma GCC unroll 4
           for (int m = 0; m < M; ++m) {
             float* s = sum + m * stride + j;
@@ -248,28 +276,37 @@ void with_rows(int64_t M, F&& f) {
   }
 }
 
+// Which thread computes an output changes nothing: each is one tile's or chunk's.
+// Threads only for large weights: below ~4 MB one thread reads it faster than a fork
+// and join of two (measured: 0.9 MB, 23 us on one thread, 51 us on two).
+bool use_threads(int64_t N, int64_t K, bool parallel) {
+  return parallel && N * K >= (1 << 20) && max_threads() > 1;
+}
+
+// Row-major B: one share of N per thread (multiples of 8, so shares start on whole vectors).
+template <bool Bf16, typename Src>
+void row_major(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B, int64_t ldb,
+               float* C, int64_t ldc, bool threads, bool accumulate) {
+  const int64_t shares = threads ? std::min<int64_t>(max_threads(), (N + 7) / 8) : 1;
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; ++q) {
+      const int64_t n0 = (N + 7) / 8 * q / shares * 8;
+      const int64_t n1 = std::min(N, (N + 7) / 8 * (q + 1) / shares * 8), w = n1 - n0;
+      if (w <= 0) continue;
+      with_rows(M, [&](auto rows) {
+        rows_row_major<rows(), Bf16>(n0, w, K, A.data, A.row_stride, B, ldb, C, ldc, accumulate);
+      });
+    }
+  };
+  shares > 1 ? parallel_for(shares, 1, body) : body(0, shares);
+}
+
 template <bool Bf16>
 void few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B, float* C,
               int64_t ldc, bool parallel, bool accumulate) {
-  // Which thread computes an output changes nothing: each is one tile's or chunk's.
-  // Threads only for large weights: below ~4 MB one thread reads it faster than a fork
-  // and join of two (measured: 0.9 MB, 23 us on one thread, 51 us on two).
-  const bool threads = parallel && N * K >= (1 << 20) && max_threads() > 1;
+  const bool threads = use_threads(N, K, parallel);
   if (B.col_stride == 1) {
-    // One share of N per thread (multiples of 8, so shares start on whole vectors).
-    const int64_t shares = threads ? std::min<int64_t>(max_threads(), (N + 7) / 8) : 1;
-    auto body = [&](int64_t b, int64_t e) {
-      for (int64_t q = b; q < e; ++q) {
-        const int64_t n0 = (N + 7) / 8 * q / shares * 8;
-        const int64_t n1 = std::min(N, (N + 7) / 8 * (q + 1) / shares * 8), w = n1 - n0;
-        if (w <= 0) continue;
-        with_rows(M, [&](auto rows) {
-          rows_row_major<rows(), Bf16>(n0, w, K, A.data, A.row_stride, B.data, B.row_stride, C, ldc,
-                                       accumulate);
-        });
-      }
-    };
-    shares > 1 ? parallel_for(shares, 1, body) : body(0, shares);
+    row_major<Bf16>(M, N, K, A, B.data, B.row_stride, C, ldc, threads, accumulate);
     return;
   }
   const int64_t chunks = (N + kChunk - 1) / kChunk;
@@ -285,6 +322,16 @@ void few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<flo
   threads ? parallel_for(chunks, 1, body) : body(0, chunks);
 }
 
+// A's rows rounded to bf16 once (M x K values: a few KB, kept per thread).
+MatrixRef<float> rounded_rows(int64_t M, int64_t K, MatrixRef<float> A) {
+  thread_local std::vector<float> a;
+  if (static_cast<int64_t>(a.size()) < M * K) a.resize(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      a[static_cast<size_t>(m * K + k)] = bf16_round(A.data[m * A.row_stride + k]);
+  return {a.data(), K, 1};
+}
+
 }  // namespace
 
 void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B,
@@ -293,14 +340,28 @@ void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRe
     few_rows<false>(M, N, K, A, B, C, ldc, parallel, accumulate);
     return;
   }
-  // A's rows rounded to bf16 once (M x K values: a few KB, kept per thread), W's values as
-  // they are read.
-  thread_local std::vector<float> a;
-  if (static_cast<int64_t>(a.size()) < M * K) a.resize(static_cast<size_t>(M * K));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k)
-      a[static_cast<size_t>(m * K + k)] = bf16_round(A.data[m * A.row_stride + k]);
-  few_rows<true>(M, N, K, MatrixRef<float>{a.data(), K, 1}, B, C, ldc, parallel, accumulate);
+  // W's values rounded as they are read.
+  few_rows<true>(M, N, K, rounded_rows(M, K, A), B, C, ldc, parallel, accumulate);
 }
 
 }  // namespace attend::kernel::gemm_detail
+
+namespace attend::kernel {
+
+using namespace gemm_detail;
+
+bool gemm_bf16_weight_applies(int64_t M, int64_t N, int64_t K) {
+  return kHasAvx2 && g_kernel.load(std::memory_order_relaxed) != GemmKernel::portable && M >= 1 &&
+         M <= kMaxFewRows && N >= 8 && K >= 1;
+}
+
+void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
+                      int64_t ldb, float* C, int64_t ldc, bool parallel) {
+  ATTEND_CHECK(gemm_bf16_weight_applies(M, N, K) && A.col_stride == 1,
+               "gemm_bf16_weight: a (", M, ", ", K, ") x (", K, ", ", N,
+               ") product it does not take (see gemm_bf16_weight_applies)");
+  row_major<true>(M, N, K, rounded_rows(M, K, A), B, ldb, C, ldc, use_threads(N, K, parallel),
+                  false);
+}
+
+}  // namespace attend::kernel

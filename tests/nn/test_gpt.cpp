@@ -88,11 +88,39 @@ TEST_CASE("the chunked LM head loss equals logits then cross_entropy bit for bit
   }
 }
 
+TEST_CASE("DecodingWeights keeps W^T in f32, or made under bf16 products as bf16 in half the bytes") {
+  const GPTConfig c{.vocab_size = 300, .block_size = 24, .n_layer = 2, .n_head = 4,
+                    .n_kv_head = 4, .n_embd = 48, .dropout = 0.0, .bias = true};
+  GPT m(c, 5);
+  int64_t weights = 0, linears = 0;
+  for (auto& [_, mod] : m.named_modules())
+    if (auto* l = dynamic_cast<Linear*>(mod)) weights += l->weight.numel(), ++linears;
+  REQUIRE(linears == 2 * 4 + 1);  // c_attn, attn c_proj, c_fc, mlp c_proj per layer; lm_head
+  for (const auto precision : {kernel::GemmPrecision::f32, kernel::GemmPrecision::bf16}) {
+    const bool bf16 = precision == kernel::GemmPrecision::bf16;
+    CAPTURE(bf16);
+    const test::PrecisionGuard use(precision);
+    const size_t before = storage_stats().live;
+    {
+      const DecodingWeights decoding(m);
+      REQUIRE(decoding.active());
+      CHECK(storage_stats().live - before == static_cast<size_t>(weights) * (bf16 ? 2 : 4));
+      for (auto& [_, mod] : m.named_modules())
+        if (auto* l = dynamic_cast<Linear*>(mod)) {
+          CHECK(l->weight_t.defined() == !bf16);
+          CHECK((l->weight_t_bf16 != nullptr) == bf16);
+        }
+    }
+    CHECK(storage_stats().live == before);  // and gone with it
+  }
+}
+
 TEST_CASE("decoding with W^T kept contiguous (DecodingWeights) gives the same logits bit for bit") {
   // Sampling holds a DecodingWeights: every Linear multiplies by its W^T copy, through
-  // gemm_rows.cpp's row-major kernel for 1-4 rows, the blocked GEMM past that. Its twin is
-  // the model without it: the same bits at every step, for GPT-2 (biases) and a GQA Llama,
-  // in f32 and under bf16 products (both few-rows kernels then round as the blocked one).
+  // gemm_rows.cpp's row-major kernel for 1-4 rows, the blocked GEMM past that (under bf16
+  // products, its bf16 bits for 1-4 rows, the weight past that). Its twin is the model
+  // without it: the same bits at every step, for GPT-2 (biases) and a GQA Llama, in f32 and
+  // under bf16 products (both few-rows kernels then round as the blocked one).
   GPTConfig llama = gpt_preset("llama-char");
   llama.vocab_size = 300, llama.block_size = 24, llama.n_layer = 2, llama.n_head = 4;
   llama.n_kv_head = 2, llama.n_embd = 48, llama.hidden_dim = 136;
