@@ -234,12 +234,13 @@ GPT::Transformer::Transformer(const GPTConfig& c) {
   ln_f = register_module("ln_f", make_norm(c));
 }
 
-GPT::GPT(const GPTConfig& c, uint64_t seed) : config((c.validate(), c)) {
+GPT::GPT(const GPTConfig& c, uint64_t seed, bool init) : config((c.validate(), c)) {
   transformer = register_module("transformer", std::make_shared<Transformer>(c));
   lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
   if (c.tie_embeddings) lm_head->tie_weight(transformer->wte->weight);
   attach_dropout_context(*this, dropout_context);
   dropout_context->seed = seed;
+  if (!init) return;
   Generator gen(seed);
   init_weights(gen);
 }

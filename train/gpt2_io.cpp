@@ -244,7 +244,7 @@ ImportResult import_gpt2(const ImportOptions& o) {
   const int64_t want = nn::count_parameters(r.model).total();
   ATTEND_CHECK(stored == want, model_file.string(), ": ", config_file.string(), " describes ", want,
                " parameters, the file stores ", stored);
-  nn::GPT model(r.model, 0);
+  nn::GPT model(r.model, 0, false);  // every parameter is copied or listed missing below
   std::vector<std::string> missing;
   std::set<std::string> used;
   NoGradGuard no_grad;

@@ -372,7 +372,7 @@ ImportResult import_hf_llama(const ImportOptions& o) {
     (void)entry;
     return file->read(name);
   };
-  nn::GPT model(c, 0);
+  nn::GPT model(c, 0, false);  // every parameter is copied below
   NoGradGuard no_grad;
   auto& t = *model.transformer;
   kernel::copy_(t.wte->weight, read("model.embed_tokens.weight"));

@@ -30,7 +30,8 @@ LoadedModel load_model(const LoadedCheckpoint& ck) {
   const std::string bad = first_non_finite(d.model);
   ATTEND_CHECK(bad.empty(), ck.path.string(), ": /model/", bad,
                " holds NaN or infinite values; this model cannot be used");
-  m.model = std::make_unique<nn::GPT>(m.config.model, 0);
+  // not initialised: load_state_dict sets every parameter (and throws if one is missing)
+  m.model = std::make_unique<nn::GPT>(m.config.model, 0, false);
   std::map<std::string, Tensor> state(d.model.begin(), d.model.end());
   m.model->load_state_dict(state);
   m.model->eval();

@@ -4,6 +4,9 @@
 #include <fstream>
 
 #include "test_util.h"
+#include "nn/gpt.h"
+#include "train/config.h"
+#include "train/model_io.h"
 #include "train/run_dir.h"
 
 using namespace attend;
@@ -89,4 +92,40 @@ TEST_CASE("a checkpoint pruned while a reader lists the folder is no error") {
   CHECK(got.path.filename() == checkpoint_name(3));
   CHECK(got.data.meta.step == 3);
   fs::remove_all(dir);
+}
+
+TEST_CASE("load_model sets every parameter from the checkpoint: nothing of an initialisation "
+          "is left") {
+  // load_model builds the model without drawing its initial weights (nn::GPT's init false),
+  // so every parameter must come from the checkpoint: a GPT-2 (biases, tied head) and a
+  // Llama (untied head), bit for bit.
+  nn::GPTConfig llama = nn::gpt_preset("llama-char");
+  llama.block_size = 16, llama.n_layer = 2, llama.n_head = 4, llama.n_kv_head = 2;
+  llama.n_embd = 32, llama.hidden_dim = 96, llama.tie_embeddings = false;
+  const nn::GPTConfig gpt2{.vocab_size = 65, .block_size = 16, .n_layer = 2, .n_head = 4,
+                           .n_kv_head = 4, .n_embd = 32, .dropout = 0.0, .bias = true};
+  for (const nn::GPTConfig& c : {gpt2, llama}) {
+    CAPTURE(c.arch);
+    train::TrainConfig tc;
+    tc.model = c;
+    const nn::GPT saved(c, 11);
+    train::LoadedCheckpoint ck;
+    ck.path = "in-memory.h5";
+    ck.data.config = train::to_values(tc);
+    ck.data.model = saved.state_dict();
+    ck.data.tokenizer.kind = ck.data.tokenizer.name = "char";
+    for (int i = 0; i < c.vocab_size; ++i)
+      ck.data.tokenizer.tokens.push_back(std::string(1, static_cast<char>(' ' + i)));
+    const train::LoadedModel m = train::load_model(ck);
+    const nn::NamedTensors want = saved.named_parameters(), got = m.model->named_parameters();
+    REQUIRE(want.size() == got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(want[i].first);
+      CHECK(got[i].first == want[i].first);
+      CHECK(test::bit_identical(got[i].second, want[i].second));
+    }
+    // and a model built without its initialisation is not that model (so this compares)
+    const nn::GPT bare(c, 11, false);
+    CHECK_FALSE(test::bit_identical(bare.named_parameters()[0].second, want[0].second));
+  }
 }
