@@ -27,9 +27,12 @@ constexpr int64_t kGemmKBlock = 256;
 // CPU has it, checked at run time; a portable one otherwise). Every output element sums its K
 // products in the same order whatever the thread count: threads split M and N, never K.
 // With `accumulate`, C += A @ B (each element adds its finished sum once).
+// (Instantiated in gemm.cpp for f32 and f64, so exported by this attribute, not by the
+// pragma: autograd's Linear calls it with `accumulate`.)
 template <typename T>
-void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
-          bool parallel, bool accumulate = false);
+__attribute__((visibility("default"))) void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A,
+                                                 MatrixRef<T> B, T* C, int64_t ldc, bool parallel,
+                                                 bool accumulate = false);
 
 // B packed once for several products that share it (attention's K and V across query
 // blocks and heads): pack_b_all writes B (K, N), N <= 3072, into packed_b_size(K, N)
