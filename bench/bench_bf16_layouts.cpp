@@ -25,17 +25,6 @@ namespace k = attend::kernel;
 
 namespace {
 
-double best_ms(const Tensor& a, const Tensor& b, int reps) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Tensor c = k::matmul(a, b);
-    const auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  return best;
-}
-
 template <typename F>
 double best_ms_of(int reps, F&& f) {
   double best = 1e30;
@@ -74,9 +63,9 @@ int main(int argc, char** argv) {
     for (int layout = 0; layout < 2; ++layout) {
       const Tensor b = layout == 0 ? k::transpose(w, 0, 1) : row_major;
       const k::GemmPrecision before = k::set_gemm_precision(k::GemmPrecision::f32);
-      const double f = best_ms(a, b, reps);
+      const double f = best_ms_of(reps, [&] { k::matmul(a, b); });
       k::set_gemm_precision(k::GemmPrecision::bf16);
-      const double h = best_ms(a, b, reps);
+      const double h = best_ms_of(reps, [&] { k::matmul(a, b); });
       k::set_gemm_precision(before);
       std::printf("%-12s %-5s %10.3f %10.3f %11.2fx\n", s.name, layout == 0 ? "W^T" : "rows", f, h,
                   f / h);
@@ -86,9 +75,8 @@ int main(int argc, char** argv) {
   // One token: (1, K) @ W^T (K, N) row-major, as sampling multiplies by its decoding copies.
   std::printf("\n%-12s %14s %14s %14s   (ms, and GB/s of weight read)\n", "one token", "f32",
               "bf16 rounded", "bf16 bits");
-  const Shape tokens[] = {{1, 768, 2304, "qkv"},
-                          {1, 3072, 768, "c_proj"},
-                          {1, 768, 50304, "lm_head"}};
+  const Shape tokens[] = {
+      {1, 768, 2304, "qkv"}, {1, 3072, 768, "c_proj"}, {1, 768, 50304, "lm_head"}};
   for (const Shape& s : tokens) {
     const Tensor a = randn({1, s.K}, g), bt = randn({s.K, s.N}, g);
     std::vector<uint16_t> bits(static_cast<size_t>(s.K * s.N));
@@ -96,9 +84,11 @@ int main(int argc, char** argv) {
     std::vector<float> c(static_cast<size_t>(s.N));
     const k::MatrixRef<float> A{a.data<float>(), s.K, 1}, B{bt.data<float>(), s.N, 1};
     const k::GemmPrecision before = k::set_gemm_precision(k::GemmPrecision::f32);
-    const double f = best_ms_of(reps, [&] { k::gemm<float>(1, s.N, s.K, A, B, c.data(), s.N, true); });
+    const double f =
+        best_ms_of(reps, [&] { k::gemm<float>(1, s.N, s.K, A, B, c.data(), s.N, true); });
     k::set_gemm_precision(k::GemmPrecision::bf16);
-    const double r = best_ms_of(reps, [&] { k::gemm<float>(1, s.N, s.K, A, B, c.data(), s.N, true); });
+    const double r =
+        best_ms_of(reps, [&] { k::gemm<float>(1, s.N, s.K, A, B, c.data(), s.N, true); });
     double h = 0;
     if (k::gemm_bf16_weight_applies(1, s.N, s.K))
       h = best_ms_of(reps, [&] {

@@ -18,8 +18,8 @@ namespace {
 // values are made a run of whole K blocks of rows at a time (about 1 MB, at least one
 // block) and each run's product added into dW. Runs start at multiples of kGemmKBlock, so
 // these are the bits of one product over all rows (tensor/kernels/gemm.h), and backward
-// never holds x in f32 whole: 12.6 MB less at the peak of the baby GPT's step
-// (docs/numbers.md, 2026-12-05 second sitting).
+// never holds x in f32 whole (the baby GPT's MLP c_proj input: 12.6 MB; its step's peak
+// fell 2.4 MB, docs/numbers.md, 2026-12-05 second sitting).
 Tensor weight_grad_from_bf16(const Tensor& g2, const autograd::detail::SavedOperand& x,
                              int64_t outs, int64_t in) {
   const int64_t R = x.num_rows();
