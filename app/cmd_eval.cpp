@@ -55,7 +55,8 @@ class TempDir {
 
 int run_eval(const EvalArgs& a) {
   train::LoadedModel m = train::load_model(a.checkpoint);
-  train::apply_precision(a.precision.empty() ? m.config.precision : a.precision);
+  const kernel::PrecisionScope precision =
+      use_precision(a.precision.empty() ? m.config.precision : a.precision, "--precision");
   train::EvalResult r;
   if (is_token_file(a.data)) {
     train::check_made_by(data::TokenFile(a.data), m.tokenizer->spec());

@@ -30,7 +30,8 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
   ATTEND_CHECK(o.num_samples >= 1 && o.num_samples <= 1000000,
                "sample: --num_samples must be in [1, 10^6], got ", o.num_samples);
   train::LoadedModel m = train::load_model(a.checkpoint);
-  train::apply_precision(a.precision.empty() ? m.config.precision : a.precision);
+  const kernel::PrecisionScope precision =
+      use_precision(a.precision.empty() ? m.config.precision : a.precision, "--precision");
   m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails before any output
   const auto t0 = std::chrono::steady_clock::now();
   int64_t drawn = 0;

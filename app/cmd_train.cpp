@@ -33,7 +33,10 @@ int run_train(const TrainArgs& t) {
   layers.push_back(flags);
   ATTEND_CHECK(t.out.empty() || t.resume.empty(), "train: --out ", t.out, " with --resume ",
                t.resume, ": a resumed run continues in its own folder; give one of the two");
-  train::TrainRequest req{train::resolve_config(layers), t.out, t.resume};
+  train::TrainRequest req{train::resolve_config(layers), t.out, t.resume, {}};
+  req.on_start = [](const train::TrainConfig& c) {
+    say_precision(kernel::parse_gemm_precision(c.precision, "--precision"));
+  };
   const train::TrainOutcome s = train::run_training(req);
   if (!train::Dist::world().root()) return 0;  // rank 0 reports
   std::printf("trained steps %lld..%lld", static_cast<long long>(s.first_step),

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "tensor/kernels/gemm.h"
+
 namespace CLI {
 class App;
 }  // namespace CLI
@@ -24,6 +26,12 @@ void add_import(CLI::App& app, int& rc);
 void add_export(CLI::App& app, int& rc);
 void add_heads(CLI::App& app, int& rc);
 void add_diagram(CLI::App& app, int& rc);
+
+// The precision a command's products use (Note [Precision is scoped] in
+// tensor/kernels/gemm.h): `value` ("f32" or "bf16", else refused naming `what`), said once on
+// stderr when it is bf16 (AVX512_BF16 or the emulation). Hold the scope for the command.
+kernel::PrecisionScope use_precision(const std::string& value, const std::string& what);
+void say_precision(kernel::GemmPrecision p);  // the line alone (train: the trainer holds the scope)
 
 // "--max_iters,--max-iters" for a field named max_iters: both spellings accepted.
 std::string flag_names(const std::string& name);

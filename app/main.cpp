@@ -24,6 +24,26 @@ std::string flag_names(const std::string& name) {
   std::replace(dashed.begin(), dashed.end(), '_', '-');
   return "--" + name + (dashed != name ? ",--" + dashed : "");
 }
+
+void say_precision(kernel::GemmPrecision p) {
+  static bool said = false;
+  if (p == kernel::GemmPrecision::bf16 && !said) {
+    said = true;
+    bool native = false;
+    const std::string note = kernel::gemm_bf16_note(&native);
+    if (native)
+      spdlog::info("{}", note);
+    else
+      spdlog::warn("{}", note);
+  }
+}
+
+kernel::PrecisionScope use_precision(const std::string& value, const std::string& what) {
+  const kernel::GemmPrecision p = kernel::parse_gemm_precision(value, what);
+  say_precision(p);
+  return kernel::PrecisionScope(p);
+}
+
 }  // namespace attend::cli
 
 namespace {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "data/token_file.h"
+#include "tensor/kernels/gemm.h"
 #include "tensor/random.h"
 #include "tensor/threads.h"
 #include "train/config.h"
@@ -58,7 +59,8 @@ int main(int argc, char** argv) {
   const bool tune = argc > 3 && std::string(argv[3]) == "auto";
   // ATTEND_PRECISION=bf16: the matrix products in bf16 (as --precision bf16).
   const char* precision = std::getenv("ATTEND_PRECISION");
-  train::apply_precision(precision ? precision : "f32");
+  const attend::kernel::PrecisionScope scope(
+      attend::kernel::parse_gemm_precision(precision ? precision : "f32", "ATTEND_PRECISION"));
   struct Case {
     const char* name;
     nn::GPTConfig cfg;

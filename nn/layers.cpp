@@ -5,7 +5,6 @@
 
 #include "autograd/node.h"
 #include "tensor/kernels.h"
-#include "tensor/kernels/gemm.h"
 #include "tensor/parallel.h"
 #include "tensor/util.h"
 
@@ -20,22 +19,9 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
 Tensor Linear::forward(const Tensor& x) const {
   ATTEND_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input (..., ",
                weight.size(1), "), got ", shape_str(x.shape()));
-  if (weight_t.defined() && !autograd::is_grad_enabled()) {
-    Tensor out = kernel::matmul(x, weight_t);  // linear's bits (Note in DecodingWeights)
-    if (bias.defined()) kernel::add_(out, bias);
-    return out;
-  }
-  if (weight_t_bf16 && !autograd::is_grad_enabled() && x.dtype() == DType::F32 &&
-      kernel::gemm_precision() == kernel::GemmPrecision::bf16) {
-    const int64_t in = weight.size(1), outs = weight.size(0), rows = x.numel() / in;
-    if (kernel::gemm_bf16_weight_applies(rows, outs, in)) {
-      const Tensor xc = kernel::contiguous(x);
-      Shape shape = x.shape();
-      shape.back() = outs;
-      Tensor out = empty(shape, DType::F32);
-      kernel::gemm_bf16_weight(rows, outs, in, {xc.data<float>(), in, 1},
-                               static_cast<const uint16_t*>(weight_t_bf16->data), outs,
-                               out.data<float>(), outs, true);
+  if (decoding && !autograd::is_grad_enabled()) {
+    Tensor out = decoding->multiply(x);
+    if (out.defined()) {
       if (bias.defined()) kernel::add_(out, bias);
       return out;
     }
@@ -43,49 +29,24 @@ Tensor Linear::forward(const Tensor& x) const {
   return linear(x, weight, bias);  // x W^T + b
 }
 
-namespace {
-
-// W^T's bf16 bits, (in, out) row-major, made 64 rows of W^T at a time (a few MB of f32 in
-// between, not a whole f32 copy).
-std::shared_ptr<const Storage> transposed_bf16(const Tensor& w) {
-  const int64_t outs = w.size(0), in = w.size(1);
-  auto bits = std::make_shared<Storage>(static_cast<size_t>(outs * in) * 2);
-  auto* dst = static_cast<uint16_t*>(bits->data);
-  for (int64_t i0 = 0; i0 < in; i0 += 64) {
-    const int64_t n = std::min<int64_t>(64, in - i0);
-    const Tensor rows = kernel::contiguous(kernel::transpose(kernel::narrow(w, 1, i0, n), 0, 1));
-    kernel::to_bf16_bits(rows.data<float>(), dst + i0 * outs, rows.numel());
-  }
-  return bits;
-}
-
-}  // namespace
-
 DecodingWeights::DecodingWeights(Module& model) {
   std::vector<Linear*> all;
-  bool bf16 = kernel::gemm_precision() == kernel::GemmPrecision::bf16;
-  int64_t bytes = 0;
+  WeightFormat format = StoredWeight::format_for_products();
   for (auto& [_, m] : model.named_modules())
     if (auto* l = dynamic_cast<Linear*>(m)) {
       all.push_back(l);
-      bf16 = bf16 && l->weight.dtype() == DType::F32;
-      bytes += l->weight.numel() * static_cast<int64_t>(dtype_size(l->weight.dtype()));
+      if (l->weight.dtype() != DType::F32) format = WeightFormat::f32;
     }
-  if (bf16) bytes /= 2;
+  int64_t bytes = 0;
+  for (const Linear* l : all) bytes += StoredWeight::bytes_for(l->weight, format);
   const int64_t avail = available_memory_bytes();
   if (avail >= 0 && 2 * bytes > avail) return;
-  for (Linear* l : all) {
-    if (bf16) {
-      l->weight_t_bf16 = transposed_bf16(l->weight);
-    } else {
-      l->weight_t = kernel::contiguous(kernel::transpose(l->weight, 0, 1));
-    }
-  }
+  for (Linear* l : all) l->decoding = std::make_shared<const StoredWeight>(l->weight, format);
   layers_ = std::move(all);
 }
 
 DecodingWeights::~DecodingWeights() {
-  for (Linear* l : layers_) l->weight_t = Tensor(), l->weight_t_bf16.reset();
+  for (Linear* l : layers_) l->decoding.reset();
 }
 
 void Linear::tie_weight(const Tensor& w) {

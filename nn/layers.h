@@ -22,6 +22,7 @@
 
 #include "nn/module.h"
 #include "tensor/random.h"
+#include "tensor/stored_weight.h"
 
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
@@ -33,13 +34,10 @@ class Linear : public Module {
   // Shares w (same shape) as this layer's weight: one tensor, two names.
   void tie_weight(const Tensor& w);
   Tensor weight, bias;  // bias undefined when disabled
-  // W^T (in, out) contiguous while a DecodingWeights holds it: forward without grad then
-  // multiplies by it (same bits: every product sums in the same order either way).
-  Tensor weight_t;
-  // Or, held under bf16 products, W^T's bf16 bits (in x out, row-major): forward without
-  // grad multiplies 1-4 rows by them (kernel::gemm_bf16_weight), more rows by the weight;
-  // the bits bf16 products give on the weight either way.
-  std::shared_ptr<const Storage> weight_t_bf16;
+  // While a DecodingWeights holds the model: W in the format decoding reads (W^T in f32, or
+  // as bf16 bits under bf16 products; tensor/stored_weight.h). Forward without grad then
+  // multiplies by it where its format takes x, else by the weight: the same bits either way.
+  std::shared_ptr<const StoredWeight> decoding;
 };
 
 // Decoding a token at a time reads every weight once per token; (1, in) x W^T reads W

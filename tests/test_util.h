@@ -64,14 +64,8 @@ inline void check_close(const Tensor& got, const Tensor& want, double atol, doub
   CHECK(worst <= 0);
 }
 
-// The GEMM's precision set for a scope and restored after it, even when a REQUIRE throws.
-struct PrecisionGuard {
-  kernel::GemmPrecision old;
-  explicit PrecisionGuard(kernel::GemmPrecision p) : old(kernel::set_gemm_precision(p)) {}
-  ~PrecisionGuard() { kernel::set_gemm_precision(old); }
-  PrecisionGuard(const PrecisionGuard&) = delete;
-  PrecisionGuard& operator=(const PrecisionGuard&) = delete;
-};
+// The GEMM's precision for a scope, restored after it even when a REQUIRE throws.
+using PrecisionGuard = kernel::PrecisionScope;
 
 // Bit-identical (same shape, same bytes of every element).
 inline bool bit_identical(const Tensor& a, const Tensor& b) {

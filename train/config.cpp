@@ -406,25 +406,6 @@ TrainConfig config_from_wire(const std::string& text) {
   return from_values(values);
 }
 
-void apply_precision(const std::string& precision) {
-  ATTEND_CHECK(precision == "f32" || precision == "bf16", "--precision: must be f32 or bf16, got ",
-               precision);
-  const bool bf16 = precision == "bf16";
-  kernel::set_gemm_precision(bf16 ? kernel::GemmPrecision::bf16 : kernel::GemmPrecision::f32);
-  static bool said = false;
-  if (bf16 && !said) {
-    said = true;
-    if (kernel::gemm_has_native_bf16() && kernel::gemm_kernel() == kernel::GemmKernel::avx512)
-      spdlog::info("precision bf16: matrix products by this CPU's AVX512_BF16 (vdpbf16ps)");
-    else
-      spdlog::warn(
-          "precision bf16: {}; running the emulation (the same results; about f32's "
-          "speed with AVX2, slower without: here bf16 saves only activation memory)",
-          kernel::gemm_has_native_bf16() ? "ATTEND_GEMM chose a kernel without AVX512_BF16"
-                                         : "this CPU has no AVX512_BF16");
-  }
-}
-
 TrainConfig merge_resume(const ResolvedConfig& req, const TrainConfig& saved) {
   TrainConfig c = saved;
   std::vector<std::string> refused;

@@ -147,10 +147,6 @@ TrainConfig config_from_wire(const std::string& text);
 
 // On resume: the checkpoint's settings, except explicit fields that differ and may change
 // (Warn: logged as breaking exactness; Free: logged). Refused changes throw, listing all.
-// Sets the process's matrix-product precision to c.precision; with bf16, says once on
-// stderr whether the CPU's AVX512_BF16 or the emulation runs it.
-void apply_precision(const std::string& precision);
-
 TrainConfig merge_resume(const ResolvedConfig& requested, const TrainConfig& saved);
 
 }  // namespace attend::train

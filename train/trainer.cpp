@@ -13,6 +13,7 @@
 #include "data/dataset.h"
 #include "data/prepare.h"
 #include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
 #include "tensor/threads.h"
 #include "io/checkpoint.h"
 #include "nn/summary.h"
@@ -451,7 +452,8 @@ TrainOutcome run_training(const TrainRequest& req) {
   RunStart s = dist.root() ? start_run(req) : RunStart{};
   share_config(dist, s);
   const TrainConfig& c = s.config;
-  apply_precision(c.precision);
+  const kernel::PrecisionScope precision(kernel::parse_gemm_precision(c.precision, "--precision"));
+  if (dist.root() && req.on_start) req.on_start(c);
   check_world_size(dist.size(), c.gradient_accumulation_steps);
   std::optional<RunLock> lock;
   claim_run_dir(s, dist, lock);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct TrainRequest {
   ResolvedConfig settings;  // with the fields the user set
   std::string run_dir;      // --out
   std::string resume;       // --resume RUN_DIR or FILE
+  // Called on rank 0 with the run's settings (resume's included) before the run starts and
+  // under the run's precision, which run_training holds for the run (the program logs it).
+  std::function<void(const TrainConfig&)> on_start;
 };
 
 // What a call of run_training did.

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "autograd/ops.h"
-#include "autograd/ops/saved.h"
+#include "tensor/kernels/kept_operand.h"
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
 
@@ -14,13 +14,13 @@ using autograd::Needs;
 
 namespace {
 
-// Linear's dW = g2^T x, (outs, in), for an x kept as bf16 (autograd/ops/saved.h): x's f32
+// Linear's dW = g2^T x, (outs, in), for an x kept as bf16 (tensor/kernels/kept_operand.h): x's f32
 // values are made a run of whole K blocks of rows at a time (about 1 MB, at least one
 // block) and each run's product added into dW. Runs start at multiples of kGemmKBlock, so
 // these are the bits of one product over all rows (tensor/kernels/gemm.h), and backward
 // never holds x in f32 whole (the baby GPT's MLP c_proj input: 12.6 MB; its step's peak
 // fell 2.4 MB, docs/numbers.md, 2026-12-05 second sitting).
-Tensor weight_grad_from_bf16(const Tensor& g2, const autograd::detail::SavedOperand& x,
+Tensor weight_grad_from_bf16(const Tensor& g2, const kernel::KeptOperand& x,
                              int64_t outs, int64_t in) {
   const int64_t R = x.num_rows();
   const int64_t run =
@@ -76,9 +76,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   if (b.defined()) kernel::add_(out, b);
   std::vector<Tensor> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
-  // saves: x (as bf16 under bf16 products: it is only dW's operand, autograd/ops/saved.h), w
-  autograd::detail::SavedOperand saved_x;
-  if (autograd::needs_grad(inputs)) saved_x = autograd::detail::SavedOperand(x);
+  // saves: x (as bf16 under bf16 products: it is only dW's operand, tensor/kernels/kept_operand.h), w
+  kernel::KeptOperand saved_x;
+  if (autograd::needs_grad(inputs)) saved_x = kernel::KeptOperand(x);
   autograd::record("linear", inputs, out,
                    [saved_x, w = w.detach(), has_b = b.defined()](const Tensor& g, const Needs& n) {
                      const int64_t in = w.size(1), outs = w.size(0);

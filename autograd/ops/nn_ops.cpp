@@ -2,7 +2,7 @@
 // tensor/kernels/nn.cpp), so the graph holds one saved tensor or two instead of the
 // chain of a composition; tests check each against its composition from primitives.
 #include "autograd/ops.h"
-#include "autograd/ops/saved.h"
+#include "tensor/kernels/kept_operand.h"
 #include "tensor/kernels.h"
 
 namespace attend {
@@ -53,11 +53,11 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
       kernel::transpose(empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.dtype()), 1, 2);
   kernel::attention_forward(qc, kc, vc, scale, offset, drop, out, window);
   // saves: q, k, v (the weights are recomputed in backward; as bf16 under bf16 products,
-  // autograd/ops/saved.h)
-  using autograd::detail::SavedOperand;
-  SavedOperand sq, sk, sv;
+  // tensor/kernels/kept_operand.h)
+  using kernel::KeptOperand;
+  KeptOperand sq, sk, sv;
   if (autograd::needs_grad({q, k, v}))
-    sq = SavedOperand(qc), sk = SavedOperand(kc), sv = SavedOperand(vc);
+    sq = KeptOperand(qc), sk = KeptOperand(kc), sv = KeptOperand(vc);
   autograd::record("attention", {q, k, v}, out,
                    [sq, sk, sv, scale, offset, drop, window](const Tensor& g, const Needs&) {
                      const Tensor qc = sq.get(), kc = sk.get(), vc = sv.get();
@@ -84,9 +84,9 @@ Tensor attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, doubl
                             heads_view(x, C + kv, n_kv_head, HS), scale, offset, drop,
                             heads_view(o, 0, n_head, HS), window);
   // saves: qkv (the weights are recomputed in backward; as bf16 under bf16 products,
-  // autograd/ops/saved.h)
-  autograd::detail::SavedOperand saved;
-  if (autograd::needs_grad({qkv})) saved = autograd::detail::SavedOperand(x);
+  // tensor/kernels/kept_operand.h)
+  kernel::KeptOperand saved;
+  if (autograd::needs_grad({qkv})) saved = kernel::KeptOperand(x);
   autograd::record("attention_qkv", {qkv}, o,
                    [saved, n_head, n_kv_head, HS, C, kv, scale, offset, drop, window](
                        const Tensor& g, const Needs&) {

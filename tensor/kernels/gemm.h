@@ -81,14 +81,39 @@ std::string gemm_env_problem();
 // Thread counts change no bits in either. Applies to gemm (and so to matmul, Linear and
 // the fused attention), and to pack_b_all + gemm_prepacked, which must run under the same
 // precision; the few-rows path (sampling's, gemm_rows.h) gives the same bits in either.
-// f64 products are never rounded. set_gemm_precision returns the previous precision.
+// f64 products are never rounded.
+//
+// Note [Precision is scoped]: the precision is chosen where a job starts (a training run, a
+// sampling or eval command) by holding a PrecisionScope for the job's length, and read only
+// here in tensor/ (the GEMM driver, KeptOperand, StoredWeight); no other room reads or sets
+// it. set_gemm_precision (returns the previous one) is for tests and benchmarks that switch
+// within one function.
 enum class GemmPrecision { f32, bf16 };
 GemmPrecision gemm_precision();
 GemmPrecision set_gemm_precision(GemmPrecision p);
+const char* gemm_precision_name(GemmPrecision p);  // "f32", "bf16"
+// "f32" or "bf16" -> the precision; anything else throws naming `what` (a flag or a field)
+// and the value: "--precision: must be f32 or bf16, got f16".
+GemmPrecision parse_gemm_precision(const std::string& text, const std::string& what);
+// What runs bf16 products on this machine, as one line for the log: AVX512_BF16, or the
+// emulation and why. `native` says which (a warning is due when false).
+std::string gemm_bf16_note(bool* native);
+
+// Products made while it lives use `p`; the previous precision comes back when it ends.
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(GemmPrecision p) : previous_(set_gemm_precision(p)) {}
+  ~PrecisionScope() { set_gemm_precision(previous_); }
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  GemmPrecision previous_;
+};
 bool gemm_has_native_bf16();  // AVX512_BF16 on this CPU
 float round_to_bf16(float x);  // the packing's rounding, for tests and checkers
 // n f32 values -> their bf16 bits by that rounding, and back (bits << 16, exact): a tensor
-// kept for backward in half the bytes (autograd/ops/saved.h). In parallel, any thread count.
+// kept for backward in half the bytes (tensor/kernels/kept_operand.h). In parallel, any thread count.
 void to_bf16_bits(const float* x, uint16_t* out, int64_t n);
 void from_bf16_bits(const uint16_t* x, float* out, int64_t n);
 

@@ -6,6 +6,7 @@
 
 #include "tensor/kernels/gemm_bf16.h"
 #include "tensor/kernels/gemm_micro.h"
+#include "tensor/error.h"
 #include "tensor/parallel.h"
 
 namespace attend::kernel {
@@ -72,6 +73,26 @@ GemmKernel set_gemm_kernel(GemmKernel k) {
 GemmPrecision gemm_precision() { return gemm_detail::g_precision.load(); }
 GemmPrecision set_gemm_precision(GemmPrecision p) { return gemm_detail::g_precision.exchange(p); }
 bool gemm_has_native_bf16() { return gemm_detail::kHasAvx512Bf16; }
+
+const char* gemm_precision_name(GemmPrecision p) {
+  return p == GemmPrecision::bf16 ? "bf16" : "f32";
+}
+
+GemmPrecision parse_gemm_precision(const std::string& text, const std::string& what) {
+  if (text == "f32") return GemmPrecision::f32;
+  if (text == "bf16") return GemmPrecision::bf16;
+  throw Error(str(what, ": must be f32 or bf16, got ", text));
+}
+
+std::string gemm_bf16_note(bool* native) {
+  *native = gemm_detail::kHasAvx512Bf16 && g_kernel.load() == GemmKernel::avx512;
+  if (*native) return "precision bf16: matrix products by this CPU's AVX512_BF16 (vdpbf16ps)";
+  return str("precision bf16: ",
+             gemm_detail::kHasAvx512Bf16 ? "ATTEND_GEMM chose a kernel without AVX512_BF16"
+                                         : "this CPU has no AVX512_BF16",
+             "; running the emulation (the same results; about f32's speed with AVX2, slower "
+             "without: here bf16 saves only activation memory)");
+}
 float round_to_bf16(float x) { return gemm_detail::bf16_round(x); }
 
 namespace {

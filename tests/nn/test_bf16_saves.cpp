@@ -1,9 +1,9 @@
 // Under bf16 products, Linear's input and attention's q, k, v are kept for backward as bf16
-// (autograd/ops/saved.h): the same loss and gradients, bit for bit, as keeping them in f32
+// (tensor/kernels/kept_operand.h): the same loss and gradients, bit for bit, as keeping them in f32
 // (the GEMM rounds them to bf16 anyway), in less memory; under f32 nothing changes.
 #include <cstring>
 
-#include "autograd/ops/saved.h"
+#include "tensor/kernels/kept_operand.h"
 #include "nn/gpt.h"
 #include "tensor/kernels/gemm.h"
 #include "tensor/random.h"
@@ -24,7 +24,7 @@ struct Run {
 // One forward and backward of a fresh model (the same seed, so the same weights and dropout).
 Run step(const GPTConfig& c, k::GemmPrecision precision, bool compact) {
   const k::GemmPrecision old_precision = k::set_gemm_precision(precision);
-  const bool old_compact = autograd::detail::set_compact_saves(compact);
+  const bool old_compact = kernel::set_compact_saves(compact);
   Run r;
   {
     GPT m(c, 3);
@@ -41,7 +41,7 @@ Run step(const GPTConfig& c, k::GemmPrecision precision, bool compact) {
     r.values.push_back(out.loss.to_vector<float>());
     for (const Tensor& p : m.parameters()) r.values.push_back(p.grad().to_vector<float>());
   }
-  autograd::detail::set_compact_saves(old_compact);
+  kernel::set_compact_saves(old_compact);
   k::set_gemm_precision(old_precision);
   return r;
 }
@@ -119,7 +119,7 @@ TEST_CASE("bf16 products: Linear's weight gradient from a bf16 input, a few K bl
       size_t rise = 0;
       for (const bool compact : {false, true}) {
         const test::PrecisionGuard guard(k::GemmPrecision::bf16);
-        const bool old = autograd::detail::set_compact_saves(compact);
+        const bool old = kernel::set_compact_saves(compact);
         Generator g(31);  // the same x, w, b and output gradient both times
         Tensor x = randn({rows, in}, g), w = randn({outs, in}, g), b = randn({outs}, g);
         const Tensor go = randn({rows, outs}, g);
@@ -130,7 +130,7 @@ TEST_CASE("bf16 products: Linear's weight gradient from a bf16 input, a few K bl
         y.backward(go);
         if (compact) rise = storage_stats().peak - before;
         for (const Tensor& t : {x, w, b}) grads[compact].push_back(t.grad().to_vector<float>());
-        autograd::detail::set_compact_saves(old);
+        kernel::set_compact_saves(old);
       }
       for (size_t i = 0; i < 3; ++i)
         CHECK(std::memcmp(grads[0][i].data(), grads[1][i].data(), grads[0][i].size() * 4) == 0);
@@ -141,4 +141,43 @@ TEST_CASE("bf16 products: Linear's weight gradient from a bf16 input, a few K bl
       CAPTURE(bound);
       CHECK(rise <= bound);
     }
+}
+
+TEST_CASE("a backward under another precision than its forward's is an internal error naming both") {
+  // Linear saves its input, attention its q, k, v; each read checks the precision it was
+  // kept under (Note [Precision is scoped]). Both directions, compact saves on and off.
+  for (const bool compact : {true, false})
+    for (const k::GemmPrecision fwd : {k::GemmPrecision::bf16, k::GemmPrecision::f32}) {
+      const k::GemmPrecision bwd =
+          fwd == k::GemmPrecision::bf16 ? k::GemmPrecision::f32 : k::GemmPrecision::bf16;
+      CAPTURE(compact);
+      CAPTURE(k::gemm_precision_name(fwd));
+      const bool old = kernel::set_compact_saves(compact);
+      Generator g(5);
+      Tensor x = randn({3, 8}, g), w = randn({4, 8}, g);
+      x.requires_grad_(), w.requires_grad_();
+      Tensor y;
+      {
+        const test::PrecisionGuard forward(fwd);
+        y = sum(linear(x, w, Tensor()));
+      }
+      const test::PrecisionGuard backward(bwd);
+      std::string message;
+      try {
+        y.backward();
+      } catch (const std::logic_error& e) {
+        message = e.what();
+      }
+      kernel::set_compact_saves(old);
+      CAPTURE(message);
+      CHECK(message.find(std::string("kept for backward under ") + k::gemm_precision_name(fwd) +
+                         " products is read under " + k::gemm_precision_name(bwd)) !=
+            std::string::npos);
+    }
+  // And the same precision both ways passes.
+  const test::PrecisionGuard both(k::GemmPrecision::bf16);
+  Generator g(5);
+  Tensor x = randn({3, 8}, g).requires_grad_(), w = randn({4, 8}, g).requires_grad_();
+  sum(linear(x, w, Tensor())).backward();
+  CHECK(x.grad().defined());
 }

@@ -107,8 +107,8 @@ TEST_CASE("DecodingWeights keeps W^T in f32, or made under bf16 products as bf16
       CHECK(storage_stats().live - before == static_cast<size_t>(weights) * (bf16 ? 2 : 4));
       for (auto& [_, mod] : m.named_modules())
         if (auto* l = dynamic_cast<Linear*>(mod)) {
-          CHECK(l->weight_t.defined() == !bf16);
-          CHECK((l->weight_t_bf16 != nullptr) == bf16);
+          REQUIRE(l->decoding != nullptr);
+          CHECK(l->decoding->format() == (bf16 ? WeightFormat::bf16 : WeightFormat::f32));
         }
     }
     CHECK(storage_stats().live == before);  // and gone with it

@@ -1,0 +1,51 @@
+// A weight in a storage format: a Linear's W (out, in) kept for products y = x W^T in the
+// layout and number format that reading it for a few rows of x (decoding a token at a time,
+// a memory-bound product) wants: W^T (in, out) row-major, as
+//   f32   the weight's own values (the products give linear's bits: every sum runs in the
+//         same order either way);
+//   bf16  bf16 bits (to_bf16_bits of W^T): half the bytes, read by the few-rows kernel
+//         widening each value (kernel::gemm_bf16_weight); the bits bf16 products give on W.
+//         Made and used under bf16 products only (Note [Precision is scoped] in
+//         kernels/gemm.h).
+// Quantized formats come through the same door: a format, a size in bytes, and a product
+// that says when it takes x.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "tensor/tensor.h"
+
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
+namespace attend {
+
+enum class WeightFormat { f32, bf16 };
+const char* weight_format_name(WeightFormat f);
+
+class StoredWeight {
+ public:
+  // W (out, in) as W^T in `format`; bf16 needs an f32 W. Made 64 rows of W^T at a time, so
+  // bf16 needs a few MB between, not a whole f32 copy.
+  StoredWeight(const Tensor& w, WeightFormat format);
+  // The format products made now read fastest: bf16 under bf16 products, else f32.
+  static WeightFormat format_for_products();
+  // The bytes a W of this shape takes in `format`.
+  static int64_t bytes_for(const Tensor& w, WeightFormat format);
+
+  WeightFormat format() const { return format_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  // x (..., in) -> x W^T (..., out); an undefined tensor when this format does not take this
+  // x here (bf16: more than a few rows, x not f32, or products not bf16 now; the kernels'
+  // limits are kernel::gemm_bf16_weight_applies): then multiply by W itself, same bits.
+  Tensor multiply(const Tensor& x) const;
+
+ private:
+  WeightFormat format_;
+  int64_t in_ = 0, out_ = 0;
+  Tensor f32_t_;                               // f32: W^T (in, out) contiguous
+  std::shared_ptr<const Storage> bf16_bits_;  // bf16: W^T's bits (in x out, row-major)
+};
+
+}  // namespace attend
+#pragma GCC visibility pop
