@@ -23,11 +23,7 @@ int run_diagram(const ModelArgs& a) {
   ATTEND_CHECK(ext == ".svg" || ext == ".html", "diagram: --out ", a.out,
                ": expected a .svg or .html file name");
   const nn::GPTConfig c = model_from_flags(a);
-  const std::string kind = !c.is_llama()           ? "GPT: "
-                           : c.sliding_window > 0 ? "Llama (Mistral, sliding window " +
-                                                        std::to_string(c.sliding_window) + "): "
-                                                  : "Llama: ";
-  const std::string title = kind + std::to_string(c.n_layer) + " layers, " +
+  const std::string title = nn::describe(c) + ": " + std::to_string(c.n_layer) + " layers, " +
                             std::to_string(c.n_head) + " heads (" + std::to_string(c.n_kv_head) +
                             " key/value), C " + std::to_string(c.n_embd) + ", V " +
                             std::to_string(c.vocab_size);

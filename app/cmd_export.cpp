@@ -1,8 +1,8 @@
 // `attend export`: a checkpoint in Hugging Face's layout, loadable by from_pretrained: a
-// GPT-2 as GPT2LMHeadModel's (train/gpt2_io.h), a Llama or Mistral as LlamaForCausalLM's or
-// MistralForCausalLM's (train/hf_llama_io.h): model.safetensors (or shards and an index),
+// GPT-2 as GPT2LMHeadModel's (convert/gpt2_io.h), a Llama or Mistral as LlamaForCausalLM's or
+// MistralForCausalLM's (convert/hf_llama_io.h): model.safetensors (or shards and an index),
 // config.json and the tokenizer's files; or, with --format llama2c, a Llama as llama2.c's
-// model.bin and tokenizer.bin (train/llama2c_io.h).
+// model.bin and tokenizer.bin (convert/llama2c_io.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -12,9 +12,10 @@
 #include "app/validators.h"
 #include "tensor/error.h"
 #include "train/config.h"
-#include "train/gpt2_io.h"
-#include "train/hf_llama_io.h"
-#include "train/llama2c_io.h"
+#include "convert/gpt2_io.h"
+#include "convert/hf_llama_io.h"
+#include "convert/llama2c_io.h"
+#include "train/model_io.h"
 #include "train/run_dir.h"
 
 namespace attend::cli {
@@ -45,14 +46,15 @@ void add_export(CLI::App& app, int& rc) {
                   "(0: one file)")
       ->check(non_negative_int());
   cmd->callback([a, &rc] {
-    const train::TrainConfig c =
-        train::from_values(train::load_checkpoint_or_run(a->checkpoint).data.config);
-    train::ExportResult r;
+    const train::LoadedModel loaded = train::load_model(a->checkpoint);
+    const convert::ExportSource m{*loaded.model, *loaded.tokenizer, loaded.checkpoint.string()};
+    const train::TrainConfig& c = loaded.config;
+    convert::ExportResult r;
     if (a->format == "llama2c") {
       ATTEND_CHECK(a->dtype == "f32" && a->max_shard_mb == 0,
                    "export --format llama2c: llama2.c's model.bin is one file of f32 (no --dtype "
                    "or --max_shard_mb)");
-      r = train::export_llama2c(a->checkpoint, a->out);
+      r = convert::export_llama2c(m, a->out);
       std::printf("wrote %lld tensors to %s (llama2.c: model.bin, tokenizer.bin)\n",
                   static_cast<long long>(r.tensors), r.dir.c_str());
       rc = 0;
@@ -61,12 +63,12 @@ void add_export(CLI::App& app, int& rc) {
     if (c.model.is_llama()) {
       ATTEND_CHECK(a->max_shard_mb <= (int64_t{1} << 30), "export: --max_shard_mb ",
                    a->max_shard_mb, " is too large");
-      r = train::export_hf_llama({a->checkpoint, a->out, a->dtype, a->max_shard_mb << 20});
+      r = convert::export_hf_llama(m, {a->out, a->dtype, a->max_shard_mb << 20});
     } else {
       ATTEND_CHECK(a->dtype == "f32", "export: --dtype ", a->dtype,
                    ": GPT-2's export writes f32");
       ATTEND_CHECK(a->max_shard_mb == 0, "export: --max_shard_mb: GPT-2's export writes one file");
-      r = train::export_gpt2(a->checkpoint, a->out);
+      r = convert::export_gpt2(m, a->out);
     }
     std::printf("wrote %lld tensors to %s (safetensors, config.json, tokenizer)\n",
                 static_cast<long long>(r.tensors), r.dir.c_str());

@@ -1,6 +1,6 @@
 // `attend import`: weights in Hugging Face's layout (model.safetensors or shards,
-// config.json) into a run folder with one checkpoint: GPT-2 (train/gpt2_io.h), or a Llama
-// or Mistral when config.json's model_type says so (train/hf_llama_io.h).
+// config.json) into a run folder with one checkpoint: GPT-2 (convert/gpt2_io.h), or a Llama
+// or Mistral when config.json's model_type says so (convert/hf_llama_io.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,13 +8,20 @@
 
 #include "app/commands.h"
 #include "tensor/error.h"
-#include "train/gpt2_io.h"
-#include "train/hf_llama_io.h"
+#include "convert/gpt2_io.h"
+#include "convert/hf_llama_io.h"
+#include "train/model_io.h"
 
 namespace attend::cli {
 
+namespace {
+struct ImportArgs : convert::ImportOptions {
+  std::string out;  // the run folder to create
+};
+}  // namespace
+
 void add_import(CLI::App& app, int& rc) {
-  auto o = std::make_shared<train::ImportOptions>();
+  auto o = std::make_shared<ImportArgs>();
   CLI::App* cmd = app.add_subcommand(
       "import",
       "weights from Hugging Face's layout (GPT-2, Llama or Mistral: safetensors + config.json)");
@@ -33,15 +40,19 @@ void add_import(CLI::App& app, int& rc) {
         : std::filesystem::is_directory(o->from, ec)
             ? std::filesystem::path(o->from) / "config.json"
             : std::filesystem::path(o->from).parent_path() / "config.json";
-    const train::ImportResult r = train::is_hf_llama_folder(config) ? train::import_hf_llama(*o)
-                                                                    : train::import_gpt2(*o);
+    ATTEND_CHECK(!o->out.empty(), "import: --out is required (the run folder to create)");
+    const convert::Imported m = convert::is_hf_llama_folder(config) ? convert::import_hf_llama(*o)
+                                                                    : convert::import_gpt2(*o);
+    const std::filesystem::path checkpoint =
+        train::write_imported(o->out, *m.model, m.tokenizer->spec());
+    const nn::GPTConfig& c = m.model->config;
     std::printf(
         "imported %lld tensors: %lld layers, %lld heads, C %lld, T %lld, V %lld; "
         "tokenizer %s; checkpoint %s\n",
-        static_cast<long long>(r.tensors), static_cast<long long>(r.model.n_layer),
-        static_cast<long long>(r.model.n_head), static_cast<long long>(r.model.n_embd),
-        static_cast<long long>(r.model.block_size), static_cast<long long>(r.model.vocab_size),
-        r.tokenizer.c_str(), r.checkpoint.c_str());
+        static_cast<long long>(m.tensors), static_cast<long long>(c.n_layer),
+        static_cast<long long>(c.n_head), static_cast<long long>(c.n_embd),
+        static_cast<long long>(c.block_size), static_cast<long long>(c.vocab_size),
+        m.tokenizer->spec().name.c_str(), checkpoint.c_str());
     rc = 0;
   });
 }

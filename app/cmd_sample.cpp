@@ -11,7 +11,7 @@
 #include "tensor/error.h"
 #include "tensor/util.h"
 #include "train/model_io.h"
-#include "train/sample.h"
+#include "infer/sample.h"
 
 namespace attend::cli {
 
@@ -19,11 +19,11 @@ namespace {
 
 struct SampleArgs {
   std::string checkpoint, prompt_file, precision;
-  train::SampleOptions options;
+  infer::SampleOptions options;
 };
 
 int run_sample(const SampleArgs& a, bool prompt_given) {
-  train::SampleOptions o = a.options;
+  infer::SampleOptions o = a.options;
   ATTEND_CHECK(a.prompt_file.empty() || !prompt_given,
                "sample: give --prompt or --prompt_file, not both");
   if (!a.prompt_file.empty()) o.prompt = read_file(a.prompt_file);
@@ -38,7 +38,7 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
   for (int64_t k = 0; k < o.num_samples; ++k) {
     if (k > 0) std::fputs("\n---------------\n", stdout);  // nanoGPT's separator
     std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
-    drawn += static_cast<int64_t>(train::sample(
+    drawn += static_cast<int64_t>(infer::sample(
         *m.model, *m.tokenizer, o,
         [](const std::string& piece) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -59,7 +59,7 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
 
 void add_sample(CLI::App& app, int& rc) {
   auto a = std::make_shared<SampleArgs>();
-  train::SampleOptions& o = a->options;
+  infer::SampleOptions& o = a->options;
   CLI::App* cmd =
       app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is drawn");
   cmd->add_option("--checkpoint", a->checkpoint,

@@ -33,7 +33,10 @@ nn::GPTConfig model_from_flags(const ModelArgs& a) {
 void add_model_flags(CLI::App* cmd, ModelArgs& a) {
   std::string presets;
   for (const auto& n : nn::gpt_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
-  cmd->add_option("--preset", a.preset, presets);
+  cmd->add_option("--preset", a.preset, presets)->check([](const std::string& s) {
+    return s.empty() ? std::string("an empty name; expected one of the presets --help lists")
+                     : std::string();
+  });
   cmd->add_option("--checkpoint", a.checkpoint, "a checkpoint file or run folder");
   for (const train::ConfigField& f : train::config_fields())
     if (f.group == train::Group::Model && std::string(f.name) != "preset") a.fields.push_back(&f);

@@ -5,7 +5,7 @@
 // both precisions on a CPU without AVX512_BF16 (the emulation), so the ratio is what the
 // bf16 panels' packing and rounding cost on top.
 // Then one token's products (M 1, sampling's) against a decoding copy of the weight
-// (nn::DecodingWeights): f32 W^T, the same rounded to bf16 as it is read, and W^T kept as
+// (infer::DecodingWeights): f32 W^T, the same rounded to bf16 as it is read, and W^T kept as
 // bf16 bits (kernel::gemm_bf16_weight): ms and the weight's bytes read per second.
 //   bench_bf16_layouts [REPS]      (default 9; threads from OMP_NUM_THREADS)
 #include <omp.h>

@@ -10,7 +10,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(ATTEND_ROOMS tensor autograd nn data io train viz)
+set(ATTEND_ROOMS tensor autograd nn data io convert infer train viz)
 file(STRINGS ${PROJECT_SOURCE_DIR}/cmake/internal_headers.txt ATTEND_INTERNAL_HEADERS REGEX "^[^#]")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/internal_headers.txt)
 add_library(attend_all INTERFACE)
@@ -35,8 +35,8 @@ foreach(room IN LISTS ATTEND_ROOMS)
   set_target_properties(attend_${room} PROPERTIES INSTALL_RPATH "$ORIGIN")
 endforeach()
 
-install(TARGETS attend_tensor attend_autograd attend_nn attend_data attend_io attend_train
-                attend_viz attend_all
+install(TARGETS attend_tensor attend_autograd attend_nn attend_data attend_io attend_convert attend_infer
+                attend_train attend_viz attend_all
         EXPORT attendTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -53,7 +53,7 @@ install(FILES ${PROJECT_BINARY_DIR}/attendConfig.cmake ${PROJECT_BINARY_DIR}/att
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attend)
 
 # pkg-config: the libraries in link order, what they need, the two include roots.
-set(ATTEND_PC_LIBS "-lattend_viz -lattend_train -lattend_io -lattend_nn -lattend_autograd -lattend_data -lattend_tensor")
+set(ATTEND_PC_LIBS "-lattend_viz -lattend_train -lattend_infer -lattend_convert -lattend_io -lattend_nn -lattend_autograd -lattend_data -lattend_tensor")
 set(ATTEND_PC_PRIVATE "")
 foreach(lib IN LISTS HDF5_C_LIBRARIES)
   string(APPEND ATTEND_PC_PRIVATE " ${lib}")

@@ -80,7 +80,9 @@ class BpeTokenizer : public Tokenizer {
       auto it = ids.find(spec_.tokens[a] + spec_.tokens[b]);
       ATTEND_CHECK(it != ids.end(), "bpe tokenizer: merge ", r,
                    " makes a token that is not in the vocabulary");
-      merges_.emplace(pair_key(a, b), Merge{static_cast<int32_t>(r), it->second});
+      // A merge listed twice takes its last rank, as GPT-2's encoder.py (a dict built from
+      // zip(merges, range)) and Hugging Face's tokenizers (a map collected in order) do.
+      merges_.insert_or_assign(pair_key(a, b), Merge{static_cast<int32_t>(r), it->second});
     }
     if (!spec_.pattern.empty()) regex_ = std::make_unique<Regex>(spec_.pattern);
     if (spec_.ignore_merges) whole_ = std::move(ids);

@@ -188,10 +188,24 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const fs::path& path) {
     spec.tokens[id] = std::move(bytes);
     ids.emplace(it.key(), static_cast<int32_t>(id));
   }
+  // Each byte string has one id in attend's vocabulary (encoder.json maps strings to ids):
+  // an added token with another token's bytes under a new id would make a folder that
+  // does not load. Refused here, naming both.
+  std::unordered_map<std::string, int64_t> by_bytes;
+  for (size_t id = 0; id < V; ++id)
+    if (seen[id] == 1) by_bytes.emplace(spec.tokens[id], static_cast<int64_t>(id));
   for (size_t k = 0; k < added.size(); ++k) {
     const int64_t id = added[k]["id"].get<int64_t>();
     const std::string content = added[k]["content"].get<std::string>();
     ATTEND_CHECK(!content.empty(), file, ": added_tokens[", k, "] is empty");
+    if (seen[id] != 1) {
+      auto same = by_bytes.find(content);
+      ATTEND_CHECK(same == by_bytes.end() || same->second == id, file, ": added_tokens[", k,
+                   "] ('", printable(content, 60), "', id ", id, ") has the bytes of token ",
+                   same == by_bytes.end() ? 0 : same->second,
+                   "; attend gives each byte string one id");
+      by_bytes.emplace(content, id);
+    }
     if (seen[id] == 1) {
       ATTEND_CHECK(spec.tokens[id] == content, file, ": added_tokens[", k, "] ('",
                    printable(content, 60), "') has id ", id, ", which the vocab gives to '",

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "tensor/kernels.h"
 #include "tensor/util.h"
@@ -208,6 +209,61 @@ void write_safetensors(const fs::path& path,
     }
   }
   write_file_atomic(path, out, Durability::RenameAndFsync);
+}
+
+SafetensorsFolder::SafetensorsFolder(const fs::path& dir) : dir_(dir) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  std::map<std::string, std::string> weight_map;  // tensor -> file, from an index
+  const fs::path index_file = dir / "model.safetensors.index.json";
+  if (fs::exists(index_file, ec)) {
+    nlohmann::json index;
+    try {
+      index = nlohmann::json::parse(read_file(index_file));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(str(index_file.string(), ": invalid JSON: ", e.what()));
+    }
+    ATTEND_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+                 index_file.string(), ": expected an object weight_map");
+    std::set<std::string> names;
+    for (const auto& [tensor, file] : index["weight_map"].items()) {
+      ATTEND_CHECK(file.is_string(), index_file.string(), ": weight_map[", printable(tensor),
+                   "] must be a file name");
+      const std::string f = file.get<std::string>();
+      ATTEND_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
+                   index_file.string(), ": weight_map[", printable(tensor), "] is '",
+                   printable(f), "'; expected a file name in the folder");
+      names.insert(f);
+      weight_map[tensor] = f;
+    }
+    for (const std::string& f : names) files.push_back(dir / f);
+  } else {
+    files.push_back(dir / "model.safetensors");
+  }
+  for (const fs::path& f : files) {
+    files_.push_back(std::make_unique<SafetensorsFile>(f));
+    const SafetensorsFile* file = files_.back().get();
+    for (const auto& [name, e] : file->entries()) {
+      ATTEND_CHECK(entries_.emplace(name, Located{file, &e}).second, f.string(), ": tensor ",
+                   printable(name), " is stored in two files");
+      if (weight_map.empty()) continue;
+      auto it = weight_map.find(name);
+      ATTEND_CHECK(it != weight_map.end(), index_file.string(), ": ", f.filename().string(),
+                   " holds ", printable(name), ", which the weight_map does not name");
+      ATTEND_CHECK(it->second == f.filename().string(), index_file.string(), ": weight_map[",
+                   printable(name), "] is '", printable(it->second), "' but ",
+                   f.filename().string(), " holds it");
+    }
+  }
+  for (const auto& [name, file] : weight_map)
+    ATTEND_CHECK(entries_.count(name), index_file.string(), ": weight_map names ", printable(name),
+                 " in '", printable(file), "', which does not hold it");
+}
+
+Tensor SafetensorsFolder::read(const std::string& name) const {
+  auto it = entries_.find(name);
+  ATTEND_CHECK(it != entries_.end(), dir_.string(), ": no tensor ", printable(name));
+  return it->second.file->read(name);
 }
 
 }  // namespace attend::io

@@ -51,6 +51,32 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// A folder's weights as Hugging Face saves them: model.safetensors alone, or the shards that
+// model.safetensors.index.json names in its weight_map (each a file name inside the folder).
+// The index and the shards must agree: a tensor stored in two files, held by a shard the
+// index does not name it in, or named in a file that does not hold it is refused, naming
+// the index, the tensor and the files (Hugging Face's loader reads each tensor from the
+// file the index names).
+class SafetensorsFolder {
+ public:
+  explicit SafetensorsFolder(const std::filesystem::path& dir);
+  SafetensorsFolder(const SafetensorsFolder&) = delete;
+  SafetensorsFolder& operator=(const SafetensorsFolder&) = delete;
+  struct Located {
+    const SafetensorsFile* file;
+    const SafetensorsEntry* entry;
+  };
+  // Every stored tensor, by name.
+  const std::map<std::string, Located>& entries() const { return entries_; }
+  Tensor read(const std::string& name) const;  // as f32
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Located> entries_;
+};
+
 // Writes the tensors under their names as `dtype` (F32; BF16 and F16 rounded to nearest,
 // ties to even), with the header padded to 8 bytes, atomically.
 void write_safetensors(const std::filesystem::path& path,

@@ -81,28 +81,12 @@ Attention::Attention(const AttentionConfig& c) : config(c) {
   resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
 }
 
-AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, AttentionTrace* trace,
-                                   KVCache* cache) const {
+Attention::Heads Attention::project_qkv(const Tensor& x, const Tensor& context,
+                                        AttentionTrace* trace, int64_t pos0) const {
   const int64_t C = config.n_embd, NH = config.n_head, KVH = config.n_kv_head;
-  const int64_t HS = head_size(), kv_dim = KVH * HS, G = NH / KVH;
-  ATTEND_CHECK(x.dim() == 3 && x.size(2) == C, "Attention: expected x of shape (B, T, ", C,
-               "), got ", shape_str(x.shape()));
+  const int64_t HS = head_size(), kv_dim = KVH * HS;
   const int64_t B = x.size(0), Tq = x.size(1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
-  const bool use_fused = fused && trace == nullptr && replace_head.empty();
-
   const bool rope = config.rope_theta > 0;
-  const int64_t W = config.window;
-  const int64_t pos0 = cache ? cache->position : 0;
-  if (use_fused && !context.defined() && cache == nullptr) {
-    // Self-attention in training and evaluation: straight from the packed projections.
-    Tensor qkv = c_attn->forward(x);  // (B, Tq, C + 2 kv_dim)
-    if (rope) qkv = rotary(qkv, HS, C + kv_dim, 0, config.rope_theta);  // q and k turned
-    Tensor heads = attention_qkv(qkv, NH, KVH, scale, config.causal ? 0 : -1,
-                                 attn_dropout->stream(), W);  // (B, Tq, C)
-    return {resid_dropout->forward(c_proj->forward(heads))};
-  }
-
   Tensor q, k, v;
   if (!context.defined()) {
     Tensor qkv = c_attn->forward(x);  // (B, Tq, C + 2 kv_dim)
@@ -123,7 +107,6 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
     ATTEND_CHECK(context.dim() == 3 && context.size(0) == B && context.size(2) == C,
                  "Attention: expected context of shape (", B, ", Tk, ", C, "), got ",
                  shape_str(context.shape()));
-    ATTEND_CHECK(cache == nullptr, "Attention: a key/value cache is for self-attention only");
     const Tensor& W = c_attn->weight;
     const Tensor& b = c_attn->bias;
     q = linear(x, narrow(W, 0, 0, C), b.defined() ? narrow(b, 0, 0, C) : Tensor());
@@ -132,26 +115,15 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
     k = narrow(kv, 2, 0, kv_dim);
     v = narrow(kv, 2, kv_dim, kv_dim);
   }
-  q = transpose(reshape(q, {B, Tq, NH, HS}), 1, 2);          // (B, NH, Tq, HS)
-  k = transpose(reshape(k, {B, k.size(1), KVH, HS}), 1, 2);  // (B, KVH, Tk, HS)
-  v = transpose(reshape(v, {B, v.size(1), KVH, HS}), 1, 2);  // (B, KVH, Tk, HS)
-  if (cache) {
-    std::tie(k, v) = cache->append(k, v, W);
-    cache->position += Tq;
-  }
-  if (trace) trace->position = pos0;
-  const int64_t Tk = k.size(2);
-  if (config.causal)
-    ATTEND_CHECK(Tk >= Tq,
-                 "Attention: causal attention needs at least as many keys as queries, got ", Tk,
-                 " keys for ", Tq, " queries");
-  const int64_t offset = config.causal ? Tk - Tq : -1;
-  if (use_fused) {  // cross-attention, or self-attention with a cache
-    Tensor out = attention(q, k, v, scale, offset, attn_dropout->stream(), W);  // (B, NH, Tq, HS)
-    out = reshape(transpose(out, 1, 2), {B, Tq, C});  // a view: the kernel's layout
-    return {resid_dropout->forward(c_proj->forward(out))};
-  }
+  return {transpose(reshape(q, {B, Tq, NH, HS}), 1, 2),            // (B, NH, Tq, HS)
+          transpose(reshape(k, {B, k.size(1), KVH, HS}), 1, 2),    // (B, KVH, Tk, HS)
+          transpose(reshape(v, {B, v.size(1), KVH, HS}), 1, 2)};   // (B, KVH, Tk, HS)
+}
 
+Tensor Attention::attend_composed(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  double scale, int64_t offset, AttentionTrace* trace) const {
+  const int64_t NH = config.n_head, KVH = config.n_kv_head, G = NH / KVH, HS = head_size();
+  const int64_t B = q.size(0), Tq = q.size(2), Tk = k.size(2);
   // Query heads grouped by the key/value head they read: (B, KVH, G, Tq, HS) against
   // (B, KVH, 1, Tk, HS), the 1 broadcast over the group.
   Tensor qg = reshape(q, {B, KVH, G, Tq, HS});
@@ -164,7 +136,7 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
   }
   // softmax(scores / sqrt(HS)) with the future masked (query i sees keys j <= i + Tk - Tq),
   // fused: one pass instead of mul, masked_fill and softmax (its oracle in the tests).
-  Tensor weights = scaled_softmax(scores, scale, offset, W);  // (B, NH, Tq, Tk), rows sum to 1
+  Tensor weights = scaled_softmax(scores, scale, offset, config.window);  // rows sum to 1
   if (trace) trace->weights = weights;
   Tensor dropped = attn_dropout->forward(weights);
   Tensor out =
@@ -172,9 +144,48 @@ AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, Atten
   out = reshape(out, {B, NH, Tq, HS});
   if (trace) trace->heads = out;
   if (!replace_head.empty()) out = replace_heads(out, replace_head);
-  out = transpose(out, 1, 2);  // (B, Tq, NH, HS)
-  Tensor y = resid_dropout->forward(c_proj->forward(reshape(out, {B, Tq, C})));
-  return {y};
+  return out;
+}
+
+AttentionOutput Attention::forward(const Tensor& x, const Tensor& context, AttentionTrace* trace,
+                                   KVCache* cache) const {
+  const int64_t C = config.n_embd, NH = config.n_head, KVH = config.n_kv_head;
+  const int64_t HS = head_size(), kv_dim = KVH * HS;
+  ATTEND_CHECK(x.dim() == 3 && x.size(2) == C, "Attention: expected x of shape (B, T, ", C,
+               "), got ", shape_str(x.shape()));
+  const int64_t B = x.size(0), Tq = x.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  const bool use_fused = fused && trace == nullptr && replace_head.empty();
+  const int64_t W = config.window;
+  const int64_t pos0 = cache ? cache->position : 0;
+  if (use_fused && !context.defined() && cache == nullptr) {
+    // Self-attention in training and evaluation: straight from the packed projections.
+    Tensor qkv = c_attn->forward(x);  // (B, Tq, C + 2 kv_dim)
+    if (config.rope_theta > 0)
+      qkv = rotary(qkv, HS, C + kv_dim, 0, config.rope_theta);  // q and k turned
+    Tensor heads = attention_qkv(qkv, NH, KVH, scale, config.causal ? 0 : -1,
+                                 attn_dropout->stream(), W);  // (B, Tq, C)
+    return {resid_dropout->forward(c_proj->forward(heads))};
+  }
+  ATTEND_CHECK(cache == nullptr || !context.defined(),
+               "Attention: a key/value cache is for self-attention only");
+  auto [q, k, v] = project_qkv(x, context, trace, pos0);
+  if (cache) {
+    std::tie(k, v) = cache->append(k, v, W);
+    cache->position += Tq;
+  }
+  if (trace) trace->position = pos0;
+  const int64_t Tk = k.size(2);
+  if (config.causal)
+    ATTEND_CHECK(Tk >= Tq,
+                 "Attention: causal attention needs at least as many keys as queries, got ", Tk,
+                 " keys for ", Tq, " queries");
+  const int64_t offset = config.causal ? Tk - Tq : -1;
+  Tensor out = use_fused  // cross-attention, or self-attention with a cache
+                   ? attention(q, k, v, scale, offset, attn_dropout->stream(), W)
+                   : attend_composed(q, k, v, scale, offset, trace);  // (B, NH, Tq, HS)
+  out = reshape(transpose(out, 1, 2), {B, Tq, C});  // (B, Tq, NH * HS)
+  return {resid_dropout->forward(c_proj->forward(out))};
 }
 
 }  // namespace attend::nn

@@ -113,6 +113,19 @@ class Attention : public Module {
   AttentionConfig config;
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
+
+ private:
+  // q (B, NH, Tq, HS), k and v (B, KVH, Tk, HS): projected from x (self-attention, RoPE
+  // turned from position pos0) or from x and context (cross-attention), split into heads.
+  struct Heads {
+    Tensor q, k, v;
+  };
+  Heads project_qkv(const Tensor& x, const Tensor& context, AttentionTrace* trace,
+                    int64_t pos0) const;
+  // The composed path (the fused kernel's oracle; traces, head ablation): scores, the
+  // masked softmax, dropout, weights x values, heads replaced where asked. (B, NH, Tq, HS).
+  Tensor attend_composed(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                         int64_t offset, AttentionTrace* trace) const;
 };
 
 }  // namespace attend::nn

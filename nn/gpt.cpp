@@ -8,9 +8,15 @@
 
 namespace attend::nn {
 
+std::string describe(const GPTConfig& c) {
+  if (!c.is_llama()) return "GPT";
+  if (c.window() > 0) return "Llama (Mistral, sliding window " + std::to_string(c.window()) + ")";
+  return "Llama";
+}
+
 int64_t GPTConfig::mlp_hidden() const {
   if (hidden_dim > 0) return hidden_dim;
-  if (!is_llama()) return 4 * n_embd;
+  if (!gated_mlp()) return 4 * n_embd;
   // Llama's rule (Meta's FeedForward): 2/3 of 4C, rounded up to a multiple of multiple_of.
   const int64_t h = 2 * (4 * n_embd) / 3;
   return (h + multiple_of - 1) / multiple_of * multiple_of;
@@ -40,7 +46,7 @@ void GPTConfig::validate(const std::string& flag) const {
   ATTEND_CHECK(norm_eps > 0 && norm_eps < 1, who, flag, "norm_eps must be in (0, 1), got ",
                norm_eps);
   ATTEND_CHECK(hidden_dim >= 0 && hidden_dim <= (int64_t{1} << 40), who, flag,
-               "hidden_dim must be >= 0 (0: the architecture's rule), got ", hidden_dim);
+               "hidden_dim must be in [0, 2^40] (0: the architecture's rule), got ", hidden_dim);
   ATTEND_CHECK(multiple_of > 0 && multiple_of <= (int64_t{1} << 20), who, flag,
                "multiple_of must be in [1, 2^20], got ", multiple_of);
   ATTEND_CHECK(sliding_window >= 0, who, flag, "sliding_window must be >= 0 (0: off), got ",
@@ -136,13 +142,13 @@ ParameterCount count_parameters(const GPTConfig& c) {
   ParameterCount p;
   p.n_layer = c.n_layer;
   p.token_embedding = c.vocab_size * C;
-  p.position_embedding = c.is_llama() ? 0 : c.block_size * C;
+  p.position_embedding = c.learned_positions() ? c.block_size * C : 0;
   p.lm_head = c.tie_embeddings ? 0 : c.vocab_size * C;
   p.attn_q = C * C;
   p.attn_k = kv * C;
   p.attn_v = kv * C;
   p.attn_o = C * C;
-  p.mlp_gate = c.is_llama() ? H * C : 0;
+  p.mlp_gate = c.gated_mlp() ? H * C : 0;
   p.mlp_fc = H * C;
   p.mlp_proj = H * C;
   p.layernorms = c.bias ? 4 * C : 2 * C;
@@ -177,7 +183,8 @@ Tensor MLP::forward(const Tensor& x, TapMap* taps) const {
 namespace {
 
 std::shared_ptr<Norm> make_norm(const GPTConfig& c) {
-  if (c.is_llama()) return std::make_shared<RMSNorm>(c.n_embd, c.norm_eps);
+  if (c.norm() == GPTConfig::NormKind::rms_norm)
+    return std::make_shared<RMSNorm>(c.n_embd, c.norm_eps);
   return std::make_shared<LayerNorm>(c.n_embd, c.bias, c.norm_eps);
 }
 
@@ -188,11 +195,12 @@ Block::Block(const GPTConfig& c) {
   AttentionConfig a;
   a.n_embd = c.n_embd, a.n_head = c.n_head, a.n_kv_head = c.n_kv_head, a.causal = true;
   a.bias = c.bias, a.dropout = c.dropout;
-  if (c.is_llama()) a.rope_theta = c.rope_theta, a.window = c.sliding_window;
+  if (c.rotary()) a.rope_theta = c.rope_theta;
+  a.window = c.window();
   attn = register_module("attn", std::make_shared<Attention>(a));
   ln_2 = register_module("ln_2", make_norm(c));
   mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, c.mlp_hidden(), c.bias, c.dropout,
-                                                     c.is_llama()));
+                                                     c.gated_mlp()));
 }
 
 Tensor Block::forward(const Tensor& x, AttentionTrace* trace, KVCache* cache,
@@ -226,7 +234,7 @@ Tensor Block::forward(const Tensor& x, AttentionTrace* trace, KVCache* cache,
 
 GPT::Transformer::Transformer(const GPTConfig& c) {
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
-  if (!c.is_llama())
+  if (c.learned_positions())
     wpe = register_module("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd));
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
   h = register_module("h", std::make_shared<ModuleList<Block>>());
@@ -268,7 +276,7 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
                shape_str(idx.shape()), " ", dtype_name(idx.dtype()));
   const int64_t B = idx.size(0), T = idx.size(1);
   const int64_t past = caches && !caches->empty() ? (*caches)[0].position : 0;
-  if (config.is_llama() && config.sliding_window > 0) {
+  if (config.window() > 0) {
     // The caches roll (W positions); RoPE has no table: any position is fine.
     ATTEND_CHECK(T <= config.block_size, "GPT: ", T, " new positions exceed block_size ",
                  config.block_size);

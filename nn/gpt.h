@@ -54,12 +54,28 @@ struct GPTConfig {
   int64_t sliding_window = 0;   // llama: > 0 is Mistral's sliding-window attention
 
   bool is_llama() const { return arch == "llama"; }
+
+  // What the architecture has. Code that builds, counts, draws or describes a model asks
+  // these, never `arch`: a new family is a preset (and a value of arch) plus the features
+  // it adds here.
+  enum class NormKind { layer_norm, rms_norm };
+  NormKind norm() const { return is_llama() ? NormKind::rms_norm : NormKind::layer_norm; }
+  const char* norm_name() const { return is_llama() ? "RMSNorm" : "LayerNorm"; }
+  bool learned_positions() const { return !is_llama(); }  // a position table wpe
+  bool rotary() const { return is_llama(); }              // RoPE turns q and k
+  bool gated_mlp() const { return is_llama(); }           // SwiGLU (gate | up), else GELU
+  int64_t window() const { return is_llama() ? sliding_window : 0; }  // 0: none
+  bool tied_head() const { return tie_embeddings; }
+  bool biases() const { return bias; }
   int64_t mlp_hidden() const;  // H
   // Throws naming the first invalid field and its value; flag ("--") prefixes field names
   // as the command line spells them.
   void validate(const std::string& flag = "") const;
   bool operator==(const GPTConfig&) const = default;
 };
+
+// The model's family as one title: "GPT", "Llama", "Llama (Mistral, sliding window 4096)".
+std::string describe(const GPTConfig& c);
 
 // Named presets: gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-175b (for counting only),
 // shakespeare-char (nanoGPT's baby GPT: 6 layers, 6 heads, C 384, block 256, dropout 0.2),

@@ -40,25 +40,6 @@ class Linear : public Module {
   std::shared_ptr<const StoredWeight> decoding;
 };
 
-// Decoding a token at a time reads every weight once per token; (1, in) x W^T reads W
-// across its rows, W^T kept contiguous reads it in order (gemm_rows.cpp). While it lives,
-// every Linear of `model` holds W^T: in f32, as much memory again as its weights; made
-// under bf16 products, as bf16 (half that, and half the bytes a token reads), which only
-// bf16 products may use. Skipped, with active() false, when the machine has less than
-// twice that available. The weights must not change meanwhile: sampling holds one for its
-// generation, nothing else.
-class DecodingWeights {
- public:
-  explicit DecodingWeights(Module& model);
-  ~DecodingWeights();
-  DecodingWeights(const DecodingWeights&) = delete;
-  DecodingWeights& operator=(const DecodingWeights&) = delete;
-  bool active() const { return !layers_.empty(); }
-
- private:
-  std::vector<Linear*> layers_;
-};
-
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim);

@@ -1,5 +1,6 @@
 #include "nn/module.h"
 
+#include <cmath>
 #include <set>
 
 #include "tensor/kernels.h"
@@ -124,6 +125,19 @@ void Module::zero_grad() {
 void Module::to(DType dtype) {
   for (auto& t : parameters())
     if (t.dtype() != dtype) t.set_data(kernel::cast(t, dtype));
+}
+
+std::string first_non_finite(const NamedTensors& tensors) {
+  for (const auto& [name, t] : tensors) {
+    const Tensor c = kernel::contiguous(t);
+    bool finite = true;
+    dispatch_float(c.dtype(), "first_non_finite", [&]<typename T>() {
+      const T* p = c.data<T>();
+      for (int64_t i = 0; i < c.numel() && finite; ++i) finite = std::isfinite(p[i]);
+    });
+    if (!finite) return name;
+  }
+  return "";
 }
 
 }  // namespace attend::nn

@@ -23,6 +23,9 @@ namespace attend::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// The name of the first tensor holding a NaN or an infinity, or "" if all are finite.
+std::string first_non_finite(const NamedTensors& tensors);
+
 class Module {
  public:
   virtual ~Module() = default;

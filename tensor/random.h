@@ -18,7 +18,7 @@
 //   Batch      row b, micro-step, lo32(step), hi24(step)             data::TokenDataset
 //   Dropout    block, lo32(step), index<<16 | micro-step, hi24(step) nn::Dropout, fused attention
 //   EvalTrain, EvalVal: as Batch, micro-step = evaluation batch k    the trainer's estimates
-//   Sample     lo32(i), hi32(i), 0, 0 (i: the new token's number)     train::sample
+//   Sample     lo32(i), hi32(i), 0, 0 (i: the new token's number)     infer::sample
 //
 // (Before checkpoint format 2 the streams had no id and Batch collided with Dropout.)
 #pragma once

@@ -127,28 +127,49 @@ void write_file_atomic(const fs::path& path, std::string_view bytes, Durability 
   }
 }
 
+namespace {
+const std::string kInsideStage = ".attend-staging.";
+}  // namespace
+
 StagedFolder::StagedFolder(const fs::path& out, const std::string& what,
                            bool (*owns)(const std::string&))
-    : out_(out.lexically_normal()), what_(what) {
-  if (out_.filename().empty()) out_ = out_.parent_path();  // "dir/" -> "dir"
+    : what_(what) {
   std::error_code ec;
+  // Absolute, so that "." or "dir/.." name a folder that can be swapped.
+  out_ = fs::absolute(out, ec).lexically_normal();
+  ATTEND_CHECK(!ec, what, ": ", out.string(), ": ", ec.message());
+  if (out_.filename().empty()) out_ = out_.parent_path();  // "dir/" -> "dir"
   const fs::file_status st = fs::symlink_status(out_, ec);
+  bool empty = false;
   if (fs::exists(st)) {
-    ATTEND_CHECK(!fs::is_symlink(st), what, ": ", out_.string(),
+    ATTEND_CHECK(!fs::is_symlink(st), what, ": ", out.string(),
                  " is a symbolic link; give the folder itself");
-    ATTEND_CHECK(fs::is_directory(st), what, ": ", out_.string(), " exists and is not a folder");
+    ATTEND_CHECK(fs::is_directory(st), what, ": ", out.string(), " exists and is not a folder");
+    empty = true;
     for (const auto& e : fs::directory_iterator(out_, ec)) {
       const std::string name = e.path().filename().string();
-      ATTEND_CHECK(owns(name), what, ": ", out_.string(), " holds ", name, ", which ", what,
+      if (name.rfind(kInsideStage, 0) == 0) continue;  // an interrupted fill's stage
+      empty = false;
+      ATTEND_CHECK(owns(name), what, ": ", out.string(), " holds ", name, ", which ", what,
                    " did not write; choose a new or empty folder");
     }
-    ATTEND_CHECK(!ec, what, ": ", out_.string(), ": cannot list: ", ec.message());
+    ATTEND_CHECK(!ec, what, ": ", out.string(), ": cannot list: ", ec.message());
+  } else {
+    const fs::path parent = out_.parent_path();
+    fs::create_directories(parent, ec);
+    ATTEND_CHECK(!ec, what, ": cannot create ", parent.string(), ", the folder --out ",
+                 out.string(), " goes in: ", ec.message());
   }
-  stage_ = out_;
-  stage_ += ".staging." + std::to_string(::getpid());
+  inside_ = empty;
+  if (inside_) {
+    stage_ = out_ / (kInsideStage + std::to_string(::getpid()));
+  } else {
+    stage_ = out_;
+    stage_ += ".staging." + std::to_string(::getpid());
+  }
   fs::remove_all(stage_, ec);
-  ATTEND_CHECK(::mkdir(stage_.c_str(), 0700) == 0, stage_.string(),
-               ": cannot create folder: ", std::strerror(errno));
+  ATTEND_CHECK(::mkdir(stage_.c_str(), 0700) == 0, what, ": cannot create a folder beside ",
+               out.string(), " (", stage_.string(), "): ", std::strerror(errno));
 }
 
 StagedFolder::~StagedFolder() {
@@ -158,6 +179,18 @@ StagedFolder::~StagedFolder() {
 
 void StagedFolder::commit() {
   std::error_code ec;
+  if (inside_) {
+    // out_ was empty: move each file in, then drop the stage.
+    for (const auto& e : fs::directory_iterator(stage_, ec)) {
+      const fs::path to = out_ / e.path().filename();
+      ATTEND_CHECK(::rename(e.path().c_str(), to.c_str()) == 0, to.string(),
+                   ": cannot move into place: ", std::strerror(errno));
+    }
+    ATTEND_CHECK(!ec, stage_.string(), ": cannot list: ", ec.message());
+    ::rmdir(stage_.c_str());
+    committed_ = true;
+    return;
+  }
   ::chmod(stage_.c_str(), 0755);
   if (!fs::exists(fs::symlink_status(out_, ec))) {
     ATTEND_CHECK(::rename(stage_.c_str(), out_.c_str()) == 0, out_.string(),

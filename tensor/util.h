@@ -43,6 +43,10 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 // where `out` exists, the old folder then removed); without commit() the stage is removed.
 // `owns(name)` says which names in an existing `out` the command wrote: any other entry
 // (a user's own file) refuses the folder, naming it, before anything is written.
+// Missing parents of `out` are created (as `train --out` does). An existing empty `out`
+// (".", a mount point, a folder made for it) is filled in place instead: the stage is made
+// inside it (".attend-staging.<pid>") and its files moved in by commit(), so a folder that
+// cannot be renamed still works, and a failure leaves it empty.
 class StagedFolder {
  public:
   StagedFolder(const std::filesystem::path& out, const std::string& what,
@@ -56,6 +60,7 @@ class StagedFolder {
  private:
   std::filesystem::path out_, stage_;
   std::string what_;
+  bool inside_ = false;  // the stage is inside an empty out_
   bool committed_ = false;
 };
 

@@ -390,7 +390,16 @@ TrainConfig from_values(const io::ConfigValues& values) {
 std::string config_to_wire(const TrainConfig& c) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& [name, v] : to_values(c))
-    std::visit([&](const auto& x) { j.push_back({name, v.index(), x}); }, v);
+    std::visit(
+        [&](const auto& x) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) {
+            // As bytes: a path need not be UTF-8 (a folder named in Latin-1), JSON text must.
+            j.push_back({name, v.index(), std::vector<uint8_t>(x.begin(), x.end())});
+          } else {
+            j.push_back({name, v.index(), x});
+          }
+        },
+        v);
   return j.dump();
 }
 
@@ -401,7 +410,10 @@ TrainConfig config_from_wire(const std::string& text) {
     const int kind = e[1].get<int>();
     if (kind == 0) values.emplace_back(name, e[2].get<int64_t>());
     if (kind == 1) values.emplace_back(name, e[2].get<double>());
-    if (kind == 2) values.emplace_back(name, e[2].get<std::string>());
+    if (kind == 2) {
+      const auto bytes = e[2].get<std::vector<uint8_t>>();
+      values.emplace_back(name, std::string(bytes.begin(), bytes.end()));
+    }
   }
   return from_values(values);
 }

@@ -118,4 +118,29 @@ double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed
   return estimate_loss(model, ds, seed, step, iters, batch_size, stream, Dist::world());
 }
 
+namespace {
+// A new run folder, staged and moved into place whole: an existing --out must be empty.
+bool import_owns(const std::string&) { return false; }
+}  // namespace
+
+std::filesystem::path write_imported(const std::string& out, const nn::GPT& model,
+                        const data::TokenizerSpec& tokenizer) {
+  StagedFolder stage(out, "import", import_owns);
+  TrainConfig c;
+  c.model = model.config;
+  c.preset = model.config.is_llama() ? "" : "gpt2";  // no preset made an imported Llama
+  c.tokenizer = tokenizer.name;
+  const std::unique_ptr<Optimizer> opt = make_optimizer(c, model);  // a fresh AdamW, as train's
+  io::CheckpointData d;
+  d.config = to_values(c);
+  d.model = model.state_dict();
+  d.optimizer = {c.optimizer, 0, opt->state()};
+  d.seed = static_cast<uint64_t>(c.seed);
+  d.tokenizer = tokenizer;
+  io::save_checkpoint(stage.path() / checkpoint_name(0), d);
+  stage.commit();
+  return std::filesystem::path(out) / checkpoint_name(0);
+}
+
+
 }  // namespace attend::train

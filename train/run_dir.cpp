@@ -1,6 +1,7 @@
 #include "train/run_dir.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "data/regex.h"
+#include "data/tokenizer.h"
 #include "tensor/error.h"
 #include "tensor/util.h"
 #include "viz/plot.h"
@@ -66,24 +69,51 @@ void prune_checkpoints(const fs::path& run_dir, int64_t keep, const std::string&
     if (all[i].filename() != also_keep) fs::remove(all[i], ec);
 }
 
+namespace {
+const std::string kReadPin = ".attend-read.";  // + pid + "." + the checkpoint's name
+}  // namespace
+
 LoadedCheckpoint newest_valid_checkpoint(
     const fs::path& run_dir, const std::function<io::CheckpointData(const fs::path&)>& load) {
   std::error_code ec;
   ATTEND_CHECK(fs::is_directory(run_dir, ec), run_dir.string(), ": no such run folder");
-  // A trainer may prune while we read: a file that vanished is no corruption; list again
-  // (a newer checkpoint replaced it).
-  for (int attempt = 0; attempt < 5; ++attempt) {
+  // A trainer may prune while we read (Note [Readers and pruning]): the file is read
+  // through a link of our own, so a file pruned once linked stays readable until we are
+  // done; one that vanished before (or, where no link can be made, while we read) is no
+  // corruption: list again (a newer checkpoint replaced it).
+  for (int attempt = 0; attempt < 50; ++attempt) {
     bool vanished = false;
     auto all = list_checkpoints(run_dir);
     for (auto it = all.rbegin(); it != all.rend() && !vanished; ++it) {
-      try {
-        return {*it, load(*it)};
-      } catch (const Error& e) {
-        if (!fs::exists(*it, ec)) {
-          vanished = true;
-        } else {
-          spdlog::warn("skipping {}: {}", it->string(), e.what());
+      const fs::path pin = run_dir / (kReadPin + std::to_string(::getpid()) + "." +
+                                      it->filename().string());
+      ::unlink(pin.c_str());
+      bool pinned = ::link(it->c_str(), pin.c_str()) == 0;
+      if (!pinned && errno == ENOENT) {
+        vanished = true;
+        continue;
+      }
+      struct Unpin {
+        const fs::path& p;
+        bool on;
+        ~Unpin() {
+          if (on) ::unlink(p.c_str());
         }
+      } unpin{pin, pinned};
+      const fs::path read = pinned ? pin : *it;  // no link (a read-only folder): the file
+      try {
+        return {*it, load(read)};
+      } catch (const Error& e) {
+        if (!pinned && !fs::exists(*it, ec)) {
+          vanished = true;
+          continue;
+        }
+        // Messages name the file, not our link.
+        std::string msg = e.what();
+        const std::string from = read.string();
+        for (size_t at = msg.find(from); pinned && at != std::string::npos; at = msg.find(from))
+          msg.replace(at, from.size(), it->string());
+        spdlog::warn("skipping {}: {}", it->string(), msg);
       }
     }
     if (!vanished) break;
@@ -98,6 +128,12 @@ void remove_stale_temporaries(const fs::path& run_dir) {
     if (n.rfind("ckpt_", 0) == 0 && n.find(".h5.tmp") != std::string::npos) {
       spdlog::info("removing {}, left by an interrupted checkpoint write", e.path().string());
       fs::remove(e.path(), ec);
+    }
+    // A reader's link (Note [Readers and pruning]) whose process is gone.
+    if (n.rfind(kReadPin, 0) == 0) {
+      const long pid = std::strtol(n.c_str() + kReadPin.size(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        fs::remove(e.path(), ec);
     }
   }
 }
@@ -120,10 +156,36 @@ std::vector<fs::path> set_aside_later_checkpoints(const fs::path& run_dir, int64
   return later;
 }
 
+namespace {
+
+// The stored tokenizer is checked as it is read, so that every command refuses the same
+// file with the same message, naming the file and the field: its pattern compiles, and the
+// whole spec makes a tokenizer (a kind that fits its tokens, merges inside the vocabulary).
+void check_stored_tokenizer(const LoadedCheckpoint& ck) {
+  const data::TokenizerSpec& t = ck.data.tokenizer;
+  if (!t.pattern.empty()) {
+    try {
+      data::Regex check(t.pattern);
+    } catch (const Error& e) {
+      throw Error(str(ck.path.string(), ": /tokenizer@pattern: ", e.what()));
+    }
+  }
+  try {
+    (void)data::make_tokenizer(t);
+  } catch (const Error& e) {
+    throw Error(str(ck.path.string(), ": /tokenizer: ", e.what()));
+  }
+}
+
+}  // namespace
+
 LoadedCheckpoint load_checkpoint_or_run(const std::string& arg) {
   std::error_code ec;
-  if (fs::is_directory(arg, ec)) return newest_valid_checkpoint(arg);
-  return {fs::path(arg), io::load_checkpoint(arg)};
+  LoadedCheckpoint ck = fs::is_directory(arg, ec)
+                            ? newest_valid_checkpoint(arg)
+                            : LoadedCheckpoint{fs::path(arg), io::load_checkpoint(arg)};
+  check_stored_tokenizer(ck);
+  return ck;
 }
 
 namespace {

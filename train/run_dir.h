@@ -54,8 +54,20 @@ struct LoadedCheckpoint {
   io::CheckpointData data;
 };
 // The newest checkpoint of a run folder that loads, loaded once; corrupt ones are skipped
-// with a warning, and one that vanishes while we read (a trainer pruning) makes us list
-// again. Throws if there is none. (load: for tests, to stage a race.)
+// with a warning. Throws if there is none. (load: for tests, to stage a race; it is given
+// the path of the reader's link.)
+//
+// Note [Readers and pruning]: a trainer prunes old checkpoints every checkpoint_interval
+// steps, after the new one is in place, so the folder always holds a loadable checkpoint.
+// A reader reads the file it chose
+// through a hard link of its own in the run folder (".attend-read.<pid>.<name>", removed
+// when it is done; a dead reader's is removed by the next trainer): a file pruned once
+// linked stays readable until the reader is done, as the data of a file lives while any
+// name does. A file pruned between the listing and the link makes the reader list again
+// (a newer one replaced it). Where no link can be made (a read-only folder) the reader
+// reads the file itself and lists again if it vanishes meanwhile.
+// (An open descriptor would pin it too, but HDF5 failed to open /proc/self/fd/N once the
+// file's name was gone: every reader of the race test did.)
 LoadedCheckpoint newest_valid_checkpoint(
     const std::filesystem::path& run_dir,
     const std::function<io::CheckpointData(const std::filesystem::path&)>& load = io::load_checkpoint);

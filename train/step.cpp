@@ -6,19 +6,6 @@
 
 namespace attend::train {
 
-std::string first_non_finite(const nn::NamedTensors& tensors) {
-  for (const auto& [name, t] : tensors) {
-    const Tensor c = kernel::contiguous(t);
-    bool finite = true;
-    dispatch_float(c.dtype(), "first_non_finite", [&]<typename T>() {
-      const T* p = c.data<T>();
-      for (int64_t i = 0; i < c.numel() && finite; ++i) finite = std::isfinite(p[i]);
-    });
-    if (!finite) return name;
-  }
-  return "";
-}
-
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const nn::GPT& model) {
   const nn::NamedTensors named = model.named_parameters();
   if (c.optimizer == "sgd") return std::make_unique<SGD>(named, c.momentum, c.weight_decay);

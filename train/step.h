@@ -30,8 +30,7 @@ struct StepResult {
   double lr = 0;         // the learning rate of the update
 };
 
-// The name of the first parameter holding a NaN or an infinity, or "" if all are finite.
-std::string first_non_finite(const nn::NamedTensors& tensors);
+using nn::first_non_finite;  // nn/module.h
 
 // The model's optimizer as the config asks (AdamW or SGD over its named parameters).
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const nn::GPT& model);

@@ -110,11 +110,14 @@ fs::path prepare_data(const TrainConfig& c, const fs::path& run_dir,
   if (fs::is_directory(src, ec) && fs::exists(src / "train.bin", ec) &&
       fs::exists(src / "val.bin", ec)) {
     if (use) {  // a prepared folder must have been made with the checkpoint's tokenizer
+      // The whole tokenizer (kind, tokens, merges, pattern), as eval compares it.
       const auto theirs = data::load_tokenizer(src);
-      ATTEND_CHECK(theirs->spec().tokens == use->tokens && theirs->spec().merges == use->merges,
-                   "--data ", c.data, ": prepared with tokenizer ", theirs->spec().name,
-                   ", but the --init_from checkpoint's tokenizer is ", use->name,
-                   " (a different vocabulary); give the text to prepare it again");
+      const uint64_t a = data::tokenizer_hash(theirs->spec()), b = data::tokenizer_hash(*use);
+      ATTEND_CHECK(a == b, "--data ", c.data, ": prepared with tokenizer ", theirs->spec().name,
+                   " (hash ", a, "), but the --init_from checkpoint's tokenizer is ", use->name,
+                   " (hash ", b, ")",
+                   theirs->spec().name == use->name ? ": the same name, another tokenizer" : "",
+                   "; give the text to prepare it again");
     }
     return src;
   }

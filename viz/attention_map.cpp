@@ -35,16 +35,9 @@ std::string display_token(const std::string& bytes) {
 }
 
 std::string describe(const nn::GPTConfig& c, const std::string& tokenizer) {
-  if (c.is_llama())
-    return fmt::format(
-        "Llama{}: {} layers, {} heads ({} key/value heads), C {}, V {}, RoPE theta {}{}, "
-        "tokenizer {}",
-        c.sliding_window > 0 ? " (Mistral)" : "", c.n_layer, c.n_head, c.n_kv_head, c.n_embd,
-        c.vocab_size, c.rope_theta,
-        c.sliding_window > 0 ? fmt::format(", sliding window {}", c.sliding_window) : "",
-        tokenizer);
-  return fmt::format("GPT: {} layers, {} heads ({} key/value heads), C {}, V {}, tokenizer {}",
-                     c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.vocab_size, tokenizer);
+  return fmt::format("{}: {} layers, {} heads ({} key/value heads), C {}, V {}{}, tokenizer {}",
+                     nn::describe(c), c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.vocab_size,
+                     c.rotary() ? fmt::format(", RoPE theta {}", c.rope_theta) : "", tokenizer);
 }
 
 std::vector<double> rope_scores_by_distance(const std::vector<double>& q,
@@ -113,8 +106,8 @@ AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
   m.n_kv_head = c.n_kv_head;
   m.head_size = c.n_embd / c.n_head;
   m.causal = true;
-  m.window = c.is_llama() ? c.sliding_window : 0;
-  m.rope_theta = c.is_llama() ? c.rope_theta : 0;
+  m.window = c.window();
+  m.rope_theta = c.rotary() ? c.rope_theta : 0;
   m.model = describe(c, tok.spec().name);
 
   // One forward of the model itself, asked for its attention.

@@ -38,14 +38,14 @@ std::string shape(const std::vector<std::string>& dims) {
 std::vector<Box> boxes(const nn::GPTConfig& c) {
   const int64_t C = c.n_embd, NH = c.n_head, KVH = c.n_kv_head, HS = C / NH, V = c.vocab_size;
   const int64_t b = c.bias ? 1 : 0, G = NH / KVH, H = c.mlp_hidden();
-  const bool llama = c.is_llama();
+  const bool rms = c.norm() == nn::GPTConfig::NormKind::rms_norm;
   const std::string Cs = std::to_string(C), HSs = std::to_string(HS), NHs = std::to_string(NH),
                     KVHs = std::to_string(KVH), Vs = std::to_string(V), Hs = std::to_string(H);
   const std::string kind = KVH == NH ? "MHA" : KVH == 1 ? "MQA" : "GQA";
-  const std::string norm = llama ? "RMSNorm" : "LayerNorm";
-  const int64_t norm_params = llama ? C : C * (1 + b);
+  const std::string norm = c.norm_name();
+  const int64_t norm_params = rms ? C : C * (1 + b);
   const std::string norm_detail =
-      llama ? "over C: x / rms(x) * gain, no mean, no bias" : "over C";
+      rms ? "over C: x / rms(x) * gain, no mean, no bias" : "over C";
   std::string sharing = kind == "MHA" ? "each query head has its own key/value head" : "";
   for (int64_t g = 0; g < KVH && kind != "MHA"; ++g) {
     if (g == 3 && KVH > 4) {
@@ -62,7 +62,7 @@ std::vector<Box> boxes(const nn::GPTConfig& c) {
   box({"token ids", shape({"B", "T"}), "integers in [0, " + Vs + ")"});
   box({"wte: token embedding", shape({"B", "T", Cs}), Vs + " x " + Cs + " table", V * C, false,
        false, "wte"});
-  if (!llama)
+  if (c.learned_positions())
     box({"wpe: position embedding", shape({"T", Cs}),
          std::to_string(c.block_size) + " x " + Cs + " table; added to the token embeddings",
          c.block_size * C, false, false, "wpe"});
@@ -70,7 +70,7 @@ std::vector<Box> boxes(const nn::GPTConfig& c) {
   box({"c_attn: q | k | v", shape({"B", "T", std::to_string((NH + 2 * KVH) * HS)}),
        fmt::format("Linear {} -> {} + {} + {} ({})", C, NH * HS, KVH * HS, KVH * HS, kind),
        C * (NH + 2 * KVH) * HS + b * (NH + 2 * KVH) * HS, true, false, "attn.c_attn"});
-  if (llama)
+  if (c.rotary())
     box({"RoPE: q and k turned", shape({"B", "T", std::to_string((NH + KVH) * HS)}),
          fmt::format("pair (2i, 2i+1) of each head turned by position x {}^(-2i/{}); v as is",
                      c.rope_theta, HS),
@@ -80,11 +80,11 @@ std::vector<Box> boxes(const nn::GPTConfig& c) {
        true, false, "attn.q"});
   box({"scores q k^T / sqrt(" + HSs + ")", TT, "query i (row) against key j (column)", -1, true,
        false, "attn.scores"});
-  box({c.sliding_window > 0 ? "causal mask + sliding window" : "causal mask", TT,
-       c.sliding_window > 0
+  box({c.window() > 0 ? "causal mask + sliding window" : "causal mask", TT,
+       c.window() > 0
            ? fmt::format("key j > query i (the future) or j <= i - {} (outside the window) set "
                          "to -inf",
-                         c.sliding_window)
+                         c.window())
            : "key j > query i set to -inf (the future)",
        -1, true, false, "attn.scores", true});
   box({"softmax over keys", TT, "each row sums to 1", -1, true, false, "attn.weights"});
@@ -98,7 +98,7 @@ std::vector<Box> boxes(const nn::GPTConfig& c) {
   box({"+ residual", shape({"B", "T", Cs}), "x = x + attn(ln_1(x))", -1, true, true,
        "residual_1"});
   box({"ln_2: " + norm, shape({"B", "T", Cs}), norm_detail, norm_params, true, false, "ln_2"});
-  if (llama) {
+  if (c.gated_mlp()) {
     box({"mlp.c_fc: gate | up", shape({"B", "T", std::to_string(2 * H)}),
          "Linear " + Cs + " -> " + Hs + " + " + Hs, 2 * H * C, true, false, "mlp.c_fc"});
     box({"SwiGLU", shape({"B", "T", Hs}), "silu(gate) * up, silu(a) = a sigmoid(a)", -1, true,
@@ -169,7 +169,7 @@ DiagramActivations diagram_activations(const nn::GPT& model, const std::vector<i
   Tensor keep = zeros({T, T}, DType::F64);
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j <= i; ++j)
-      if (c.sliding_window == 0 || j > i - c.sliding_window) keep.set({i, j}, 1.0);
+      if (c.window() == 0 || j > i - c.window()) keep.set({i, j}, 1.0);
   const std::vector<Box> v = boxes(c);
   for (const Box& b : v) {
     BoxActivation a;

@@ -112,6 +112,74 @@ std::string window_sentence(const AttentionMap& m) {
 }  // namespace
 
 
+namespace {
+
+// Rows of a (T, Tk) matrix (values times scale) as JSON arrays.
+nlohmann::ordered_json matrix_rows(const std::vector<double>& v, int64_t T, int64_t Tk,
+                                   double scale) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (int64_t i = 0; i < T; ++i) {
+    std::vector<double> r(v.begin() + i * Tk, v.begin() + (i + 1) * Tk);
+    for (double& x : r) x *= scale;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// n vectors of HS values, 5 significant digits.
+nlohmann::ordered_json head_vectors(const std::vector<double>& v, int64_t HS) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i + static_cast<size_t>(HS) <= v.size(); i += static_cast<size_t>(HS)) {
+    std::vector<double> r(v.begin() + static_cast<std::ptrdiff_t>(i),
+                          v.begin() + static_cast<std::ptrdiff_t>(i) + HS);
+    for (double& x : r) x = short_number(x);
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Head h of layer l: its weights (raw and as shown), statistics, and what the selection
+// asks for (scores, q/k vectors), and how much it changes each position.
+nlohmann::ordered_json head_json(const AttentionMap& m, const AttentionSelection& sel, int64_t l,
+                                 int64_t h) {
+  const int64_t T = m.T(), Tk = m.Tk(), HS = m.head_size;
+  const std::vector<double>& w = m.weights[l][h];
+  nlohmann::ordered_json hj;
+  hj["head"] = h;
+  hj["kv_head"] = h / (m.n_head / std::max<int64_t>(1, m.n_kv_head));
+  const bool self = m.key_tokens.empty();
+  const HeadStats st = head_stats(w, T, Tk, self);
+  hj["stats"] = self ? nlohmann::ordered_json{{"entropy", st.entropy},
+                                              {"diagonal", st.diagonal},
+                                              {"previous", st.previous}}
+                     : nlohmann::ordered_json{{"entropy", st.entropy}};
+  hj["weights"] = matrix_rows(w, T, Tk, 1.0);
+  nlohmann::ordered_json shown = nlohmann::ordered_json::array();
+  for (int64_t i = 0; i < T; ++i)
+    shown.push_back(
+        round_row(std::vector<double>(w.begin() + i * Tk, w.begin() + (i + 1) * Tk), sel.decimals));
+  hj["shown"] = shown;
+  if (sel.scores)
+    hj["scores"] = matrix_rows(m.scores[l][h], T, Tk, 1.0 / std::sqrt(static_cast<double>(HS)));
+  if (sel.vectors && l < static_cast<int64_t>(m.q.size())) {
+    hj["q"] = head_vectors(m.q[l][h], HS);
+    hj["k"] = head_vectors(m.k[l][h], HS);
+    if (l < static_cast<int64_t>(m.q_raw.size())) {
+      hj["q_raw"] = head_vectors(m.q_raw[l][h], HS);
+      hj["k_raw"] = head_vectors(m.k_raw[l][h], HS);
+    }
+  }
+  if (l < static_cast<int64_t>(m.change_norm.size())) {
+    std::vector<double> norms;
+    for (int64_t i = 0; i < T; ++i)
+      norms.push_back(short_number(m.change_norm[l][static_cast<size_t>(i * m.n_head + h)]));
+    hj["change_norm"] = norms;  // per query position: |this head's change|
+  }
+  return hj;
+}
+
+}  // namespace
+
 nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionSelection& sel) {
   nlohmann::ordered_json j;
   j["model"] = m.model;
@@ -134,64 +202,10 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
   j["head_size"] = m.head_size;
   j["decimals"] = sel.decimals;
   j["scale"] = static_cast<int64_t>(std::llround(std::pow(10.0, sel.decimals)));
-  const int64_t T = m.T(), Tk = m.Tk(), HS = m.head_size;
-  const double inv_root = 1.0 / std::sqrt(static_cast<double>(m.head_size));
-  auto rows = [&](const std::vector<double>& v, double scale) {
-    nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (int64_t i = 0; i < T; ++i) {
-      std::vector<double> r(v.begin() + i * Tk, v.begin() + (i + 1) * Tk);
-      for (double& x : r) x *= scale;
-      out.push_back(r);
-    }
-    return out;
-  };
-  auto vectors = [&](const std::vector<double>& v) {  // n x HS, 5 significant digits
-    nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (size_t i = 0; i + static_cast<size_t>(HS) <= v.size(); i += static_cast<size_t>(HS)) {
-      std::vector<double> r(v.begin() + static_cast<std::ptrdiff_t>(i),
-                            v.begin() + static_cast<std::ptrdiff_t>(i) + HS);
-      for (double& x : r) x = short_number(x);
-      out.push_back(r);
-    }
-    return out;
-  };
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (int64_t l : pick(sel.layers, m.n_layer, "layer")) {
     nlohmann::ordered_json heads = nlohmann::ordered_json::array();
-    for (int64_t h : pick(sel.heads, m.n_head, "head")) {
-      nlohmann::ordered_json hj;
-      hj["head"] = h;
-      hj["kv_head"] = h / (m.n_head / std::max<int64_t>(1, m.n_kv_head));
-      const bool self = m.key_tokens.empty();
-      const HeadStats st = head_stats(m.weights[l][h], T, Tk, self);
-      hj["stats"] = self ? nlohmann::ordered_json{{"entropy", st.entropy},
-                                                  {"diagonal", st.diagonal},
-                                                  {"previous", st.previous}}
-                         : nlohmann::ordered_json{{"entropy", st.entropy}};
-      hj["weights"] = rows(m.weights[l][h], 1.0);
-      nlohmann::ordered_json shown = nlohmann::ordered_json::array();
-      for (int64_t i = 0; i < T; ++i)
-        shown.push_back(round_row(std::vector<double>(m.weights[l][h].begin() + i * Tk,
-                                                      m.weights[l][h].begin() + (i + 1) * Tk),
-                                  sel.decimals));
-      hj["shown"] = shown;
-      if (sel.scores) hj["scores"] = rows(m.scores[l][h], inv_root);
-      if (sel.vectors && l < static_cast<int64_t>(m.q.size())) {
-        hj["q"] = vectors(m.q[l][h]);
-        hj["k"] = vectors(m.k[l][h]);
-        if (l < static_cast<int64_t>(m.q_raw.size())) {
-          hj["q_raw"] = vectors(m.q_raw[l][h]);
-          hj["k_raw"] = vectors(m.k_raw[l][h]);
-        }
-      }
-      if (l < static_cast<int64_t>(m.change_norm.size())) {
-        std::vector<double> norms;
-        for (int64_t i = 0; i < T; ++i)
-          norms.push_back(short_number(m.change_norm[l][static_cast<size_t>(i * m.n_head + h)]));
-        hj["change_norm"] = norms;  // per query position: |this head's change|
-      }
-      heads.push_back(hj);
-    }
+    for (int64_t h : pick(sel.heads, m.n_head, "head")) heads.push_back(head_json(m, sel, l, h));
     nlohmann::ordered_json lj{{"layer", l}, {"heads", heads}};
     if (l < static_cast<int64_t>(m.change_sum_norm.size())) {
       // Per query position: |sum of every head's change| and the largest difference

@@ -60,7 +60,6 @@ std::string components(const nn::ModelSummary& s) {
   const nn::ParameterCount& p = s.counts;
   const nn::GPTConfig& c = s.config;
   const int64_t L = c.n_layer;
-  const bool llama = c.is_llama();
   std::string o = "\nparameters by component\n";
   auto line = [&](const std::string& what, int64_t per, int64_t times) {
     o += fmt::format("  {:<56} {:>18}", what, with_commas(per * times));
@@ -71,26 +70,25 @@ std::string components(const nn::ModelSummary& s) {
                         : "token embedding wte (V x C)",
        p.token_embedding, 1);
   if (!c.tie_embeddings) line("lm_head (V x C, not tied)", p.lm_head, 1);
-  if (!llama) line("position embedding wpe (block_size x C)", p.position_embedding, 1);
+  if (c.learned_positions()) line("position embedding wpe (block_size x C)", p.position_embedding, 1);
   line("attention Q (C x C)", p.attn_q, L);
   line("attention K (KVH*HS x C)", p.attn_k, L);
   line("attention V (KVH*HS x C)", p.attn_v, L);
   line("attention O, c_proj (C x C)", p.attn_o, L);
   const int64_t H = c.mlp_hidden();
-  if (llama) {
+  if (c.gated_mlp()) {
     line(fmt::format("MLP gate (H x C, H = {})", H), p.mlp_gate, L);
     line("MLP up (H x C)", p.mlp_fc, L);
     line("MLP down, c_proj (C x H)", p.mlp_proj, L);
-    line("RMSNorms ln_1, ln_2 (weights)", p.layernorms, L);
-    line("final RMSNorm ln_f", p.final_layernorm, 1);
   } else {
     line(fmt::format("MLP c_fc (H x C, H = {})", H), p.mlp_fc, L);
     line("MLP c_proj (C x H)", p.mlp_proj, L);
-    line(c.bias ? "LayerNorms ln_1, ln_2 (weights and biases)" : "LayerNorms ln_1, ln_2 (weights)",
-         p.layernorms, L);
-    line("Linear biases", p.biases, L);
-    line("final LayerNorm ln_f", p.final_layernorm, 1);
   }
+  const std::string norm = c.norm_name();
+  line(fmt::format("{}s ln_1, ln_2 ({})", norm, c.biases() ? "weights and biases" : "weights"),
+       p.layernorms, L);
+  if (c.biases()) line("Linear biases", p.biases, L);
+  line("final " + norm + " ln_f", p.final_layernorm, 1);
   line("attention matrices Q, K, V, O (all layers)", p.attention_matrices(), 1);
   line("total", p.total(), 1);
   if (c.n_kv_head != c.n_head) {
@@ -101,9 +99,9 @@ std::string components(const nn::ModelSummary& s) {
                      c.n_kv_head == 1 ? "MQA" : "GQA", c.n_kv_head, c.n_head),
          saved, 1);
   }
-  line(llama ? (c.tie_embeddings ? "matmul parameters (N below)"
-                                 : "matmul parameters: all but wte (N below)")
-             : "total without position embeddings (N below)",
+  line(c.learned_positions() ? "total without position embeddings (N below)"
+       : c.tied_head()       ? "matmul parameters (N below)"
+                             : "matmul parameters: all but wte (N below)",
        s.flops_n, 1);
   return o + per_head(s);
 }
@@ -138,24 +136,15 @@ std::string costs(const nn::ModelSummary& s) {
 
 std::string format_summary(const nn::ModelSummary& s) {
   const nn::GPTConfig& c = s.config;
-  std::string o;
-  if (c.is_llama()) {
-    o = fmt::format(
-        "{}: V {}, block_size {}, n_layer {}, n_head {}, n_kv_head {}, n_embd {}, hidden_dim {}, "
-        "rope_theta {}, norm_eps {}, tie_embeddings {}{}, dropout {}\ninput: B {} x T {} token "
-        "ids\n\n",
-        c.sliding_window > 0 ? "Llama (Mistral: sliding window)" : "Llama", c.vocab_size,
-        c.block_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.mlp_hidden(), c.rope_theta,
-        c.norm_eps, c.tie_embeddings,
-        c.sliding_window > 0 ? fmt::format(", sliding_window {}", c.sliding_window) : "",
-        c.dropout, s.batch, s.seq);
-  } else {
-    o = fmt::format(
-        "GPT: V {}, block_size {}, n_layer {}, n_head {}, n_kv_head {}, n_embd {}, dropout {}, "
-        "bias {}\ninput: B {} x T {} token ids\n\n",
-        c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.dropout, c.bias,
-        s.batch, s.seq);
-  }
+  std::string o = fmt::format("{}: V {}, block_size {}, n_layer {}, n_head {}, n_kv_head {}, n_embd {}",
+                              nn::describe(c), c.vocab_size, c.block_size, c.n_layer, c.n_head,
+                              c.n_kv_head, c.n_embd);
+  if (c.gated_mlp() || c.hidden_dim > 0) o += fmt::format(", hidden_dim {}", c.mlp_hidden());
+  if (c.rotary()) o += fmt::format(", rope_theta {}", c.rope_theta);
+  o += fmt::format(", norm_eps {}, tie_embeddings {}", c.norm_eps, c.tied_head());
+  if (c.window() > 0) o += fmt::format(", sliding_window {}", c.window());
+  o += fmt::format(", dropout {}, bias {}\ninput: B {} x T {} token ids\n\n", c.dropout,
+                   c.biases(), s.batch, s.seq);
   return o + module_table(s) + components(s) + costs(s);
 }
 

@@ -45,12 +45,12 @@ int main() {
   }
   std::printf("loss %.4f -> %.4f\n", first, last);
   model.eval();
-  train::SampleOptions s;
+  infer::SampleOptions s;
   s.prompt = "To be";
   s.max_new_tokens = 60;
   s.temperature = 0;
   std::printf("sample: %s", s.prompt.c_str());
-  train::sample(model, *tokenizer, s, [](const std::string& t) { std::printf("%s", t.c_str()); });
+  infer::sample(model, *tokenizer, s, [](const std::string& t) { std::printf("%s", t.c_str()); });
   std::printf("\n");
   fs::remove_all(dir);
   return last < first / 2 ? 0 : 1;

@@ -62,28 +62,36 @@ thread_local PackBuffer a_buffer, b_buffer;
 
 namespace {
 
-// The product; with `pre` (serial only), B's panels come from pack_b_all(pre_K, pre_N, ...)
-// instead of being packed here, and this product uses its first K rows and N columns.
+// One product: its sizes and operands, where B's panels come from, and the kernel path. With
+// `pre` (serial only), B's panels come from pack_b_all(pre_K, pre_N, ...) instead of being
+// packed here, and the product uses its first K rows and N columns.
 template <typename T>
-void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
-               bool parallel, bool accumulate, const T* pre, int64_t pre_K, int64_t pre_N) {
-  constexpr int64_t NR = nr<T>();
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (accumulate) return;
-    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
-    return;
-  }
-  // bf16 products (gemm_bf16.h): panels rounded to bf16 pairs after packing (a prepacked
-  // B was rounded by pack_b_all under the same precision). Not for f64.
+struct Product {
+  static constexpr int64_t NR = nr<T>();
+  int64_t M, N, K;
+  MatrixRef<T> A, B;
+  T* C;
+  int64_t ldc;
+  bool accumulate;
+  const T* pre;
+  int64_t pre_K, pre_N;
+  // bf16 products (gemm_bf16.h): panels rounded to bf16 pairs after packing (a prepacked B
+  // was rounded by pack_b_all under the same precision). Never for f64.
   bool bf16 = false;
-  if constexpr (std::is_same_v<T, float>)
-    bf16 = g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
-  const Bf16Path path = bf16 ? bf16_path() : Bf16Path::scalar;
-  const bool bf16_hw = bf16 && path == Bf16Path::native;
+  Bf16Path path = Bf16Path::scalar;
+  // A unit of work is `step` adjacent tiles of one row panel: two with the AVX-512 f32
+  // kernel (one 6 x 32 tile), else one.
+  int64_t step = 1;
+
+  int64_t m_panels() const { return (M + MR - 1) / MR; }
+  // Elements from one packed B panel to the next in the K block at pc: the block's depth.
+  int64_t b_stride(int64_t pc) const {
+    return (pre ? std::min(KC, pre_K - pc) : std::min(KC, K - pc)) * NR;
+  }
+
   // B's panels [jc, jc + nc) x [pc, pc + kc) packed, and under bf16 rounded to pairs (in one
   // pass where B's layout allows, gemm_bf16.h).
-  auto pack_b_maybe_bf16 = [&](int64_t nc, int64_t kc, int64_t pc, int64_t jc, T* out) {
+  void pack_b_block(int64_t nc, int64_t kc, int64_t pc, int64_t jc, T* out) const {
     if constexpr (std::is_same_v<T, float>) {
       if (bf16) {
         pack_b_bf16(nc, kc, pc, jc, B, out, path);
@@ -91,78 +99,42 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
       }
     }
     pack_b(nc, kc, pc, jc, B, out, false);
-  };
-  // A's panels: pairs for the native and scalar kernels, swapped rounded rows for the AVX2
-  // emulation (gemm_bf16.h).
-  auto a_to_bf16 = [&](T* panel, int64_t kc) {
+  }
+
+  // A's rows [r0, r0 + rows) packed into `out`, and under bf16 each panel rounded: pairs for
+  // the native and scalar kernels, swapped rounded rows for the AVX2 emulation.
+  void pack_a_block(int64_t r0, int64_t rows, int64_t kc, int64_t pc, T* out) const {
+    pack_a(rows, kc, pc, MatrixRef<T>{A.data + r0 * A.row_stride, A.row_stride, A.col_stride}, out,
+           false);
     if constexpr (std::is_same_v<T, float>) {
-      if (path == Bf16Path::avx2) {
-        panel_to_bf16_swapped(panel, kc, MR);
-      } else {
-        panel_to_bf16(panel, kc, MR, path);
+      if (!bf16) return;
+      for (int64_t q = 0; q < (rows + MR - 1) / MR; ++q) {
+        if (path == Bf16Path::avx2) {
+          panel_to_bf16_swapped(out + q * kc * MR, kc, MR);
+        } else {
+          panel_to_bf16(out + q * kc * MR, kc, MR, path);
+        }
       }
     }
-  };
-  // A few rows against a transposed weight (a token at a time): no packing, same bits, in
-  // f32 and in bf16.
-  if constexpr (std::is_same_v<T, float>) {
-    if (!pre && few_rows_applies(M, N, K, A, B)) {
-      gemm_few_rows(M, N, K, A, B, C, ldc, parallel, accumulate, bf16);
-      return;
-    }
   }
-  // Small products are not worth threads.
-  if (parallel && (M * N * K < (1 << 18) || max_threads() == 1)) parallel = false;
-  if (pre) parallel = false;
-
-  const int64_t m_panels = (M + MR - 1) / MR;
-  T* b_pack =
-      pre ? nullptr : b_buffer.get<T>(std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
-  // Elements from one packed B panel to the next in the K block at pc: the block's depth.
-  auto b_stride = [&](int64_t pc) {
-    return (pre ? std::min(KC, pre_K - pc) : std::min(KC, K - pc)) * NR;
-  };
-
-  // A unit of work is `step` adjacent tiles of one row panel: two with the AVX-512 f32
-  // kernel (one 6 x 32 tile), else one.
-  bool wide = false;
-  if constexpr (std::is_same_v<T, float>) wide = g_kernel.load() == GemmKernel::avx512;
-  const int64_t step = wide ? 2 : 1;
 
   // The tiles (ip, jp .. jp + step - 1) of C from packed panels: whole tiles straight from
   // registers, edge tiles through acc and clipped.
-  auto tile = [&](int64_t ip, int64_t jp, int64_t jc, int64_t nc, int64_t kc, const T* a_panel,
-                  const T* b_pack, int64_t bs, bool first, T* acc) {
+  void tile(int64_t ip, int64_t jp, int64_t jc, int64_t nc, int64_t kc, const T* a_panel,
+            const T* b_pack, int64_t bs, bool first, T* acc) const {
     const int64_t i0 = ip * MR, j0 = jc + jp * NR;
     const int64_t rows = std::min(MR, M - i0);
     const int64_t width = std::min(step * NR, nc - jp * NR), panels = (width + NR - 1) / NR;
     const T* b_panel = b_pack + jp * bs;
+    const bool whole = rows == MR && width == panels * NR;
     if constexpr (std::is_same_v<T, float>) {
       if (bf16) {
-        const int64_t kc2 = (kc + 1) / 2;
-        const auto* a2 = reinterpret_cast<const uint32_t*>(a_panel);
-        const auto* b2 = reinterpret_cast<const uint32_t*>(b_panel);
-        const bool whole = rows == MR && width == panels * NR;
         float* o = whole ? C + i0 * ldc + j0 : acc;
-        const int64_t ld = whole ? ldc : step * NR;
-        const bool add = whole && !first;
-        if (bf16_hw && panels == 2) {
-          micro_bf16_6x32(kc2, a2, b2, b2 + bs, o, ld, add);
-        } else {
-          for (int64_t q = 0; q < panels; ++q) {
-            const auto* bq = reinterpret_cast<const uint32_t*>(b_panel + q * bs);
-            if (bf16_hw) {
-              micro_bf16_6x16(kc2, a2, bq, o + q * NR, ld, add);
-            } else if (path == Bf16Path::avx2) {
-              micro_bf16_avx2(kc, a_panel, bq, o + q * NR, ld, add);
-            } else {
-              micro_bf16_emulated(kc2, a2, bq, o + q * NR, ld, add);
-            }
-          }
-        }
+        micro_bf16_tiles(path, kc, a_panel, b_panel, bs, panels, o, whole ? ldc : step * NR,
+                         whole && !first);
         if (whole) return;
       } else if (panels == 2) {
-        if (rows == MR && width == 2 * NR) {
+        if (whole) {
           micro_avx512_6x32(kc, a_panel, b_panel, b_panel + bs, C + i0 * ldc + j0, ldc, !first);
           return;
         }
@@ -170,7 +142,7 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
       }
     }
     if (panels == 1 && !bf16) {
-      if (rows == MR && width == NR) {
+      if (whole) {
         micro(kc, a_panel, b_panel, C + i0 * ldc + j0, ldc, !first);
         return;
       }
@@ -185,52 +157,61 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
         for (int64_t j = 0; j < width; ++j) c[j] += s[j];
       }
     }
-  };
+  }
 
   // Whole row panels [ia, ib) in blocks of MCP panels: within a block, each B panel (pair)
   // meets every A panel of the block before the next B panel, so the B panel stays in L1
   // and the block of A (MCP x kc floats, 147 KiB) in L2. A row panel at a time would
   // stream the whole packed B block (up to kc x NC) once per row panel: past L2 for wide
   // products (N 1152 and up). The order of tiles changes no bits.
-  auto rows_blocked = [&](int64_t ia, int64_t ib, int64_t n_panels, auto&& f) {
+  template <typename F>
+  void rows_blocked(int64_t ia, int64_t ib, int64_t n_panels, F&& f) const {
     for (int64_t ic = ia; ic < ib; ic += MCP)
       for (int64_t jp = 0; jp < n_panels; jp += step)
         for (int64_t ip = ic; ip < std::min(ib, ic + MCP); ++ip) f(ip, jp);
-  };
-
-  if (!parallel) {
-    T* a_pack = a_buffer.get<T>(m_panels * MR * std::min(KC, K));
-    alignas(64) T acc[MR * 2 * NR];
-    for (int64_t jc = 0; jc < N; jc += NC) {
-      const int64_t nc = std::min(NC, N - jc);
-      const int64_t n_panels = (nc + NR - 1) / NR;
-      for (int64_t pc = 0; pc < K; pc += KC) {
-        const int64_t kc = std::min(KC, K - pc);
-        const T* bp = b_pack;
-        if (pre) {
-          bp = pre + pc * ((pre_N + NR - 1) / NR * NR);
-        } else {
-          pack_b_maybe_bf16(nc, kc, pc, jc, b_pack);
-        }
-        pack_a(M, kc, pc, A, a_pack, false);
-        if (bf16)
-          for (int64_t q = 0; q < m_panels; ++q) a_to_bf16(a_pack + q * kc * MR, kc);
-        rows_blocked(0, m_panels, n_panels, [&](int64_t ip, int64_t jp) {
-          tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, bp, b_stride(pc), pc == 0 && !accumulate,
-               acc);
-        });
-      }
-    }
-    return;
   }
+};
 
-  // In parallel: one OpenMP region for the whole product. Per (jc, pc) block the threads
-  // pack B's panels together (a share of the panels each), meet at a barrier, then each
-  // takes a contiguous share of the tiles in row-panel-major order (whole row panels where
-  // the shares allow: disjoint rows of C), packs the A panels its share touches into its
-  // own buffer, computes its tiles, and the threads meet again before B's buffer is
-  // refilled. Which thread computes a tile changes nothing: every element sums its K
-  // products in the same order.
+// On this thread, block by block: B's panels packed (or taken from `pre`), then A's.
+template <typename T>
+void run_serial(const Product<T>& p) {
+  constexpr int64_t NR = Product<T>::NR;
+  T* b_pack = p.pre ? nullptr
+                    : b_buffer.get<T>(std::min(NC, (p.N + NR - 1) / NR * NR) * std::min(KC, p.K));
+  T* a_pack = a_buffer.get<T>(p.m_panels() * MR * std::min(KC, p.K));
+  alignas(64) T acc[MR * 2 * NR];
+  for (int64_t jc = 0; jc < p.N; jc += NC) {
+    const int64_t nc = std::min(NC, p.N - jc);
+    const int64_t n_panels = (nc + NR - 1) / NR;
+    for (int64_t pc = 0; pc < p.K; pc += KC) {
+      const int64_t kc = std::min(KC, p.K - pc);
+      const T* bp = b_pack;
+      if (p.pre) {
+        bp = p.pre + pc * ((p.pre_N + NR - 1) / NR * NR);
+      } else {
+        p.pack_b_block(nc, kc, pc, jc, b_pack);
+      }
+      p.pack_a_block(0, p.M, kc, pc, a_pack);
+      p.rows_blocked(0, p.m_panels(), n_panels, [&](int64_t ip, int64_t jp) {
+        p.tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, bp, p.b_stride(pc),
+               pc == 0 && !p.accumulate, acc);
+      });
+    }
+  }
+}
+
+// In parallel: one OpenMP region for the whole product. Per (jc, pc) block the threads
+// pack B's panels together (a share of the panels each), meet at a barrier, then each
+// takes a contiguous share of the tiles in row-panel-major order (whole row panels where
+// the shares allow: disjoint rows of C), packs the A panels its share touches into its
+// own buffer, computes its tiles, and the threads meet again before B's buffer is
+// refilled. Which thread computes a tile changes nothing: every element sums its K
+// products in the same order.
+template <typename T>
+void run_parallel(const Product<T>& p) {
+  constexpr int64_t NR = Product<T>::NR;
+  const int64_t M = p.M, N = p.N, K = p.K, m_panels = p.m_panels(), step = p.step;
+  T* b_pack = b_buffer.get<T>(std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
 #pragma omp parallel num_threads(max_threads())
   {
     const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -249,23 +230,18 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
       T* my_a = ib > ia ? a_buffer.get<T>((ib - ia) * MR * std::min(KC, K)) : nullptr;
       for (int64_t pc = 0; pc < K; pc += KC) {
         const int64_t kc = std::min(KC, K - pc);
-        if (q1 > q0) {
-          pack_b_maybe_bf16(std::min(nc, q1 * NR) - q0 * NR, kc, pc, jc + q0 * NR,
-                            b_pack + q0 * kc * NR);
-        }
+        if (q1 > q0)
+          p.pack_b_block(std::min(nc, q1 * NR) - q0 * NR, kc, pc, jc + q0 * NR,
+                         b_pack + q0 * kc * NR);
 #pragma omp barrier
         if (ib > ia) {
-          const int64_t r0 = ia * MR;
-          pack_a(std::min(M, ib * MR) - r0, kc, pc,
-                 MatrixRef<T>{A.data + r0 * A.row_stride, A.row_stride, A.col_stride}, my_a, false);
-          if (bf16)
-            for (int64_t q = 0; q < ib - ia; ++q) a_to_bf16(my_a + q * kc * MR, kc);
+          p.pack_a_block(ia * MR, std::min(M, ib * MR) - ia * MR, kc, pc, my_a);
           auto one = [&](int64_t ip, int64_t jp) {
-            tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, kc * NR,
-                 pc == 0 && !accumulate, acc);
+            p.tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, kc * NR,
+                   pc == 0 && !p.accumulate, acc);
           };
           if (by_rows) {
-            rows_blocked(ia, ib, n_panels, one);
+            p.rows_blocked(ia, ib, n_panels, one);
           } else {
             for (int64_t t = t0; t < t1; ++t) one(t / n_units, t % n_units * step);
           }
@@ -273,6 +249,37 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
 #pragma omp barrier
       }
     }
+  }
+}
+
+template <typename T>
+void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
+               bool parallel, bool accumulate, const T* pre, int64_t pre_K, int64_t pre_N) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (accumulate) return;
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
+    return;
+  }
+  Product<T> p{.M = M, .N = N, .K = K, .A = A, .B = B, .C = C, .ldc = ldc,
+               .accumulate = accumulate, .pre = pre, .pre_K = pre_K, .pre_N = pre_N};
+  if constexpr (std::is_same_v<T, float>) {
+    p.bf16 = g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
+    p.path = p.bf16 ? bf16_path() : Bf16Path::scalar;
+    p.step = g_kernel.load() == GemmKernel::avx512 ? 2 : 1;
+    // A few rows against a transposed weight (a token at a time): no packing, same bits, in
+    // f32 and in bf16.
+    if (!pre && few_rows_applies(M, N, K, A, B)) {
+      gemm_few_rows(M, N, K, A, B, C, ldc, parallel, accumulate, p.bf16);
+      return;
+    }
+  }
+  // Small products are not worth threads.
+  if (pre || M * N * K < (1 << 18) || max_threads() == 1) parallel = false;
+  if (parallel) {
+    run_parallel(p);
+  } else {
+    run_serial(p);
   }
 }
 

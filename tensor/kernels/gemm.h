@@ -46,7 +46,7 @@ template <typename T>
 void gemm_prepacked(int64_t M, int64_t n, int64_t k, MatrixRef<T> A, const T* packed, int64_t K,
                     int64_t N, T* C, int64_t ldc, bool accumulate = false);
 
-// Sampling's products against a weight kept as bf16 (nn::DecodingWeights under bf16
+// Sampling's products against a weight kept as bf16 (infer::DecodingWeights under bf16
 // products): C (M, N) = A (M, K) @ B, where B (K, N) is row-major with row stride ldb and
 // given by its bf16 bits (to_bf16_bits of an f32 B). The bits gemm gives for that f32 B
 // under bf16 precision, at half the bytes read: the few-rows kernel (gemm_rows.h) widening

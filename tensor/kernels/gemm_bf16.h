@@ -366,4 +366,31 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x32(
   store_tile(c, out, ld, add);
 }
 
+// `panels` (1 or 2) adjacent 6 x 16 tiles of bf16 products from packed pair panels (B's
+// panels `bs` elements apart), by the kernel the path names: AVX512_BF16's (one 6 x 32 tile
+// for two panels), the AVX2 emulation (it reads A's panel as swapped rounded rows) or the
+// scalar one. Written to `out` (row stride ld), or added to it with `add`.
+inline void micro_bf16_tiles(Bf16Path path, int64_t kc, const float* a_panel,
+                             const float* b_panel, int64_t bs, int64_t panels, float* out,
+                             int64_t ld, bool add) {
+  constexpr int64_t NR = 16;
+  const int64_t kc2 = (kc + 1) / 2;
+  const auto* a2 = reinterpret_cast<const uint32_t*>(a_panel);
+  const auto* b2 = reinterpret_cast<const uint32_t*>(b_panel);
+  if (path == Bf16Path::native && panels == 2) {
+    micro_bf16_6x32(kc2, a2, b2, b2 + bs, out, ld, add);
+    return;
+  }
+  for (int64_t q = 0; q < panels; ++q) {
+    const auto* bq = reinterpret_cast<const uint32_t*>(b_panel + q * bs);
+    if (path == Bf16Path::native) {
+      micro_bf16_6x16(kc2, a2, bq, out + q * NR, ld, add);
+    } else if (path == Bf16Path::avx2) {
+      micro_bf16_avx2(kc, a_panel, bq, out + q * NR, ld, add);
+    } else {
+      micro_bf16_emulated(kc2, a2, bq, out + q * NR, ld, add);
+    }
+  }
+}
+
 }  // namespace attend::kernel::gemm_detail

@@ -4,7 +4,7 @@
 // once, in place:
 //   B = W^T, W (N, K) row-major (a Linear's weight as it is): eight rows of W, eight k at
 //     a time, become eight column vectors in registers (an 8x8 transpose);
-//   B (K, N) row-major (the weight kept transposed while decoding, nn::DecodingWeights):
+//   B (K, N) row-major (the weight kept transposed while decoding, infer::DecodingWeights):
 //     each k's row of B is one fused multiply-add into the running sums of 512 outputs.
 // Internal to the GEMM (gemm.cpp calls it).
 //

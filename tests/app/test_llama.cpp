@@ -11,7 +11,7 @@
 #include "data/tokenizer.h"
 #include "test_util.h"
 #include "tensor/kernels.h"
-#include "train/gpt2_io.h"
+#include "convert/gpt2_io.h"
 #include "train/model_io.h"
 #include "train/run_dir.h"
 
@@ -90,7 +90,9 @@ TEST_CASE("GPT-2's exporter refuses a Llama, and a GPT-2 export refuses Llama-on
   // The library's GPT-2 writer cannot hold RMSNorm, SwiGLU or RoPE: refused, naming why.
   std::string why;
   try {
-    attend::train::export_gpt2(llama.string(), dir / "gpt2_layout");
+    const attend::train::LoadedModel m = attend::train::load_model(llama.string());
+    attend::convert::export_gpt2({*m.model, *m.tokenizer, m.checkpoint.string()},
+                                 dir / "gpt2_layout");
   } catch (const std::exception& e) {
     why = e.what();
   }

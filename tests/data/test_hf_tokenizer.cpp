@@ -241,3 +241,30 @@ TEST_CASE("hf tokenizer.json: other kinds and broken files are refused naming th
   check_error([&] { tokenizer_from_arg("hf:" + dir.string()); }, "holds a SentencePiece tokenizer.model and no tokenizer.json");
   fs::remove_all(dir);
 }
+
+TEST_CASE("hf tokenizer.json: a merge listed twice takes its last rank, as GPT-2's encoder.py does") {
+  // encoder.py ranks merges with dict(zip(merges, range(len(merges)))): the later entry wins,
+  // so "a b" ranks 2, after "b c" (1), and "abc" pre-tokenizes as a, bc. Taking the first rank
+  // gave ab, c. The same BPE class serves vocab.bpe files and checkpoints.
+  const fs::path dir = temp_dir("hf_dup_merge");
+  const auto tok = load_json(dir, small_file({"ab", "bc", "abc"}, {"a b", "b c", "a b"}, ""));
+  CHECK(tok->encode("abc") == TokenIds{97, 257});
+  // Without the repeat, "a b" ranks first: ab, then abc.
+  const auto plain = load_json(dir, small_file({"ab", "bc", "abc"}, {"a b", "b c", "ab c"}, ""));
+  CHECK(plain->encode("abc") == TokenIds{258});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf tokenizer.json: an added token with another token's bytes under a new id is refused") {
+  // The id 259 token "ab" duplicates vocab token 256: accepted, it made a data folder whose
+  // encoder.json names "ab" twice, which attend then refused to read back.
+  const fs::path dir = temp_dir("hf_added_dup");
+  json j = small_file({"ab", "bc", "abc"}, {"a b", "b c", "ab c"}, "");
+  j["added_tokens"] = json::array({{{"id", 259}, {"content", "ab"}, {"special", true}}});
+  check_error([&] { load_json(dir, j); },
+              "added_tokens[0] ('ab', id 259) has the bytes of token 256");
+  // The same token under its own id stays accepted.
+  j["added_tokens"] = json::array({{{"id", 256}, {"content", "ab"}, {"special", true}}});
+  CHECK(load_json(dir, j)->vocab_size() == 259);
+  fs::remove_all(dir);
+}

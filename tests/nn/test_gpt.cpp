@@ -1,7 +1,5 @@
-// The GPT as a whole: gradcheck of every module, the untrained loss, input errors, and
-// decoding with the weights kept transposed.
-#include <optional>
-
+// The GPT as a whole: gradcheck of every module, the untrained loss, input errors, dropout
+// and the chunked LM head (decoding's weights: tests/infer/test_decoding.cpp).
 #include "nn/gpt.h"
 #include "nn/layers.h"
 #include "nn/gradcheck_cases.h"
@@ -88,71 +86,3 @@ TEST_CASE("the chunked LM head loss equals logits then cross_entropy bit for bit
   }
 }
 
-TEST_CASE("DecodingWeights keeps W^T in f32, or made under bf16 products as bf16 in half the bytes") {
-  const GPTConfig c{.vocab_size = 300, .block_size = 24, .n_layer = 2, .n_head = 4,
-                    .n_kv_head = 4, .n_embd = 48, .dropout = 0.0, .bias = true};
-  GPT m(c, 5);
-  int64_t weights = 0, linears = 0;
-  for (auto& [_, mod] : m.named_modules())
-    if (auto* l = dynamic_cast<Linear*>(mod)) weights += l->weight.numel(), ++linears;
-  REQUIRE(linears == 2 * 4 + 1);  // c_attn, attn c_proj, c_fc, mlp c_proj per layer; lm_head
-  for (const auto precision : {kernel::GemmPrecision::f32, kernel::GemmPrecision::bf16}) {
-    const bool bf16 = precision == kernel::GemmPrecision::bf16;
-    CAPTURE(bf16);
-    const test::PrecisionGuard use(precision);
-    const size_t before = storage_stats().live;
-    {
-      const DecodingWeights decoding(m);
-      REQUIRE(decoding.active());
-      CHECK(storage_stats().live - before == static_cast<size_t>(weights) * (bf16 ? 2 : 4));
-      for (auto& [_, mod] : m.named_modules())
-        if (auto* l = dynamic_cast<Linear*>(mod)) {
-          REQUIRE(l->decoding != nullptr);
-          CHECK(l->decoding->format() == (bf16 ? WeightFormat::bf16 : WeightFormat::f32));
-        }
-    }
-    CHECK(storage_stats().live == before);  // and gone with it
-  }
-}
-
-TEST_CASE("decoding with W^T kept contiguous (DecodingWeights) gives the same logits bit for bit") {
-  // Sampling holds a DecodingWeights: every Linear multiplies by its W^T copy, through
-  // gemm_rows.cpp's row-major kernel for 1-4 rows, the blocked GEMM past that (under bf16
-  // products, its bf16 bits for 1-4 rows, the weight past that). Its twin is the model
-  // without it: the same bits at every step, for GPT-2 (biases) and a GQA Llama, in f32 and
-  // under bf16 products (both few-rows kernels then round as the blocked one).
-  GPTConfig llama = gpt_preset("llama-char");
-  llama.vocab_size = 300, llama.block_size = 24, llama.n_layer = 2, llama.n_head = 4;
-  llama.n_kv_head = 2, llama.n_embd = 48, llama.hidden_dim = 136;
-  const GPTConfig gpt2{.vocab_size = 300, .block_size = 24, .n_layer = 2, .n_head = 4,
-                       .n_kv_head = 4, .n_embd = 48, .dropout = 0.0, .bias = true};
-  for (const auto precision : {kernel::GemmPrecision::f32, kernel::GemmPrecision::bf16})
-    for (const GPTConfig& c : {gpt2, llama}) {
-      CAPTURE(c.arch);
-      CAPTURE(precision == kernel::GemmPrecision::bf16);
-      const test::PrecisionGuard use(precision);
-      GPT m(c, 5);
-      m.eval();
-      Generator g(6);
-      {
-        NoGradGuard no_grad;
-        for (Tensor& p : m.parameters()) p.set_data(normal(p.shape(), 0.0, 0.3, g));
-      }
-      const Tensor idx = randint({1, 20}, 0, 300, g);
-      NoGradGuard no_grad;
-      std::vector<KVCache> plain, kept;
-      std::optional<DecodingWeights> decoding;
-      int64_t t = 0;
-      for (const int64_t n : {5, 1, 2, 3, 4, 1, 4}) {  // prompt, then 1-4 tokens a step
-        CAPTURE(t);
-        const Tensor x = kernel::narrow(idx, 1, t, n);
-        decoding.reset();
-        const Tensor a = m.forward(x, Tensor(), nullptr, &plain).logits;
-        decoding.emplace(m);
-        REQUIRE(decoding->active());
-        const Tensor b = m.forward(x, Tensor(), nullptr, &kept).logits;
-        CHECK(test::bit_identical(a, b));
-        t += n;
-      }
-    }
-}

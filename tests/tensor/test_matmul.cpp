@@ -311,7 +311,7 @@ TEST_CASE(
 
 TEST_CASE("a few rows against a weight kept as bf16 bits give the bf16 GEMM's bits on its f32 "
           "weight") {
-  // gemm_bf16_weight (sampling under bf16 with nn::DecodingWeights): B row-major given by its
+  // gemm_bf16_weight (sampling under bf16 with infer::DecodingWeights): B row-major given by its
   // bf16 bits, widened as read; its twin is the bf16 GEMM on the f32 B the bits came from
   // (the few-rows kernel rounding as it reads, and the blocked one through a 7-row product).
   // Tiny and subnormal values, K within and past 256-deep blocks, odd tails, 1 and 2 threads,

@@ -40,6 +40,18 @@ TEST_CASE("the config's wire format for MPI ranks carries every field bit for bi
   CHECK(config_from_wire(config_to_wire(c)) == c);
 }
 
+TEST_CASE("the wire format carries a path that is not UTF-8 byte for byte") {
+  // A folder named in Latin-1 (data_\xe9t\xe9) trains in one process; under mpirun its name
+  // crossed to the other ranks as JSON text, which must be UTF-8: an internal error.
+  TrainConfig c;
+  c.data = "data_\xe9t\xe9";
+  c.init_from = std::string("r\xff\x00x", 4);
+  const TrainConfig back = config_from_wire(config_to_wire(c));
+  CHECK(back.data == c.data);
+  CHECK(back.init_from == c.init_from);
+  CHECK(back == c);
+}
+
 TEST_CASE("resume merge: values the user repeats or leaves out come back bit for bit") {
   // The defect at 272aa40: values compared and re-set through 6-digit text.
   TrainConfig saved;

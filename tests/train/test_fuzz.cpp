@@ -9,8 +9,8 @@
 #include "train/model_io.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
-#include "train/gpt2_io.h"
-#include "train/hf_llama_io.h"
+#include "convert/gpt2_io.h"
+#include "convert/hf_llama_io.h"
 #include "tensor/util.h"
 #include "data/tokenizer.h"
 
@@ -94,16 +94,16 @@ TEST_CASE("fuzz: a Hugging Face folder's config.json is refused cleanly or impor
   d.optimizer = {"adamw", 0, AdamW(model.named_parameters(), {}).state()};
   d.tokenizer = tok->spec();
   io::save_checkpoint(dir / "c.h5", d);
-  train::export_gpt2((dir / "c.h5").string(), dir / "hf");
+  convert::export_gpt2({model, *tok, "c.h5"}, dir / "hf");
   const std::string good = read_file(dir / "hf" / "config.json");
   test::fuzz_file(
       "config.json", good, dir / "hf" / "config.json", 9, test::fuzz_cases(300),
       [&](const fs::path&) {
         fs::remove_all(dir / "out");
-        train::ImportOptions o;
+        convert::ImportOptions o;
         o.from = (dir / "hf").string();
-        o.out = (dir / "out").string();
-        train::import_gpt2(o);
+        const convert::Imported m = convert::import_gpt2(o);
+        train::write_imported((dir / "out").string(), *m.model, m.tokenizer->spec());
       },
       [&](const fs::path&) -> std::string {
         const train::LoadedModel m = train::load_model((dir / "out").string());
@@ -128,16 +128,16 @@ TEST_CASE("fuzz: a sharded Hugging Face Llama folder (index, config, shards) is 
   d.tokenizer = tok->spec();
   io::save_checkpoint(dir / "c.h5", d);
   // BF16 in shards of at most 600 bytes: several files and an index, as 7B models come.
-  train::export_hf_llama({(dir / "c.h5").string(), dir / "hf", "bf16", 600});
+  convert::export_hf_llama({model, *tok, "c.h5"}, {dir / "hf", "bf16", 600});
   REQUIRE(fs::exists(dir / "hf" / "model.safetensors.index.json"));
   const fs::path shard = dir / "hf" / "model-00002-of-00005.safetensors";
   REQUIRE(fs::exists(shard));
   auto import = [&] {
     fs::remove_all(dir / "out");
-    train::ImportOptions o;
+    convert::ImportOptions o;
     o.from = (dir / "hf").string();
-    o.out = (dir / "out").string();
-    train::import_hf_llama(o);
+    const convert::Imported m = convert::import_hf_llama(o);
+    train::write_imported((dir / "out").string(), *m.model, m.tokenizer->spec());
   };
   import();
   const io::CheckpointData want = train::newest_valid_checkpoint(dir / "out").data;

@@ -11,7 +11,7 @@
 #include "tensor/kernels.h"
 #include "test_util.h"
 #include "train/progress.h"
-#include "train/sample.h"
+#include "infer/sample.h"
 #include "train/step.h"
 
 using namespace attend;
@@ -134,7 +134,7 @@ TEST_CASE("random streams: no two consumers draw the same Philox block") {
     }
   }
   for (uint64_t i = 0; i < 64; ++i)
-    add(generator_counter(i), "generator"), add(sample_counter(i), "sample");
+    add(generator_counter(i), "generator"), add(infer::sample_counter(i), "sample");
   CHECK(collisions == 0);
   CHECK(seen.size() == 5 * 3 * 8 * 6 + 128);  // and none collides within a consumer
 }

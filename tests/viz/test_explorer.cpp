@@ -513,7 +513,7 @@ TEST_CASE("a Mistral's map: cells outside the window exactly 0, drawn apart from
   const int64_t T = m.T();
   CHECK(m.window == 4);
   CHECK(m.rope_theta == 10000.0);
-  CHECK(m.model.find("Llama (Mistral)") == 0);
+  CHECK(m.model.find("Llama (Mistral, sliding window ") == 0);
   int outside = 0;
   for (int64_t l = 0; l < m.n_layer; ++l)
     for (int64_t h = 0; h < m.n_head; ++h)

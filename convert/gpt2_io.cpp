@@ -1,4 +1,4 @@
-#include "train/gpt2_io.h"
+#include "convert/gpt2_io.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -12,14 +12,9 @@
 #include "tensor/kernels.h"
 #include "tensor/util.h"
 #include "io/checkpoint.h"
-#include "train/config.h"
-#include "train/model_io.h"
-#include "train/optim.h"
-#include "train/run_dir.h"
 #include "io/safetensors.h"
-#include "train/step.h"
 
-namespace attend::train {
+namespace attend::convert {
 
 namespace fs = std::filesystem;
 
@@ -84,13 +79,19 @@ HfConfig read_hf_config(const fs::path& file) {
   if (j.contains("activation_function"))
     ATTEND_CHECK(j["activation_function"] == "gelu_new", file.string(), ": activation_function is ",
                  j["activation_function"].dump(), "; attend's GPT uses GPT-2's gelu_new");
-  if (j.contains("layer_norm_epsilon"))
-    ATTEND_CHECK(j["layer_norm_epsilon"].is_number() && j["layer_norm_epsilon"] == 1e-5,
-                 file.string(), ": layer_norm_epsilon is ", j["layer_norm_epsilon"].dump(),
-                 "; attend's LayerNorm uses 1e-5");
-  if (j.contains("n_inner") && !j["n_inner"].is_null())
-    ATTEND_CHECK(j["n_inner"] == 4 * c.n_embd, file.string(), ": n_inner is ", j["n_inner"].dump(),
-                 "; attend's MLP is 4 n_embd = ", 4 * c.n_embd);
+  // GPT2Config's defaults: layer_norm_epsilon 1e-5, n_inner null (4 n_embd).
+  if (j.contains("layer_norm_epsilon") && !j["layer_norm_epsilon"].is_null()) {
+    const nlohmann::json& e = j["layer_norm_epsilon"];
+    ATTEND_CHECK(e.is_number() && e.get<double>() > 0 && e.get<double>() < 1, file.string(),
+                 ": layer_norm_epsilon is ", e.dump().substr(0, 60),
+                 "; expected a number in (0, 1)");
+    c.norm_eps = e.get<double>();
+  }
+  if (j.contains("n_inner") && !j["n_inner"].is_null()) {
+    c.hidden_dim = get("n_inner");
+    ATTEND_CHECK(c.hidden_dim >= 1, file.string(), ": n_inner is ", c.hidden_dim,
+                 "; expected null (4 n_embd) or a positive size");
+  }
   try {
     c.validate();
   } catch (const Error& e) {
@@ -184,34 +185,9 @@ std::unique_ptr<data::Tokenizer> import_tokenizer(const ImportOptions& o, const 
 
 }  // namespace
 
-namespace {
-// A new run folder, staged and moved into place whole: an existing --out must be empty.
-bool import_owns(const std::string&) { return false; }
-}  // namespace
-
-fs::path write_imported(const std::string& out, const nn::GPT& model,
-                        const data::TokenizerSpec& tokenizer) {
-  StagedFolder stage(out, "import", import_owns);
-  TrainConfig c;
-  c.model = model.config;
-  c.preset = model.config.is_llama() ? "" : "gpt2";  // no preset made an imported Llama
-  c.tokenizer = tokenizer.name;
-  const std::unique_ptr<Optimizer> opt = make_optimizer(c, model);  // a fresh AdamW, as train's
-  io::CheckpointData d;
-  d.config = to_values(c);
-  d.model = model.state_dict();
-  d.optimizer = {c.optimizer, 0, opt->state()};
-  d.seed = static_cast<uint64_t>(c.seed);
-  d.tokenizer = tokenizer;
-  io::save_checkpoint(stage.path() / checkpoint_name(0), d);
-  stage.commit();
-  return fs::path(out) / checkpoint_name(0);
-}
-
-ImportResult import_gpt2(const ImportOptions& o) {
+Imported import_gpt2(const ImportOptions& o) {
   std::error_code ec;
   ATTEND_CHECK(!o.from.empty(), "import: --from is required (a folder or a .safetensors file)");
-  ATTEND_CHECK(!o.out.empty(), "import: --out is required (the run folder to create)");
   const bool is_dir = fs::is_directory(o.from, ec);
   const fs::path model_file = is_dir ? fs::path(o.from) / "model.safetensors" : fs::path(o.from);
   const fs::path dir = model_file.parent_path().empty() ? fs::path(".") : model_file.parent_path();
@@ -219,9 +195,8 @@ ImportResult import_gpt2(const ImportOptions& o) {
   ATTEND_CHECK(fs::exists(model_file, ec), model_file.string(), ": no such file");
   ATTEND_CHECK(fs::exists(config_file, ec), config_file.string(),
                ": no such file (give --config config.json)");
-  ImportResult r;
   const HfConfig hf = read_hf_config(config_file);
-  r.model = hf.model;
+  const nn::GPTConfig& cfg = hf.model;
   io::SafetensorsFile st(model_file);
   // HF name (prefix stripped) -> entry; buffers and the tied head set aside.
   std::map<std::string, std::string> by_name;
@@ -241,10 +216,12 @@ ImportResult import_gpt2(const ImportOptions& o) {
     for (int64_t d : st.entries().at(name).shape) k *= d;
     stored += k;
   }
-  const int64_t want = nn::count_parameters(r.model).total();
+  const int64_t want = nn::count_parameters(cfg).total();
   ATTEND_CHECK(stored == want, model_file.string(), ": ", config_file.string(), " describes ", want,
                " parameters, the file stores ", stored);
-  nn::GPT model(r.model, 0, false);  // every parameter is copied or listed missing below
+  Imported r;
+  r.model = std::make_unique<nn::GPT>(cfg, 0, false);  // every parameter is copied or listed missing below
+  nn::GPT& model = *r.model;
   std::vector<std::string> missing;
   std::set<std::string> used;
   NoGradGuard no_grad;
@@ -275,35 +252,32 @@ ImportResult import_gpt2(const ImportOptions& o) {
                extra.empty() ? "" : " unexpected:", extra);
   r.tensors = static_cast<int64_t>(used.size());
   check_tied_head(st, model_file, config_file, hf.tied, head, model);
-  const std::string bad = first_non_finite(model.named_parameters());
+  const std::string bad = nn::first_non_finite(model.named_parameters());
   ATTEND_CHECK(bad.empty(), model_file.string(), ": ", bad, " holds NaN or infinite values");
 
   auto tok = import_tokenizer(o, dir);
-  ATTEND_CHECK(tok->vocab_size() == r.model.vocab_size, "import: the tokenizer ", tok->spec().name,
+  ATTEND_CHECK(tok->vocab_size() == cfg.vocab_size, "import: the tokenizer ", tok->spec().name,
                " has ", tok->vocab_size(), " tokens, config.json's vocab_size is ",
-               r.model.vocab_size);
-  r.tokenizer = tok->spec().name;
-
-  r.checkpoint = write_imported(o.out, model, tok->spec());
+               cfg.vocab_size);
+  r.tokenizer = std::move(tok);
   return r;
 }
 
-ExportResult export_gpt2(const std::string& checkpoint, const fs::path& dir) {
-  LoadedModel m = load_model(checkpoint);
-  const nn::GPTConfig& c = m.model->config;
-  ATTEND_CHECK(!c.is_llama(), "export: ", m.checkpoint.string(),
+ExportResult export_gpt2(const ExportSource& m, const fs::path& dir) {
+  const nn::GPTConfig& c = m.model.config;
+  ATTEND_CHECK(!c.is_llama(), "export: ", m.name,
                " is a Llama (arch llama); this export writes GPT-2's layout only");
-  ATTEND_CHECK(c.n_kv_head == c.n_head, "export: ", m.checkpoint.string(), " has n_kv_head ",
+  ATTEND_CHECK(c.n_kv_head == c.n_head, "export: ", m.name, " has n_kv_head ",
                c.n_kv_head, " of n_head ", c.n_head,
                " (GQA/MQA); GPT-2's layout has one key/value head per query head");
-  ATTEND_CHECK(c.bias, "export: ", m.checkpoint.string(),
+  ATTEND_CHECK(c.bias, "export: ", m.name,
                " has no biases (--bias false); GPT-2's layout always has them");
   // Built whole beside `dir` and swapped in: an older export (its tokenizer files
   // included) stays usable until the new one is complete, and is then gone entirely.
   StagedFolder stage(dir, "export", export_owns);
   const fs::path out = stage.path();
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, t] : m.model->state_dict()) {
+  for (const auto& [name, t] : m.model.state_dict()) {
     if (name == "lm_head.weight") continue;  // tied to transformer.wte.weight
     tensors.emplace_back(name, is_conv1d_weight(name) ? kernel::transpose(t, 0, 1) : t);
   }
@@ -327,19 +301,19 @@ ExportResult export_gpt2(const std::string& checkpoint, const fs::path& dir) {
       {"tie_word_embeddings", true},
       {"bos_token_id", c.vocab_size - 1},
       {"eos_token_id", c.vocab_size - 1},
-      {"attend_tokenizer", m.tokenizer->spec().name},
+      {"attend_tokenizer", m.tokenizer.spec().name},
   };
   write_file_atomic(out / "config.json", j.dump(2) + "\n");
-  const data::TokenizerSpec& spec = m.tokenizer->spec();
+  const data::TokenizerSpec& spec = m.tokenizer.spec();
   if (spec.kind == "bpe") {  // what GPT2TokenizerFast and GPT2Tokenizer read
     write_file_atomic(out / "tokenizer.json", data::hf_tokenizer_json(spec));
     write_file_atomic(out / "vocab.json", data::encoder_json_text(spec));
     write_file_atomic(out / "merges.txt", data::vocab_bpe_text(spec));
   } else {
-    m.tokenizer->save(out);  // Hugging Face has no byte-level form of a char vocabulary
+    m.tokenizer.save(out);  // Hugging Face has no byte-level form of a char vocabulary
   }
   stage.commit();
   return {dir, static_cast<int64_t>(tensors.size())};
 }
 
-}  // namespace attend::train
+}  // namespace attend::convert

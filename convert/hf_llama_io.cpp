@@ -1,4 +1,4 @@
-#include "train/hf_llama_io.h"
+#include "convert/hf_llama_io.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
@@ -12,10 +12,8 @@
 #include "io/safetensors.h"
 #include "tensor/kernels.h"
 #include "tensor/util.h"
-#include "train/model_io.h"
-#include "train/step.h"
 
-namespace attend::train {
+namespace attend::convert {
 
 namespace fs = std::filesystem;
 
@@ -41,40 +39,86 @@ Tensor permute_rope_rows(const Tensor& w, int64_t heads, int64_t HS, bool to_hf)
 
 std::string layer(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
 
-// attend's parameters as Hugging Face's tensors, in Hugging Face's order.
-std::vector<std::pair<std::string, Tensor>> to_hf(const nn::GPT& m) {
-  const nn::GPTConfig& c = m.config;
-  const int64_t C = c.n_embd, HS = C / c.n_head, kv = c.n_kv_head * HS, H = c.mlp_hidden();
-  std::vector<std::pair<std::string, Tensor>> out;
-  const auto& t = *m.transformer;
-  out.emplace_back("model.embed_tokens.weight", t.wte->weight);
+// Note [Llama's names]: one row per Hugging Face tensor, in Hugging Face's order, read by
+// export, import and the checks alike: its name and shape, the attend parameter it is
+// (or the rows of it, for the fused q/k/v and gate/up weights), and whether its rows are
+// RoPE-permuted within each of `rope_heads` heads (q_proj, k_proj: Note [RoPE]).
+struct NameRow {
+  std::string hf;
+  Shape shape;
+  std::string ours;
+  int64_t row0 = 0, rows = -1;  // rows [row0, row0 + rows) of ours; -1: all of it
+  int64_t rope_heads = 0;
+};
+
+std::vector<NameRow> hf_llama_names(const nn::GPTConfig& c) {
+  const int64_t C = c.n_embd, kv = c.n_kv_head * (C / c.n_head), H = c.mlp_hidden();
+  const int64_t V = c.vocab_size;
+  std::vector<NameRow> t{{"model.embed_tokens.weight", {V, C}, "transformer.wte.weight"}};
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const nn::Block& b = (*t.h)[static_cast<size_t>(l)];
-    const Tensor& qkv = b.attn->c_attn->weight;
-    const std::string p = layer(l);
-    out.emplace_back(p + "self_attn.q_proj.weight",
-                     permute_rope_rows(kernel::narrow(qkv, 0, 0, C), c.n_head, HS, true));
-    out.emplace_back(p + "self_attn.k_proj.weight",
-                     permute_rope_rows(kernel::narrow(qkv, 0, C, kv), c.n_kv_head, HS, true));
-    out.emplace_back(p + "self_attn.v_proj.weight", kernel::narrow(qkv, 0, C + kv, kv));
-    out.emplace_back(p + "self_attn.o_proj.weight", b.attn->c_proj->weight);
-    out.emplace_back(p + "mlp.gate_proj.weight", kernel::narrow(b.mlp->c_fc->weight, 0, 0, H));
-    out.emplace_back(p + "mlp.up_proj.weight", kernel::narrow(b.mlp->c_fc->weight, 0, H, H));
-    out.emplace_back(p + "mlp.down_proj.weight", b.mlp->c_proj->weight);
-    out.emplace_back(p + "input_layernorm.weight", b.ln_1->weight);
-    out.emplace_back(p + "post_attention_layernorm.weight", b.ln_2->weight);
+    const std::string p = layer(l), a = "transformer.h." + std::to_string(l) + ".";
+    const std::string qkv = a + "attn.c_attn.weight", fc = a + "mlp.c_fc.weight";
+    t.push_back({p + "self_attn.q_proj.weight", {C, C}, qkv, 0, C, c.n_head});
+    t.push_back({p + "self_attn.k_proj.weight", {kv, C}, qkv, C, kv, c.n_kv_head});
+    t.push_back({p + "self_attn.v_proj.weight", {kv, C}, qkv, C + kv, kv});
+    t.push_back({p + "self_attn.o_proj.weight", {C, C}, a + "attn.c_proj.weight"});
+    t.push_back({p + "mlp.gate_proj.weight", {H, C}, fc, 0, H});
+    t.push_back({p + "mlp.up_proj.weight", {H, C}, fc, H, H});
+    t.push_back({p + "mlp.down_proj.weight", {C, H}, a + "mlp.c_proj.weight"});
+    t.push_back({p + "input_layernorm.weight", {C}, a + "ln_1.weight"});
+    t.push_back({p + "post_attention_layernorm.weight", {C}, a + "ln_2.weight"});
   }
-  out.emplace_back("model.norm.weight", t.ln_f->weight);
-  if (!c.tie_embeddings) out.emplace_back("lm_head.weight", m.lm_head->weight);
+  t.push_back({"model.norm.weight", {C}, "transformer.ln_f.weight"});
+  if (!c.tie_embeddings) t.push_back({"lm_head.weight", {V, C}, "lm_head.weight"});
+  return t;
+}
+
+// The attend tensor a row is: the parameter, or a view of its rows.
+Tensor attend_view(const std::map<std::string, Tensor>& params, const NameRow& r) {
+  auto it = params.find(r.ours);
+  ATTEND_INTERNAL_CHECK(it != params.end(), "no parameter ", r.ours, " for ", r.hf);
+  const Tensor v = r.rows < 0 ? it->second : kernel::narrow(it->second, 0, r.row0, r.rows);
+  ATTEND_INTERNAL_CHECK(v.shape() == r.shape, r.hf, " is ", shape_str(v.shape()), ", its row says ",
+                        shape_str(r.shape));
+  return v;
+}
+
+std::map<std::string, Tensor> parameters_by_name(const nn::GPT& m) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : m.named_parameters()) out.emplace(name, t);
   return out;
 }
 
+// attend's parameters as Hugging Face's tensors, in Hugging Face's order.
+std::vector<std::pair<std::string, Tensor>> to_hf(const nn::GPT& m) {
+  const int64_t HS = m.config.n_embd / m.config.n_head;
+  const std::map<std::string, Tensor> params = parameters_by_name(m);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const NameRow& r : hf_llama_names(m.config)) {
+    const Tensor v = attend_view(params, r);
+    out.emplace_back(r.hf, r.rope_heads > 0 ? permute_rope_rows(v, r.rope_heads, HS, true) : v);
+  }
+  return out;
+}
+
+// The files an export writes, exactly (and the temporaries of an interrupted one): an
+// existing --out holding anything else is refused, not replaced.
+bool is_shard_name(const std::string& n) {  // model-00001-of-00005.safetensors
+  if (n.size() != 32 || n.rfind("model-", 0) != 0 || n.compare(11, 4, "-of-") != 0 ||
+      n.compare(20, 12, ".safetensors") != 0)
+    return false;
+  for (const size_t i : {6, 7, 8, 9, 10, 15, 16, 17, 18, 19})
+    if (n[i] < '0' || n[i] > '9') return false;
+  return true;
+}
+
 bool export_owns(const std::string& name) {
-  if (name == "model.safetensors.index.json" || name == "config.json" ||
-      name == "tokenizer.json" || name == "encoder.json" || name == "vocab.bpe" ||
-      name == "generation_config.json" || name == "tokenizer_config.json")
-    return true;
-  return name.rfind("model", 0) == 0 && name.find(".safetensors") != std::string::npos;
+  const size_t tmp = name.find(".tmp.");
+  const std::string base = tmp == std::string::npos ? name : name.substr(0, tmp);
+  for (const char* f : {"model.safetensors", "model.safetensors.index.json", "config.json",
+                        "tokenizer.json", "encoder.json", "vocab.bpe", "tokenizer_config.json"})
+    if (base == f) return true;
+  return is_shard_name(base);
 }
 
 std::string hf_dtype(const std::string& d) {
@@ -136,19 +180,37 @@ nn::GPTConfig read_llama_config(const fs::path& file) {
   c.block_size = g.integer("max_position_embeddings", 1, int64_t{1} << 24);
   c.norm_eps = g.number("rms_norm_eps", 1e-6);
   c.rope_theta = g.number("rope_theta", 10000.0);
-  c.tie_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()
-                         ? j["tie_word_embeddings"].get<bool>()
-                         : false;  // LlamaConfig's default
-  c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null()
-                         ? g.integer("sliding_window", 1, int64_t{1} << 24)
-                         : 0;
+  // As transformers' LlamaConfig and MistralConfig read them (docs/formats.md, "config.json
+  // as Hugging Face reads it"): tie_word_embeddings absent or null is false (their default);
+  // anything but a boolean is refused, as Hugging Face would tie for any truthy value.
+  c.tie_embeddings = false;
+  if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_null()) {
+    ATTEND_CHECK(j["tie_word_embeddings"].is_boolean(), file.string(),
+                 ": tie_word_embeddings is ", j["tie_word_embeddings"].dump().substr(0, 60),
+                 "; expected true, false or null");
+    c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
+  }
+  // sliding_window: Mistral's only (LlamaConfig has none, LlamaAttention applies none);
+  // MistralConfig's default is 4096, null turns it off.
+  const bool mistral = j["model_type"] == "mistral";
+  c.sliding_window = 0;
+  if (!mistral && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    spdlog::warn("import: {}: sliding_window {} ignored: model_type llama has no sliding window "
+                 "(Hugging Face's LlamaAttention applies none)",
+                 file.string(), j["sliding_window"].dump().substr(0, 60));
+  } else if (mistral && !j.contains("sliding_window")) {
+    c.sliding_window = 4096;
+  } else if (mistral && !j["sliding_window"].is_null()) {
+    c.sliding_window = g.integer("sliding_window", 1, int64_t{1} << 24);
+  }
   if (j.contains("head_dim") && !j["head_dim"].is_null())
     ATTEND_CHECK(g.integer("head_dim", 1, 1 << 16) * c.n_head == c.n_embd, file.string(),
                  ": head_dim x num_attention_heads must equal hidden_size (attend's heads "
                  "split C)");
-  if (j.contains("hidden_act"))
-    ATTEND_CHECK(j["hidden_act"] == "silu", file.string(), ": hidden_act is ",
-                 j["hidden_act"].dump(), "; attend's Llama uses silu (SwiGLU)");
+  if (j.contains("hidden_act"))  // transformers' ACT2FN: "swish" is SiLU too
+    ATTEND_CHECK(j["hidden_act"] == "silu" || j["hidden_act"] == "swish", file.string(),
+                 ": hidden_act is ", j["hidden_act"].dump().substr(0, 60),
+                 "; attend's Llama uses silu (SwiGLU)");
   for (const char* k : {"rope_scaling", "attention_bias", "mlp_bias"})
     ATTEND_CHECK(g.absent_or_false(k), file.string(), ": ", k, " is ", j[k].dump().substr(0, 60),
                  "; attend's Llama has no ", k);
@@ -177,23 +239,27 @@ std::unique_ptr<data::Tokenizer> llama_tokenizer(const ImportOptions& o, const f
 bool is_hf_llama_folder(const fs::path& config_json) {
   std::error_code ec;
   if (!fs::is_regular_file(config_json, ec)) return false;
+  nlohmann::json j;
   try {
-    const nlohmann::json j = read_json(config_json);
-    return j.contains("model_type") &&
-           (j["model_type"] == "llama" || j["model_type"] == "mistral");
+    j = read_json(config_json);
   } catch (const Error&) {
-    return false;
+    return false;  // the GPT-2 reader names the problem
   }
+  if (!j.contains("model_type")) return false;  // GPT2Config.from_pretrained reads such a file
+  const nlohmann::json& t = j["model_type"];
+  if (t == "llama" || t == "mistral") return true;
+  ATTEND_CHECK(t == "gpt2", config_json.string(), ": model_type ", t.dump().substr(0, 60),
+               " is not supported (gpt2, llama, mistral)");
+  return false;
 }
 
-ExportResult export_hf_llama(const LlamaExportOptions& o) {
+ExportResult export_hf_llama(const ExportSource& m, const LlamaExportOptions& o) {
   const std::string dtype = hf_dtype(o.dtype);
   ATTEND_CHECK(o.shard_bytes >= 0, "export: --shard_size must be >= 0, got ", o.shard_bytes);
-  LoadedModel m = load_model(o.checkpoint);
-  const nn::GPTConfig& c = m.model->config;
-  ATTEND_CHECK(c.is_llama(), "export: ", m.checkpoint.string(),
+  const nn::GPTConfig& c = m.model.config;
+  ATTEND_CHECK(c.is_llama(), "export: ", m.name,
                " is a GPT-2 model (arch gpt2); the Llama layout is for arch llama");
-  const std::vector<std::pair<std::string, Tensor>> tensors = to_hf(*m.model);
+  const std::vector<std::pair<std::string, Tensor>> tensors = to_hf(m.model);
   StagedFolder stage(o.out, "export", export_owns);
   const fs::path out = stage.path();
   const int64_t width = dtype == "F32" ? 4 : 2;
@@ -242,83 +308,57 @@ ExportResult export_hf_llama(const LlamaExportOptions& o) {
       {"sliding_window", mistral ? nlohmann::ordered_json(c.sliding_window) : nullptr},
       {"attention_bias", false},
       {"torch_dtype", o.dtype == "f32" ? "float32" : o.dtype == "bf16" ? "bfloat16" : "float16"},
-      {"attend_tokenizer", m.tokenizer->spec().name},
+      {"attend_tokenizer", m.tokenizer.spec().name},
   };
   write_file_atomic(out / "config.json", j.dump(2) + "\n");
-  if (m.tokenizer->spec().kind == "bpe") {
+  if (m.tokenizer.spec().kind == "bpe") {
     // tokenizer.json, and a tokenizer_config.json naming the class that reads it alone
     // (Llama 3's own folders do the same): LlamaTokenizer's defaults would add a BOS
     // token "<s>" that an attend vocabulary does not have.
-    write_file_atomic(out / "tokenizer.json", data::hf_tokenizer_json(m.tokenizer->spec()));
+    write_file_atomic(out / "tokenizer.json", data::hf_tokenizer_json(m.tokenizer.spec()));
     const nlohmann::ordered_json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                                        {"model_max_length", c.block_size},
                                        {"clean_up_tokenization_spaces", false}};
     write_file_atomic(out / "tokenizer_config.json", tc.dump(2) + "\n");
   } else {
-    m.tokenizer->save(out);  // Hugging Face has no byte-level form of a char vocabulary
+    m.tokenizer.save(out);  // Hugging Face has no byte-level form of a char vocabulary
   }
   stage.commit();
   return {o.out, static_cast<int64_t>(tensors.size())};
 }
 
-ImportResult import_hf_llama(const ImportOptions& o) {
+Imported import_hf_llama(const ImportOptions& o) {
   std::error_code ec;
   ATTEND_CHECK(!o.from.empty(), "import: --from is required (a folder)");
-  ATTEND_CHECK(!o.out.empty(), "import: --out is required (the run folder to create)");
   ATTEND_CHECK(fs::is_directory(o.from, ec), o.from, ": a Llama import reads a folder");
   const fs::path dir = o.from;
   const fs::path config_file = o.config.empty() ? dir / "config.json" : fs::path(o.config);
-  ImportResult r;
-  r.model = read_llama_config(config_file);
-  const nn::GPTConfig& c = r.model;
-
-  // The files: one, or the shards an index names (each once, inside the folder).
-  std::vector<fs::path> files;
-  std::map<std::string, std::string> weight_map;  // tensor -> file, from an index
-  const fs::path index_file = dir / "model.safetensors.index.json";
-  if (fs::exists(index_file, ec)) {
-    const nlohmann::json index = read_json(index_file);
-    ATTEND_CHECK(index.contains("weight_map") && index["weight_map"].is_object(),
-                 index_file.string(), ": expected an object weight_map");
-    std::set<std::string> names;
-    for (const auto& [tensor, file] : index["weight_map"].items()) {
-      ATTEND_CHECK(file.is_string(), index_file.string(), ": weight_map[", printable(tensor),
-                   "] must be a file name");
-      const std::string f = file.get<std::string>();
-      ATTEND_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
-                   index_file.string(), ": weight_map[", printable(tensor), "] is '",
-                   printable(f), "'; expected a file name in the folder");
-      names.insert(f);
-      weight_map[tensor] = f;
+  const nn::GPTConfig c = read_llama_config(config_file);
+  const io::SafetensorsFolder folder(dir);
+  // Before anything is read or allocated: the tensors the config implies, by name and
+  // shape (Note [Llama's names]), then the memory.
+  const std::vector<NameRow> names = hf_llama_names(c);
+  std::set<std::string> expected;
+  std::string missing, extra;
+  for (const NameRow& r : names) {
+    expected.insert(r.hf);
+    auto it = folder.entries().find(r.hf);
+    if (it == folder.entries().end()) {
+      missing += ' ' + r.hf;
+      continue;
     }
-    for (const std::string& f : names) files.push_back(dir / f);
-  } else {
-    files.push_back(dir / "model.safetensors");
+    ATTEND_CHECK(it->second.entry->shape == r.shape, it->second.file->path().string(), ": ", r.hf,
+                 " has shape ", shape_str(it->second.entry->shape), ", expected ",
+                 shape_str(r.shape), " for ", config_file.string());
   }
-  std::vector<std::unique_ptr<io::SafetensorsFile>> opened;
-  std::map<std::string, std::pair<const io::SafetensorsFile*, const io::SafetensorsEntry*>> entries;
-  for (const fs::path& f : files) {
-    opened.push_back(std::make_unique<io::SafetensorsFile>(f));
-    for (const auto& [name, e] : opened.back()->entries()) {
-      ATTEND_CHECK(entries.emplace(name, std::make_pair(opened.back().get(), &e)).second,
-                   f.string(), ": tensor ", printable(name), " is stored in two files");
-      // The index and the shards must agree (Hugging Face's loader reads each tensor from
-      // the file the index names): a tensor the index puts elsewhere, or leaves out, is
-      // refused rather than guessed.
-      if (!weight_map.empty()) {
-        auto it = weight_map.find(name);
-        ATTEND_CHECK(it != weight_map.end(), index_file.string(), ": ", f.filename().string(),
-                     " holds ", printable(name), ", which the weight_map does not name");
-        ATTEND_CHECK(it->second == f.filename().string(), index_file.string(), ": weight_map[",
-                     printable(name), "] is '", printable(it->second), "' but ",
-                     f.filename().string(), " holds it");
-      }
-    }
-  }
-  for (const auto& [name, file] : weight_map)
-    ATTEND_CHECK(entries.count(name), index_file.string(), ": weight_map names ", printable(name),
-                 " in '", printable(file), "', which does not hold it");
-  // Before anything is read: the parameters the config implies, their shapes, and memory.
+  for (const auto& [name, _] : folder.entries())
+    if (!expected.count(name) && !(c.tie_embeddings && name == "lm_head.weight") &&
+        name.find("rotary_emb.inv_freq") == std::string::npos)
+      extra += ' ' + printable(name);
+  ATTEND_CHECK(missing.empty() && extra.empty(), dir.string(),
+               ": the tensors do not match a Llama of ", config_file.string(), ";",
+               missing.empty() ? "" : " missing:", missing, extra.empty() ? "" : " unexpected:",
+               extra);
   const int64_t want = nn::count_parameters(c).total();
   const double need = 4.0 * static_cast<double>(want) * 4;  // weights, the tensors read, AdamW m, v
   const int64_t avail = available_memory_bytes();
@@ -328,86 +368,30 @@ ImportResult import_hf_llama(const ImportOptions& o) {
                " GiB (f32 weights, the tensors read and a fresh AdamW state), more than the ",
                fmt::format("{:.2f}", static_cast<double>(avail) / (1024.0 * 1024 * 1024)),
                " GiB this machine has available");
-  const int64_t C = c.n_embd, HS = C / c.n_head, kv = c.n_kv_head * HS, H = c.mlp_hidden();
-  const int64_t V = c.vocab_size;
-  std::map<std::string, Shape> expect = {{"model.embed_tokens.weight", {V, C}},
-                                         {"model.norm.weight", {C}}};
-  if (!c.tie_embeddings) expect["lm_head.weight"] = {V, C};
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string p = layer(l);
-    expect[p + "self_attn.q_proj.weight"] = {C, C};
-    expect[p + "self_attn.k_proj.weight"] = {kv, C};
-    expect[p + "self_attn.v_proj.weight"] = {kv, C};
-    expect[p + "self_attn.o_proj.weight"] = {C, C};
-    expect[p + "mlp.gate_proj.weight"] = {H, C};
-    expect[p + "mlp.up_proj.weight"] = {H, C};
-    expect[p + "mlp.down_proj.weight"] = {C, H};
-    expect[p + "input_layernorm.weight"] = {C};
-    expect[p + "post_attention_layernorm.weight"] = {C};
-  }
-  std::string missing, extra;
-  for (const auto& [name, shape] : expect) {
-    auto it = entries.find(name);
-    if (it == entries.end()) {
-      missing += ' ';
-      missing += name;
-      continue;
-    }
-    ATTEND_CHECK(it->second.second->shape == shape, it->second.first->path().string(), ": ", name,
-                 " has shape ", shape_str(it->second.second->shape), ", expected ",
-                 shape_str(shape), " for ", config_file.string());
-  }
-  for (const auto& [name, _] : entries)
-    if (!expect.count(name) && !(c.tie_embeddings && name == "lm_head.weight") &&
-        name.find("rotary_emb.inv_freq") == std::string::npos) {
-      extra += ' ';
-      extra += printable(name);
-    }
-  ATTEND_CHECK(missing.empty() && extra.empty(), dir.string(),
-               ": the tensors do not match a Llama of ", config_file.string(), ";",
-               missing.empty() ? "" : " missing:", missing, extra.empty() ? "" : " unexpected:",
-               extra);
-  auto read = [&](const std::string& name) {
-    const auto& [file, entry] = entries.at(name);
-    (void)entry;
-    return file->read(name);
-  };
-  nn::GPT model(c, 0, false);  // every parameter is copied below
+  Imported r;
+  r.model = std::make_unique<nn::GPT>(c, 0, false);  // every parameter is copied below
+  const nn::GPT& model = *r.model;
+  const std::map<std::string, Tensor> params = parameters_by_name(model);
+  const int64_t HS = c.n_embd / c.n_head;
   NoGradGuard no_grad;
-  auto& t = *model.transformer;
-  kernel::copy_(t.wte->weight, read("model.embed_tokens.weight"));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const nn::Block& b = (*t.h)[static_cast<size_t>(l)];
-    const std::string p = layer(l);
-    const Tensor& qkv = b.attn->c_attn->weight;
-    kernel::copy_(kernel::narrow(qkv, 0, 0, C),
-                  permute_rope_rows(read(p + "self_attn.q_proj.weight"), c.n_head, HS, false));
-    kernel::copy_(kernel::narrow(qkv, 0, C, kv),
-                  permute_rope_rows(read(p + "self_attn.k_proj.weight"), c.n_kv_head, HS, false));
-    kernel::copy_(kernel::narrow(qkv, 0, C + kv, kv), read(p + "self_attn.v_proj.weight"));
-    kernel::copy_(b.attn->c_proj->weight, read(p + "self_attn.o_proj.weight"));
-    kernel::copy_(kernel::narrow(b.mlp->c_fc->weight, 0, 0, H), read(p + "mlp.gate_proj.weight"));
-    kernel::copy_(kernel::narrow(b.mlp->c_fc->weight, 0, H, H), read(p + "mlp.up_proj.weight"));
-    kernel::copy_(b.mlp->c_proj->weight, read(p + "mlp.down_proj.weight"));
-    kernel::copy_(b.ln_1->weight, read(p + "input_layernorm.weight"));
-    kernel::copy_(b.ln_2->weight, read(p + "post_attention_layernorm.weight"));
+  for (const NameRow& row : names) {
+    const Tensor t = folder.read(row.hf);
+    kernel::copy_(attend_view(params, row),
+                  row.rope_heads > 0 ? permute_rope_rows(t, row.rope_heads, HS, false) : t);
   }
-  kernel::copy_(t.ln_f->weight, read("model.norm.weight"));
-  if (!c.tie_embeddings) kernel::copy_(model.lm_head->weight, read("lm_head.weight"));
-  if (c.tie_embeddings && entries.count("lm_head.weight"))
+  if (c.tie_embeddings && folder.entries().count("lm_head.weight"))
     spdlog::warn("import: {}: tie_word_embeddings is true, so (as Hugging Face does) the stored "
                  "lm_head.weight is ignored and embed_tokens serves both",
                  dir.string());
-  r.tensors = static_cast<int64_t>(expect.size());
-  const std::string bad = first_non_finite(model.named_parameters());
+  r.tensors = static_cast<int64_t>(names.size());
+  const std::string bad = nn::first_non_finite(model.named_parameters());
   ATTEND_CHECK(bad.empty(), dir.string(), ": ", bad, " holds NaN or infinite values");
   auto tok = llama_tokenizer(o, dir);
   ATTEND_CHECK(tok->vocab_size() == c.vocab_size, "import: the tokenizer ", tok->spec().name,
                " has ", tok->vocab_size(), " tokens, ", config_file.string(), "'s vocab_size is ",
                c.vocab_size);
-  r.tokenizer = tok->spec().name;
-  r.checkpoint = write_imported(o.out, model, tok->spec());
+  r.tokenizer = std::move(tok);
   return r;
 }
 
-}  // namespace attend::train
+}  // namespace attend::convert

@@ -3,10 +3,10 @@
 #include <vector>
 
 #include "test_util.h"
-#include "train/sample.h"
+#include "infer/sample.h"
 
 using namespace attend;
-using namespace attend::train;
+using namespace attend::infer;
 
 namespace {
 // Logits whose softmax is exactly the given probabilities (up to f32 rounding of logs).

@@ -27,12 +27,12 @@
 #include <filesystem>
 #include <string>
 
-#include "train/gpt2_io.h"
+#include "convert/format.h"
 
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
-namespace attend::train {
+namespace attend::convert {
 
-ExportResult export_llama2c(const std::string& checkpoint, const std::filesystem::path& out);
+ExportResult export_llama2c(const ExportSource& source, const std::filesystem::path& out);
 
-}  // namespace attend::train
+}  // namespace attend::convert
 #pragma GCC visibility pop

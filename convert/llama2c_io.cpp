@@ -1,4 +1,4 @@
-#include "train/llama2c_io.h"
+#include "convert/llama2c_io.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,9 +7,8 @@
 
 #include "tensor/kernels.h"
 #include "tensor/util.h"
-#include "train/model_io.h"
 
-namespace attend::train {
+namespace attend::convert {
 
 namespace fs = std::filesystem;
 
@@ -37,10 +36,9 @@ int32_t as_i32(int64_t v, const char* what) {
 
 }  // namespace
 
-ExportResult export_llama2c(const std::string& checkpoint, const fs::path& out_dir) {
-  LoadedModel m = load_model(checkpoint);
-  const nn::GPTConfig& c = m.model->config;
-  const std::string file = m.checkpoint.string();
+ExportResult export_llama2c(const ExportSource& m, const fs::path& out_dir) {
+  const nn::GPTConfig& c = m.model.config;
+  const std::string file = m.name;
   ATTEND_CHECK(c.is_llama(), "export --format llama2c: ", file,
                " is a GPT-2 model (arch gpt2); llama2.c runs Llamas only");
   ATTEND_CHECK(c.rope_theta == 10000.0, "export --format llama2c: ", file, " has rope_theta ",
@@ -58,7 +56,7 @@ ExportResult export_llama2c(const std::string& checkpoint, const fs::path& out_d
   for (const int64_t v : {C, H, L, c.n_head, c.n_kv_head}) put_i32(bin, as_i32(v, "a dimension"));
   put_i32(bin, (c.tie_embeddings ? 1 : -1) * as_i32(V, "vocab_size"));
   put_i32(bin, as_i32(T, "block_size"));
-  const auto& t = *m.model->transformer;
+  const auto& t = *m.model.transformer;
   auto block = [&](int64_t l) -> const nn::Block& { return (*t.h)[static_cast<size_t>(l)]; };
   auto each_layer = [&](auto&& part) {
     for (int64_t l = 0; l < L; ++l) put_tensor(bin, part(block(l)));
@@ -84,10 +82,10 @@ ExportResult export_llama2c(const std::string& checkpoint, const fs::path& out_d
                          std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(HS));
         put_f32(bin, static_cast<float>(table == 0 ? std::cos(a) : std::sin(a)));
       }
-  if (!c.tie_embeddings) put_tensor(bin, m.model->lm_head->weight);
+  if (!c.tie_embeddings) put_tensor(bin, m.model.lm_head->weight);
 
   // tokenizer.bin: a merged token scores -rank; single bytes and characters 0.
-  const data::TokenizerSpec& spec = m.tokenizer->spec();
+  const data::TokenizerSpec& spec = m.tokenizer.spec();
   std::vector<float> score(spec.tokens.size(), 0.0f);
   if (spec.kind == "bpe") {
     std::unordered_map<std::string, size_t> id;
@@ -115,4 +113,4 @@ ExportResult export_llama2c(const std::string& checkpoint, const fs::path& out_d
   return {out_dir, L * 9 + 2 + (c.tie_embeddings ? 0 : 1)};
 }
 
-}  // namespace attend::train
+}  // namespace attend::convert

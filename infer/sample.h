@@ -20,7 +20,7 @@
 #include "tensor/random.h"
 
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
-namespace attend::train {
+namespace attend::infer {
 
 struct SampleOptions {
   std::string prompt = "\n";
@@ -48,5 +48,5 @@ inline PhiloxCounter sample_counter(uint64_t i, uint32_t k = 0) {
 // One draw from logits (V,) f32 with the options' filters; u in [0, 1).
 int32_t choose_token(const float* logits, int64_t V, const SampleOptions& options, double u);
 
-}  // namespace attend::train
+}  // namespace attend::infer
 #pragma GCC visibility pop

@@ -29,28 +29,29 @@
 #include <filesystem>
 #include <string>
 
-#include "train/gpt2_io.h"
+#include "convert/format.h"
 
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
-namespace attend::train {
+namespace attend::convert {
 
 struct LlamaExportOptions {
-  std::string checkpoint;  // a checkpoint file or run folder
   std::filesystem::path out;
   std::string dtype = "f32";  // f32 | bf16 | f16: the tensors as stored
   int64_t shard_bytes = 0;    // > 0: shards of at most this many bytes, with an index
 };
 // Refuses a GPT-2 model (export_gpt2 writes those). The tokenizer is written as attend's
 // own tokenizer.json (and encoder.json, vocab.bpe for a BPE).
-ExportResult export_hf_llama(const LlamaExportOptions& options);
+ExportResult export_hf_llama(const ExportSource& source, const LlamaExportOptions& options);
 
 // A Hugging Face Llama/Mistral folder (single file or sharded, F32, BF16 or F16 tensors)
 // into a run folder with one checkpoint. The memory the model needs is computed from the
 // headers before anything is read and refused, with the number, past what the machine has.
-ImportResult import_hf_llama(const ImportOptions& options);
+Imported import_hf_llama(const ImportOptions& options);
 
-// config.json's model_type is llama or mistral (what `attend import` asks to choose).
+// config.json's model_type is llama or mistral (what `attend import` asks to choose); false
+// for gpt2, no model_type, or a file that is not JSON (the GPT-2 import then says why);
+// any other model_type is refused, naming it and the three supported.
 bool is_hf_llama_folder(const std::filesystem::path& config_json);
 
-}  // namespace attend::train
+}  // namespace attend::convert
 #pragma GCC visibility pop

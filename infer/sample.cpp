@@ -1,4 +1,4 @@
-#include "train/sample.h"
+#include "infer/sample.h"
 
 #include <spdlog/spdlog.h>
 
@@ -6,11 +6,12 @@
 #include <cmath>
 #include <numeric>
 
+#include "infer/decoding.h"
 #include "tensor/kernels.h"
 #include "tensor/random.h"
 #include "tensor/threads.h"
 
-namespace attend::train {
+namespace attend::infer {
 
 int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, double u) {
   for (int64_t i = 0; i < V; ++i)
@@ -67,7 +68,7 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   NoGradGuard no_grad;
   // W^T kept contiguous for the generation (the weights themselves are not changed: the
   // cast only lets the layers hold their transposed copies).
-  const nn::DecodingWeights decoding(const_cast<nn::GPT&>(model));
+  const DecodingWeights decoding(const_cast<nn::GPT&>(model));
   const PhiloxKey key = philox_key(o.seed);
   auto to_tensor = [](const data::TokenIds& ids, size_t from) {
     std::vector<double> v(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
@@ -112,4 +113,4 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   return out;
 }
 
-}  // namespace attend::train
+}  // namespace attend::infer

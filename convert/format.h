@@ -1,0 +1,41 @@
+// What every format's import and export share: the options of an import, what it gives
+// back (a model and its tokenizer, in memory: writing a run folder is train/'s), and the
+// model an export writes (with the name its errors give it, a checkpoint's path).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "nn/gpt.h"
+
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
+namespace attend::convert {
+
+struct ImportOptions {
+  std::string from;       // a folder (model.safetensors, config.json) or a .safetensors file
+  std::string config;     // config.json, when not beside the file
+  std::string tokenizer;  // default: the folder's tokenizer files (each format says which)
+};
+
+struct Imported {
+  std::unique_ptr<nn::GPT> model;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  int64_t tensors = 0;  // tensors read
+};
+
+struct ExportSource {
+  const nn::GPT& model;
+  const data::Tokenizer& tokenizer;
+  std::string name;  // what errors call it: the checkpoint's path
+};
+
+struct ExportResult {
+  std::filesystem::path dir;
+  int64_t tensors = 0;
+};
+
+}  // namespace attend::convert
+#pragma GCC visibility pop
