@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "data/hf_tokenizer.h"
+#include "data/regex.h"
 #include "data/utf8.h"
 #include "tensor/error.h"
 #include "tensor/util.h"
@@ -76,6 +77,8 @@ std::string Tokenizer::decode(const TokenIds& ids) const {
 
 // Defined in bpe.cpp.
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(TokenizerSpec spec);
+
+void check_pattern(const std::string& pattern) { Regex check(pattern); }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
   if (spec.kind == "char") return std::make_unique<CharTokenizer>(spec);

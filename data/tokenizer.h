@@ -77,6 +77,9 @@ class Tokenizer {
 };
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec);
+// Throws (the regex engine's message: the construct and its byte offset) unless `pattern`
+// compiles as a pre-tokenizer pattern.
+void check_pattern(const std::string& pattern);
 // A bpe tokenizer's two GPT-2-format files as text: encoder.json (= Hugging Face's
 // vocab.json) and vocab.bpe (= merges.txt).
 std::string encoder_json_text(const TokenizerSpec& spec);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +37,15 @@ inline void skip(const std::string& reason) {
     ::attend::test::skip(why);     \
     return;                        \
   } while (0)
+
+// ../shared/data (or ATTEND_SHARED_DATA, which CTest sets) / `name` when it exists, else an
+// empty path: the caller then reports the test skipped.
+inline std::filesystem::path shared_data(const std::string& name) {
+  const char* env = std::getenv("ATTEND_SHARED_DATA");
+  const std::filesystem::path p =
+      std::filesystem::path(env ? env : "../shared/data") / name;
+  return std::filesystem::exists(p) ? p : std::filesystem::path();
+}
 
 // A fresh, empty folder under the system's temporary folder, unique to this process.
 inline std::filesystem::path temp_dir(const std::string& name) {

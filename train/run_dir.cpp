@@ -13,7 +13,6 @@
 #include <cstring>
 #include <sstream>
 
-#include "data/regex.h"
 #include "data/tokenizer.h"
 #include "tensor/error.h"
 #include "tensor/util.h"
@@ -165,7 +164,7 @@ void check_stored_tokenizer(const LoadedCheckpoint& ck) {
   const data::TokenizerSpec& t = ck.data.tokenizer;
   if (!t.pattern.empty()) {
     try {
-      data::Regex check(t.pattern);
+      data::check_pattern(t.pattern);
     } catch (const Error& e) {
       throw Error(str(ck.path.string(), ": /tokenizer@pattern: ", e.what()));
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -97,4 +98,52 @@ TEST_CASE("every command shown in README.md and docs/ runs as written") {
   MESSAGE(ran, " commands run");
   CHECK(ran >= 15);  // the pages hold 19 today: not vacuous
   fs::remove_all(box);
+}
+
+namespace {
+
+// The first ```text block of a page (the command synopsis): each command it names (the word
+// after "attend") and each flag (--name) it shows.
+struct Synopsis {
+  std::set<std::string> commands, flags;
+};
+
+Synopsis synopsis(const fs::path& page) {
+  std::ifstream in(page);
+  Synopsis s;
+  std::string line;
+  bool inside = false, done = false;
+  while (!done && std::getline(in, line)) {
+    if (line.rfind("```", 0) == 0) {
+      done = inside;
+      inside = !inside && line == "```text";
+      continue;
+    }
+    if (!inside) continue;
+    std::istringstream words(line);
+    std::string w, prev;
+    while (words >> w) {
+      if (w == "#") break;  // a comment: the rest is prose
+      if (prev == "attend") s.commands.insert(w);
+      if (w.rfind("--", 0) == 0) {
+        const size_t end = w.find_first_of("=]|");
+        s.flags.insert(w.substr(0, end));
+      }
+      prev = w;
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the README's command synopsis agrees with docs/cli.md's: the same commands, no flag cli.md lacks") {
+  const fs::path src = ATTEND_SOURCE_DIR;
+  const Synopsis readme = synopsis(src / "README.md"), cli = synopsis(src / "docs" / "cli.md");
+  REQUIRE(readme.commands.size() >= 10);  // the block was found
+  CHECK(readme.commands == cli.commands);
+  for (const std::string& f : readme.flags) {
+    CAPTURE(f);
+    CHECK(cli.flags.count(f) == 1);
+  }
 }

@@ -55,7 +55,7 @@ fs::path exported(const fs::path& dir, const std::string& train_extra = "") {
 
 }  // namespace
 
-TEST_CASE("R1: a huge OMP_NUM_THREADS is refused naming the variable, not a crash") {
+TEST_CASE("a huge OMP_NUM_THREADS is refused naming the variable, not a crash") {
   for (const char* v : {"100000", "0", "two"}) {
     Run r = attend_cmd("summary --preset gpt2", std::string("OMP_NUM_THREADS=") + v + " ");
     INFO(v, ": ", r.out);
@@ -66,7 +66,7 @@ TEST_CASE("R1: a huge OMP_NUM_THREADS is refused naming the variable, not a cras
   CHECK_MESSAGE(ok.code == 0, ok.out);
 }
 
-TEST_CASE("R2: export never writes through a symlink already in the output folder") {
+TEST_CASE("export never writes through a symlink already in the output folder") {
   const fs::path dir = test::temp_dir("hostile_r2");
   const fs::path r = test::trained_run(dir);
   write_text(dir / "victim.json", "precious\n");
@@ -90,7 +90,7 @@ TEST_CASE("R2: export never writes through a symlink already in the output folde
   fs::remove_all(dir);
 }
 
-TEST_CASE("R3: import keeps an untied head or refuses, and a tied config drops it with a warning") {
+TEST_CASE("import keeps an untied head or refuses, and a tied config drops it with a warning") {
   const fs::path dir = test::temp_dir("hostile_r3");
   const fs::path hf = exported(dir);
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -116,7 +116,7 @@ TEST_CASE("R3: import keeps an untied head or refuses, and a tied config drops i
   fs::remove_all(dir);
 }
 
-TEST_CASE("R4: an import folder's damaged merges.txt is refused, never swapped for GPT-2's") {
+TEST_CASE("an import folder's damaged merges.txt is refused, never swapped for GPT-2's") {
   const fs::path dir = test::temp_dir("hostile_r4");
   const fs::path hf = exported(dir);
   fs::path gpt2;
@@ -137,7 +137,7 @@ TEST_CASE("R4: an import folder's damaged merges.txt is refused, never swapped f
   fs::remove_all(dir);
 }
 
-TEST_CASE("R5: a FIFO where a file is read is refused at once, not waited on") {
+TEST_CASE("a FIFO where a file is read is refused at once, not waited on") {
   const fs::path dir = test::temp_dir("hostile_r5");
   const fs::path hf = exported(dir);
   fs::remove(hf / "model.safetensors");
@@ -157,7 +157,7 @@ TEST_CASE("R5: a FIFO where a file is read is refused at once, not waited on") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("R6: an export that fills the disk part-way fails as an ordinary error and leaves the old one") {
+TEST_CASE("an export that fills the disk part-way fails as an ordinary error and leaves the old one") {
   // As the campaign found it: a small file system holding an export of a char model; an
   // export of a GPT-2-tokenizer model over it has room for model.safetensors but not for
   // the tokenizer files. Needs a private mount namespace with a tmpfs (root, as in CI).
@@ -195,7 +195,7 @@ TEST_CASE("R6: an export that fills the disk part-way fails as an ordinary error
   fs::remove_all(dir);
 }
 
-TEST_CASE("R7: export over an older export leaves none of its files behind") {
+TEST_CASE("export over an older export leaves none of its files behind") {
   const fs::path dir = test::temp_dir("hostile_r7");
   const fs::path hf = exported(dir);
   // Files only a BPE export writes, as an older export of another model left them.
@@ -209,7 +209,7 @@ TEST_CASE("R7: export over an older export leaves none of its files behind") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("R8: a checkpoint's tokenizer name that is not UTF-8 is refused naming the field") {
+TEST_CASE("a checkpoint's tokenizer name that is not UTF-8 is refused naming the field") {
   const fs::path dir = test::temp_dir("hostile_r8");
   const fs::path r = test::trained_run(dir);
   io::CheckpointData d = train::newest_valid_checkpoint(r).data;
@@ -228,7 +228,7 @@ TEST_CASE("R8: a checkpoint's tokenizer name that is not UTF-8 is refused naming
   fs::remove_all(dir);
 }
 
-TEST_CASE("R10: summary --checkpoint checks /config against the stored weights") {
+TEST_CASE("summary --checkpoint checks /config against the stored weights") {
   const fs::path dir = test::temp_dir("hostile_r10");
   const fs::path r = test::trained_run(dir);
   io::CheckpointData d = train::newest_valid_checkpoint(r).data;
@@ -254,7 +254,7 @@ TEST_CASE("a checkpoint whose /config precision is not f32 or bf16 is refused na
   fs::remove_all(dir);
 }
 
-TEST_CASE("R11: errors show the user's numbers: integer flags and huge config.json values") {
+TEST_CASE("errors show the user's numbers: integer flags and huge config.json values") {
   const fs::path dir = test::temp_dir("hostile_r11");
   const fs::path hf = exported(dir);
   Run l = attend_cmd("attention --checkpoint " + (dir / "run").string() +
@@ -269,7 +269,7 @@ TEST_CASE("R11: errors show the user's numbers: integer flags and huge config.js
   fs::remove_all(dir);
 }
 
-TEST_CASE("R12: diagram --prompt \"\" is refused like every other empty prompt") {
+TEST_CASE("diagram --prompt \"\" is refused like every other empty prompt") {
   const fs::path dir = test::temp_dir("hostile_r12");
   const fs::path r = test::trained_run(dir);
   Run d = attend_cmd("diagram --checkpoint " + r.string() + " --prompt \"\" --out " +
@@ -279,7 +279,7 @@ TEST_CASE("R12: diagram --prompt \"\" is refused like every other empty prompt")
   fs::remove_all(dir);
 }
 
-TEST_CASE("R17: flag errors CLI11 catches exit 1, as documented") {
+TEST_CASE("flag errors CLI11 catches exit 1, as documented") {
   for (const char* args : {"--threads 0 summary --preset gpt2", "--log-level errr summary",
                            "attention --toy evil --prompt abc --out x.html"}) {
     Run r = attend_cmd(args);
@@ -288,7 +288,7 @@ TEST_CASE("R17: flag errors CLI11 catches exit 1, as documented") {
   }
 }
 
-TEST_CASE("R14: --eval_iters has a bound, named in the error") {
+TEST_CASE("--eval_iters has a bound, named in the error") {
   const fs::path dir = test::temp_dir("hostile_r14");
   const fs::path r = test::trained_run(dir);
   Run e = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --out " +
@@ -298,7 +298,7 @@ TEST_CASE("R14: --eval_iters has a bound, named in the error") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("R15: a tokens_seen near 2^63 is refused on resume, not wrapped into a bad checkpoint") {
+TEST_CASE("a tokens_seen near 2^63 is refused on resume, not wrapped into a bad checkpoint") {
   const fs::path dir = test::temp_dir("hostile_r15");
   const fs::path r = test::trained_run(dir);
   io::CheckpointData d = train::newest_valid_checkpoint(r).data;

@@ -31,9 +31,9 @@ using nlohmann::json;
 namespace {
 
 fs::path gpt2_files() {
-  const char* env = std::getenv("ATTEND_SHARED_DATA");
-  const fs::path p = (env ? fs::path(env) : fs::path("../shared/data")) / "gpt2";
-  return fs::exists(p / "encoder.json") && fs::exists(p / "vocab.bpe") ? p : fs::path();
+  const fs::path p = test::shared_data("gpt2");
+  return !p.empty() && fs::exists(p / "encoder.json") && fs::exists(p / "vocab.bpe") ? p
+                                                                                    : fs::path();
 }
 
 void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }

@@ -25,9 +25,8 @@ namespace {
 
 // ../shared/data, or empty (tests then say they skip).
 fs::path shared_data() {
-  const char* env = std::getenv("ATTEND_SHARED_DATA");
-  fs::path p = env ? fs::path(env) : fs::path("../shared/data");
-  return fs::exists(p / "tinyshakespeare.txt") ? p : fs::path();
+  const fs::path text = test::shared_data("tinyshakespeare.txt");
+  return text.empty() ? fs::path() : text.parent_path();
 }
 
 std::unique_ptr<Tokenizer> gpt2() {

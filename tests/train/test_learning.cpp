@@ -10,11 +10,8 @@ using namespace attend;
 namespace fs = std::filesystem;
 
 TEST_CASE("300 steps of the cpu-char recipe bring tinyshakespeare's val loss below 2.55") {
-  const char* env = std::getenv("ATTEND_SHARED_DATA");
-  const fs::path text = fs::path(env ? env : "../shared/data") / "tinyshakespeare.txt";
-  if (!fs::exists(text)) {
-    ATTEND_SKIP(text.string() + " not found");
-  }
+  const fs::path text = test::shared_data("tinyshakespeare.txt");
+  if (text.empty()) ATTEND_SKIP("../shared/data/tinyshakespeare.txt not found");
   const fs::path dir =
       fs::temp_directory_path() / ("attend_learning_" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -59,5 +59,11 @@ struct Browser {
   }
 };
 
+// Declares `b`, a Browser, or reports the test skipped (and returns) when Chromium is missing.
+#define REQUIRE_BROWSER(b)                                  \
+  Browser b;                                                \
+  if (!b.ok) ATTEND_SKIP("Chromium not found at " + b.exe)
+
+
 
 }  // namespace attend::test

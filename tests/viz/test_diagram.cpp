@@ -67,10 +67,7 @@ TEST_CASE("the diagram's activations come from the model's own forward, stage by
   const AttentionMap m = compute_attention(f.model, *f.tok, "a cab fed");
   const fs::path page = fs::path(ATTEND_BUILD_DIR) / "attention_diagram_test.html";
   std::ofstream(page) << attention_html(m, {}, svg);
-  Browser b;
-  if (!b.ok) {
-    ATTEND_SKIP("Chromium not found at " + b.exe);
-  }
+  REQUIRE_BROWSER(b);
   const std::string dom = b.dom(page);
   CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
   CHECK(dom.find("<div class=\"note\" id=\"diagramlink\" style=\"\">") != std::string::npos);
@@ -178,10 +175,7 @@ TEST_CASE("a Llama's diagram: RMSNorm, RoPE, SwiGLU and window boxes, the model'
         std::string::npos);
   const fs::path page = fs::path(ATTEND_BUILD_DIR) / "diagram_llama_test.html";
   std::ofstream(page) << model_diagram_html(c, "Llama diagram test", &d);
-  Browser b;
-  if (!b.ok) {
-    ATTEND_SKIP("Chromium not found at " + b.exe);
-  }
+  REQUIRE_BROWSER(b);
   CHECK(b.dom(page).find("RoPE: q and k turned") != std::string::npos);
   b.screenshot(page, fs::path(ATTEND_BUILD_DIR) / "diagram_llama_test.png", "1000,1600");
 }

@@ -456,10 +456,7 @@ TEST_CASE(
   // The page: cross-attention, no mask, its neuron view; a screenshot to look at.
   const fs::path page = fs::path(ATTEND_BUILD_DIR) / "attention_toy_cross.html";
   std::ofstream(page) << attention_html(m, {});
-  Browser b;
-  if (!b.ok) {
-    ATTEND_SKIP("Chromium not found at " + b.exe);
-  }
+  REQUIRE_BROWSER(b);
   const std::string dom = b.dom(page);
   CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
   CHECK(dom.find("Attention weights: cross-attention") != std::string::npos);
@@ -475,10 +472,7 @@ TEST_CASE("a Tq x Tk cross-attention page in both conventions runs in Chromium")
   // 3 decoder queries, 5 encoder keys: the page's tables, sums and labels must follow the
   // two lengths, not one T, in both conventions.
   const AttentionMap m = CrossFixture().map("cross");
-  Browser b;
-  if (!b.ok) {
-    ATTEND_SKIP("Chromium not found at " + b.exe);
-  }
+  REQUIRE_BROWSER(b);
   for (const char* conv : {"row", "column"}) {
     CAPTURE(conv);
     AttentionSelection sel;
@@ -588,10 +582,7 @@ TEST_CASE("a Llama's explorer page in Chromium: window legend, rotation panel, R
   const AttentionMap m = compute_attention(f.model, *f.tok, "a cab fed a bad egg");
   const fs::path page = fs::path(ATTEND_BUILD_DIR) / "attention_llama_test.html";
   std::ofstream(page) << attention_html(m, {});
-  Browser b;
-  if (!b.ok) {
-    ATTEND_SKIP("Chromium not found at " + b.exe);
-  }
+  REQUIRE_BROWSER(b);
   const std::string dom = b.dom(page);
   CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
   CHECK(dom.find("outside the sliding window") != std::string::npos);

@@ -24,10 +24,7 @@ TEST_CASE("the heads page: both heatmaps and every head in a table sorted by its
   CHECK(html.find("<script src") == std::string::npos);
   const fs::path page = fs::path(ATTEND_BUILD_DIR) / "heads_test.html";
   std::ofstream(page) << html;
-  Browser b;
-  if (!b.ok) {
-    ATTEND_SKIP("Chromium not found at " + b.exe);
-  }
+  REQUIRE_BROWSER(b);
   const std::string dom = b.dom(page);
   CHECK(dom.find("data-status=\"ok\"") != std::string::npos);
   CHECK(dom.find("data-sort=\"5 up\"") != std::string::npos);

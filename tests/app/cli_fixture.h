@@ -1,0 +1,81 @@
+// What the program's end-to-end tests share (tests/app/test_*_cmd*.cpp): a small corpus,
+// a tiny model trained on it, reading a metrics column, a file's bytes, and how many
+// tensors of two runs differ.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "run_cmd.h"
+#include "test_util.h"
+#include "train/run_dir.h"
+
+namespace attend::test {
+
+namespace fs = std::filesystem;
+
+
+// A small corpus made here: verse with enough variety to learn from.
+inline fs::path make_corpus(const fs::path& dir) {
+  std::string text;
+  const char* lines[] = {"Now is the winter of our discontent\n",
+                         "Made glorious summer by this sun of York;\n",
+                         "And all the clouds that lour'd upon our house\n",
+                         "In the deep bosom of the ocean buried.\n",
+                         "Shall I compare thee to a summer's day?\n",
+                         "Thou art more lovely and more temperate.\n"};
+  for (int i = 0; i < 120; ++i) text += lines[(i * 7 + i / 6) % 6];
+  std::ofstream(dir / "corpus.txt") << text;
+  return dir / "corpus.txt";
+}
+
+inline const std::string kTiny =
+    " --n_layer 2 --n_head 2 --n_kv_head 1 --n_embd 16 --block_size 16 --batch_size 4 --eval_iters "
+    "2";
+
+// kTiny's model trained `iters` steps (plus `extra` flags) on `data` into `run`: the
+// preamble of most cases here.
+inline fs::path tiny_run(const fs::path& data, const fs::path& run, int iters,
+                  const std::string& extra = "") {
+  const Run t = attend_cmd("train --data " + data.string() + " --out " + run.string() + kTiny +
+                           " --max_iters " + std::to_string(iters) + extra);
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  return run;
+}
+
+inline std::vector<std::string> column(const fs::path& csv, int col) {
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> out;
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string cell;
+    for (int i = 0; i <= col; ++i) std::getline(ss, cell, ',');
+    if (!cell.empty()) out.push_back(cell);
+  }
+  return out;
+}
+
+inline std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// How many model tensors of the newest checkpoints of two runs differ in any bit.
+inline int models_differing(const fs::path& run_a, const fs::path& run_b) {
+  const io::CheckpointData a = train::newest_valid_checkpoint(run_a).data;
+  const io::CheckpointData b = train::newest_valid_checkpoint(run_b).data;
+  REQUIRE(a.model.size() == b.model.size());
+  int differ = 0;
+  for (size_t i = 0; i < a.model.size(); ++i)
+    differ += !test::bit_identical(a.model[i].second, b.model[i].second);
+  return differ;
+}
+
+
+}  // namespace attend::test
