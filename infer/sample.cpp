@@ -74,7 +74,7 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
     std::vector<double> v(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
     return tensor(v, {1, static_cast<int64_t>(v.size())}, DType::I64);
   };
-  const bool rolling = model.config.is_llama() && model.config.sliding_window > 0;
+  const bool rolling = model.config.window() > 0;
   std::vector<nn::KVCache> caches;
   Tensor logits = model.forward(to_tensor(seq, 0), Tensor(), nullptr, &caches).logits;  // (1, t, V)
   data::TokenIds out;
