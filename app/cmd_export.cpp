@@ -2,7 +2,8 @@
 // GPT-2 as GPT2LMHeadModel's (convert/gpt2_io.h), a Llama or Mistral as LlamaForCausalLM's or
 // MistralForCausalLM's (convert/hf_llama_io.h): model.safetensors (or shards and an index),
 // config.json and the tokenizer's files; or, with --format llama2c, a Llama as llama2.c's
-// model.bin and tokenizer.bin (convert/llama2c_io.h).
+// model.bin and tokenizer.bin (convert/llama2c_io.h); or, with --format gguf, one GGUF file
+// that llama.cpp runs (convert/gguf_io.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "app/validators.h"
 #include "tensor/error.h"
 #include "train/config.h"
+#include "convert/gguf_io.h"
 #include "convert/gpt2_io.h"
 #include "convert/hf_llama_io.h"
 #include "convert/llama2c_io.h"
@@ -34,13 +36,15 @@ void add_export(CLI::App& app, int& rc) {
       "a checkpoint in Hugging Face's layout (GPT-2, Llama or Mistral: safetensors + config.json)");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint file, or a run folder (its newest)")
       ->required();
-  cmd->add_option("--out", a->out, "the folder to write")->required();
+  cmd->add_option("--out", a->out, "the folder to write (gguf: the file)")->required();
   cmd->add_option("--format", a->format,
                   "hf: Hugging Face's layout; llama2c: a Llama as llama2.c's model.bin and "
-                  "tokenizer.bin")
-      ->check(CLI::IsMember({"hf", "llama2c"}));
-  cmd->add_option("--dtype", a->dtype, "a Llama's tensors as f32, bf16 or f16 (GPT-2: f32)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+                  "tokenizer.bin; gguf: one GGUF file for llama.cpp (GPT-2, Llama, Mistral)")
+      ->check(CLI::IsMember({"hf", "llama2c", "gguf"}));
+  cmd->add_option("--dtype", a->dtype,
+                  "hf: a Llama's tensors as f32, bf16 or f16 (GPT-2: f32); gguf: the matrices as "
+                  "f32, f16, bf16 or q8_0")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0"}));
   cmd->add_option("--max_shard_mb,--max-shard-mb", a->max_shard_mb,
                   "a Llama: shards of at most this many MiB with model.safetensors.index.json "
                   "(0: one file)")
@@ -50,6 +54,15 @@ void add_export(CLI::App& app, int& rc) {
     const convert::ExportSource m{*loaded.model, *loaded.tokenizer, loaded.checkpoint.string()};
     const train::TrainConfig& c = loaded.config;
     convert::ExportResult r;
+    if (a->format == "gguf") {
+      ATTEND_CHECK(a->max_shard_mb == 0, "export --format gguf: one file (no --max_shard_mb)");
+      r = convert::export_gguf(m, {a->out, a->dtype});
+      std::printf("wrote %lld tensors to %s (GGUF, %s)\n", static_cast<long long>(r.tensors),
+                  r.dir.c_str(), a->dtype.c_str());
+      rc = 0;
+      return;
+    }
+    ATTEND_CHECK(a->dtype != "q8_0", "export: --dtype q8_0 is for --format gguf");
     if (a->format == "llama2c") {
       ATTEND_CHECK(a->dtype == "f32" && a->max_shard_mb == 0,
                    "export --format llama2c: llama2.c's model.bin is one file of f32 (no --dtype "

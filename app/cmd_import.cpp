@@ -1,6 +1,7 @@
 // `attend import`: weights in Hugging Face's layout (model.safetensors or shards,
 // config.json) into a run folder with one checkpoint: GPT-2 (convert/gpt2_io.h), or a Llama
-// or Mistral when config.json's model_type says so (convert/hf_llama_io.h).
+// or Mistral when config.json's model_type says so (convert/hf_llama_io.h); or a GGUF file
+// (convert/gguf_io.h), told by its magic.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "app/commands.h"
 #include "tensor/error.h"
+#include "convert/gguf_io.h"
 #include "convert/gpt2_io.h"
 #include "convert/hf_llama_io.h"
 #include "train/model_io.h"
@@ -25,7 +27,8 @@ void add_import(CLI::App& app, int& rc) {
   CLI::App* cmd = app.add_subcommand(
       "import",
       "weights from Hugging Face's layout (GPT-2, Llama or Mistral: safetensors + config.json)");
-  cmd->add_option("--from", o->from, "a folder with model.safetensors and config.json, or the file")
+  cmd->add_option("--from", o->from, "a folder with model.safetensors and config.json, the .safetensors file, or a "
+                  ".gguf file")
       ->required();
   cmd->add_option("--config", o->config, "config.json, when it is not beside the weights");
   cmd->add_option("--tokenizer", o->tokenizer,
@@ -41,8 +44,9 @@ void add_import(CLI::App& app, int& rc) {
             ? std::filesystem::path(o->from) / "config.json"
             : std::filesystem::path(o->from).parent_path() / "config.json";
     ATTEND_CHECK(!o->out.empty(), "import: --out is required (the run folder to create)");
-    const convert::Imported m = convert::is_hf_llama_folder(config) ? convert::import_hf_llama(*o)
-                                                                    : convert::import_gpt2(*o);
+    const convert::Imported m = convert::is_gguf_file(o->from)        ? convert::import_gguf(*o)
+                                : convert::is_hf_llama_folder(config) ? convert::import_hf_llama(*o)
+                                                                      : convert::import_gpt2(*o);
     const std::filesystem::path checkpoint =
         train::write_imported(o->out, *m.model, m.tokenizer->spec());
     const nn::GPTConfig& c = m.model->config;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/half.h"
 #include "tensor/tensor.h"
 #include "tensor/util.h"
 
@@ -84,17 +85,11 @@ void write_safetensors(const std::filesystem::path& path,
                        const std::map<std::string, std::string>& metadata = {},
                        const std::string& dtype = "F32");
 
-// IEEE half and bfloat16 to float, exactly; float to them rounded to nearest, ties to even
-// (NaN stays NaN, overflow goes to infinity, half's subnormals kept).
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-uint16_t float_to_bf16(float f);
-inline float bf16_to_float(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+// The 16-bit float conversions live in tensor/half.h; io:: names kept for its callers.
+using attend::bf16_to_float;
+using attend::float_to_bf16;
+using attend::float_to_half;
+using attend::half_to_float;
 
 }  // namespace attend::io
 #pragma GCC visibility pop

