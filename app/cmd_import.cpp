@@ -48,7 +48,8 @@ void add_import(CLI::App& app, int& rc) {
                                 : convert::is_hf_llama_folder(config) ? convert::import_hf_llama(*o)
                                                                       : convert::import_gpt2(*o);
     const std::filesystem::path checkpoint =
-        train::write_imported(o->out, *m.model, m.tokenizer->spec());
+        train::write_imported(o->out, *m.model, m.tokenizer->spec(),
+                              m.source.empty() ? std::filesystem::absolute(o->from).string() : m.source);
     const nn::GPTConfig& c = m.model->config;
     std::printf(
         "imported %lld tensors: %lld layers, %lld heads, C %lld, T %lld, V %lld; "

@@ -24,6 +24,7 @@ struct Imported {
   std::unique_ptr<nn::GPT> model;
   std::unique_ptr<data::Tokenizer> tokenizer;
   int64_t tensors = 0;  // tensors read
+  std::string source;   // what it was read from, for the checkpoint's /meta source
 };
 
 struct ExportSource {

@@ -434,6 +434,11 @@ Imported import_gguf(const ImportOptions& o) {
     kernel::copy_(attend_view(params, row), t);
   }
   r.tensors = static_cast<int64_t>(names.size());
+  std::map<std::string, int> types;  // stored type -> tensors
+  for (const auto& [_, info] : f.tensors()) ++types[io::ggml_type_name(static_cast<uint32_t>(info.type))];
+  r.source = str(fs::absolute(f.path()).string(), " (GGUF ", arch, ";");
+  for (const auto& [t, n] : types) r.source += str(" ", n, " ", t);
+  r.source += " tensors, read as f32)";
   const std::string bad = nn::first_non_finite(r.model->named_parameters());
   ATTEND_CHECK(bad.empty(), p, ": ", bad, " holds NaN or infinite values");
   auto tok = o.tokenizer.empty() ? gguf_tokenizer(f) : data::tokenizer_from_arg(o.tokenizer);

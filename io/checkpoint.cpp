@@ -256,6 +256,7 @@ void write_meta(h5::File& f, const Meta& m) {
   f.set_attr("/meta", "world_size", m.world_size);
   f.set_attr("/meta", "created", m.created);
   f.set_attr("/meta", "content_hash", m.content_hash);
+  if (!m.source.empty()) f.set_attr("/meta", "source", m.source);
 }
 
 Meta read_meta(const h5::File& f) {
@@ -280,6 +281,8 @@ Meta read_meta(const h5::File& f) {
                  m.world_size);
   }
   m.created = f.attr_string("/meta", "created");
+  if (std::find(names.begin(), names.end(), "source") != names.end())
+    m.source = f.attr_string("/meta", "source");
   m.content_hash = f.attr_uint("/meta", "content_hash");
   ATTEND_CHECK(m.step >= 0 && m.tokens_seen >= 0 && m.best_step >= -1 && m.best_step <= m.step,
                f.path(), ": /meta is inconsistent: step ", m.step, ", tokens_seen ", m.tokens_seen,

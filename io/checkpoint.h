@@ -63,6 +63,9 @@ struct Meta {  // /meta (format_version and attend_version are written by save)
   int64_t world_size = 1;    // processes that trained it (a resume may use another number)
   std::string created;
   uint64_t content_hash = 0;  // filled by save and checked by load
+  // Where an imported model came from (`attend import` writes it: the file or folder and,
+  // for GGUF, the stored tensor types); empty for a trained one. Optional in the file.
+  std::string source;
 };
 
 struct CheckpointData {

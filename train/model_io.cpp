@@ -124,7 +124,7 @@ bool import_owns(const std::string&) { return false; }
 }  // namespace
 
 std::filesystem::path write_imported(const std::string& out, const nn::GPT& model,
-                        const data::TokenizerSpec& tokenizer) {
+                        const data::TokenizerSpec& tokenizer, const std::string& source) {
   StagedFolder stage(out, "import", import_owns);
   TrainConfig c;
   c.model = model.config;
@@ -137,6 +137,7 @@ std::filesystem::path write_imported(const std::string& out, const nn::GPT& mode
   d.optimizer = {c.optimizer, 0, opt->state()};
   d.seed = static_cast<uint64_t>(c.seed);
   d.tokenizer = tokenizer;
+  d.meta.source = source;
   io::save_checkpoint(stage.path() / checkpoint_name(0), d);
   stage.commit();
   return std::filesystem::path(out) / checkpoint_name(0);

@@ -56,7 +56,8 @@ double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed
 // RUN/ckpt_00000000.h5 for an imported model (convert/: GPT-2's or a Llama): a fresh AdamW
 // state, step 0, in a new run folder staged and moved into place whole (--out must be empty).
 std::filesystem::path write_imported(const std::string& out, const nn::GPT& model,
-                                     const data::TokenizerSpec& tokenizer);
+                                     const data::TokenizerSpec& tokenizer,
+                                     const std::string& source = "");
 
 }  // namespace attend::train
 #pragma GCC visibility pop

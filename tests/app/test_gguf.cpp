@@ -171,6 +171,10 @@ TEST_CASE("gguf: a Q8_0 export imports as its blocks dequantized, exactly") {
   CHECK(f.tensors().at("blk.0.attn_q.weight").type == io::GgmlType::q8_0);
   CHECK(f.tensors().at("blk.0.attn_norm.weight").type == io::GgmlType::f32);  // norms stay f32
   REQUIRE(test::attend_cmd("import --from " + g.string() + " --out " + (dir / "b").string()).code == 0);
+  // The checkpoint says where its weights came from.
+  const std::string source = train::newest_valid_checkpoint(dir / "b").data.meta.source;
+  CHECK(source.find(fs::absolute(g).string() + " (GGUF llama;") == 0);
+  CHECK(source.find(" q8_0 tensors") != std::string::npos);
   const train::LoadedModel a = train::load_model(run.string()), b = train::load_model((dir / "b").string());
   const auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
   REQUIRE(pa.size() == pb.size());

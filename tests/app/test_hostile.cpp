@@ -386,6 +386,7 @@ TEST_CASE("every command's outputs: never written through a link, no hang on a F
       "diagram --checkpoint " + run.string() + " --out @.svg",
       "heads --checkpoint " + run.string() + " --data " + val + " --batches 1 --csv @.csv",
       "export --checkpoint " + run.string() + " --out @",
+      "export --checkpoint " + run.string() + " --format gguf --out @.gguf",
       "import --from " + (dir / "hf").string() + " --out @",
       "prepare --data " + (dir / "corpus.txt").string() + " --out @",
       "train --data " + (dir / "corpus.txt").string() +

@@ -1,5 +1,5 @@
 // Fuzzing the training-side parsers (see tests/fuzz.h): checkpoints (byte mutations of a
-// real HDF5 file, through io::load_checkpoint and load_model), config JSON and metrics.csv.
+// real HDF5 file, through io::load_checkpoint and load_model), config JSON, metrics.csv, and the model importers (Hugging Face, GGUF).
 #include <filesystem>
 
 #include "fuzz.h"
@@ -9,6 +9,7 @@
 #include "train/model_io.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
+#include "convert/gguf_io.h"
 #include "convert/gpt2_io.h"
 #include "convert/hf_llama_io.h"
 #include "tensor/util.h"
@@ -176,5 +177,44 @@ TEST_CASE("fuzz: a sharded Hugging Face Llama folder (index, config, shards) is 
         const train::LoadedModel m = train::load_model((dir / "out").string());
         return m.model->config == want_config ? "" : "another model";
       });
+  fs::remove_all(dir);
+}
+
+TEST_CASE("fuzz: a GGUF model (keys, tokenizer, tensors) is refused cleanly or imports consistently") {
+  const fs::path dir = test::temp_dir("fuzz_gguf_model");
+  // Both architectures' files: a Llama with a char vocabulary, a GPT-2 with a BPE one.
+  nn::GPTConfig mc = nn::gpt_preset("llama-char");
+  mc.vocab_size = 11, mc.block_size = 8, mc.n_layer = 1, mc.n_head = 2, mc.n_kv_head = 1;
+  mc.n_embd = 32, mc.hidden_dim = 32, mc.tie_embeddings = false;
+  const nn::GPT llama(mc, 3);
+  auto chars = data::build_char_tokenizer("abcdefghi\n\xc3\xa9");
+  auto bpe = data::train_bpe_tokenizer("abab abab cdcd abcd", 260);
+  const nn::GPT gpt2(nn::GPTConfig{.vocab_size = bpe->vocab_size(), .block_size = 8, .n_layer = 1,
+                                   .n_head = 2, .n_kv_head = 2, .n_embd = 32, .dropout = 0.0},
+                     4);
+  const std::pair<const nn::GPT*, const data::Tokenizer*> models[] = {{&llama, chars.get()},
+                                                                      {&gpt2, bpe.get()}};
+  uint64_t seed = 21;
+  for (const auto& [model, tok] : models) {
+    const fs::path good_file = dir / "good.gguf";
+    convert::export_gguf({*model, *tok, "m.h5"}, {good_file, "q8_0"});
+    const std::string good = read_file(good_file);
+    test::fuzz_file(
+        "gguf model", good, dir / "m.gguf", seed++, test::fuzz_cases(300),
+        [&](const fs::path& p) {
+          convert::ImportOptions o;
+          o.from = p.string();
+          const convert::Imported m = convert::import_gguf(o);
+          fs::remove_all(dir / "out");
+          train::write_imported((dir / "out").string(), *m.model, m.tokenizer->spec());
+        },
+        [&](const fs::path&) -> std::string {
+          const train::LoadedModel m = train::load_model((dir / "out").string());
+          return m.model->config.n_layer == model->config.n_layer &&
+                         m.tokenizer->vocab_size() == m.model->config.vocab_size
+                     ? ""
+                     : "imported a model its file does not describe";
+        });
+  }
   fs::remove_all(dir);
 }
