@@ -1,5 +1,6 @@
 // `attend eval`: mean loss and perplexity of a checkpoint over every window of a token
-// file, or of a text tokenized with the checkpoint's own tokenizer.
+// file, or of a text tokenized with the checkpoint's own tokenizer; --weights evaluates the
+// model with its weights in another format (bf16, q8_0: infer/decoding.h).
 #include <stdlib.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -9,11 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "app/commands.h"
 #include "data/token_file.h"
 #include "tensor/util.h"
 #include "tensor/error.h"
+#include "infer/decoding.h"
 #include "train/model_io.h"
 
 namespace attend::cli {
@@ -23,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct EvalArgs {
-  std::string checkpoint, data, precision;
+  std::string checkpoint, data, precision, weights;
 };
 
 bool is_token_file(const fs::path& file) {
@@ -55,8 +58,11 @@ class TempDir {
 
 int run_eval(const EvalArgs& a) {
   train::LoadedModel m = train::load_model(a.checkpoint);
-  const kernel::PrecisionScope precision =
-      use_precision(a.precision.empty() ? m.config.precision : a.precision, "--precision");
+  const kernel::PrecisionScope precision = use_precision(
+      weights_precision(a.weights, a.precision, m.config.precision), "--precision");
+  // --weights: the model's weights held in that format while it is evaluated.
+  std::optional<infer::DecodingWeights> held;
+  if (!a.weights.empty()) held.emplace(*m.model, parse_weight_format(a.weights, "--weights"));
   train::EvalResult r;
   if (is_token_file(a.data)) {
     train::check_made_by(data::TokenFile(a.data), m.tokenizer->spec());
@@ -86,6 +92,7 @@ void add_eval(CLI::App& app, int& rc) {
   cmd->add_option("--precision", a->precision,
                   "f32 | bf16 matrix products (default: the checkpoint's training precision)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  add_weights_option(cmd, a->weights);
   cmd->callback([a, &rc] { rc = run_eval(*a); });
 }
 

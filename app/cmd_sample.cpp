@@ -18,7 +18,7 @@ namespace attend::cli {
 namespace {
 
 struct SampleArgs {
-  std::string checkpoint, prompt_file, precision;
+  std::string checkpoint, prompt_file, precision, weights;
   infer::SampleOptions options;
 };
 
@@ -30,11 +30,13 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
   ATTEND_CHECK(o.num_samples >= 1 && o.num_samples <= 1000000,
                "sample: --num_samples must be in [1, 10^6], got ", o.num_samples);
   train::LoadedModel m = train::load_model(a.checkpoint);
-  const kernel::PrecisionScope precision =
-      use_precision(a.precision.empty() ? m.config.precision : a.precision, "--precision");
+  const kernel::PrecisionScope precision = use_precision(
+      weights_precision(a.weights, a.precision, m.config.precision), "--precision");
+  if (!a.weights.empty()) o.weights = parse_weight_format(a.weights, "--weights");
   m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails before any output
   const auto t0 = std::chrono::steady_clock::now();
   int64_t drawn = 0;
+  infer::SampleTiming timing;
   for (int64_t k = 0; k < o.num_samples; ++k) {
     if (k > 0) std::fputs("\n---------------\n", stdout);  // nanoGPT's separator
     std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
@@ -44,7 +46,7 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
           std::fflush(stdout);
         },
-        static_cast<uint32_t>(k)).size());
+        static_cast<uint32_t>(k), &timing).size());
   }
   std::printf("\n");
   std::fflush(stdout);
@@ -52,6 +54,14 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
   // Debug level: the timing differs run to run (attend --log-level debug sample ...).
   spdlog::debug("sampled {} tokens in {:.3f} s: {:.1f} tokens/s (prompt included in the time)",
                drawn, s, s > 0 ? static_cast<double>(drawn) / s : 0.0);
+  // The last sample's: its prompt's forward, and its new tokens after the first draw.
+  spdlog::debug("prompt {} tokens in {:.4f} s: {:.1f} tokens/s; generated {} tokens in {:.4f} "
+                "s: {:.1f} tokens/s; weights {} bytes as held",
+                timing.prompt_tokens, timing.prompt_seconds,
+                timing.prompt_seconds > 0 ? timing.prompt_tokens / timing.prompt_seconds : 0.0,
+                timing.new_tokens, timing.new_seconds,
+                timing.new_seconds > 0 ? (timing.new_tokens - 1) / timing.new_seconds : 0.0,
+                timing.weight_bytes);
   return 0;
 }
 
@@ -74,6 +84,7 @@ void add_sample(CLI::App& app, int& rc) {
   cmd->add_option("--precision", a->precision,
                   "f32 | bf16 matrix products (default: the checkpoint's training precision)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  add_weights_option(cmd, a->weights);
   cmd->add_option("--stop", o.stop, "end a sample once its text contains this (kept)");
   cmd->add_option(flag_names("max_new_tokens"), o.max_new_tokens, "tokens to generate")
       ->capture_default_str();

@@ -32,6 +32,12 @@ void add_diagram(CLI::App& app, int& rc);
 // stderr when it is bf16 (AVX512_BF16 or the emulation). Hold the scope for the command.
 kernel::PrecisionScope use_precision(const std::string& value, const std::string& what);
 void say_precision(kernel::GemmPrecision p);  // the line alone (train: the trainer holds the scope)
+// The precision of sample and eval: --weights bf16 needs bf16 products (refused with
+// --precision f32), else --precision if given, else the checkpoint's.
+std::string weights_precision(const std::string& weights, const std::string& precision,
+                              const std::string& checkpoint_precision);
+// --weights on sample and eval: the weights' format while the command runs.
+void add_weights_option(CLI::App* cmd, std::string& weights);
 
 // "--max_iters,--max-iters" for a field named max_iters: both spellings accepted.
 std::string flag_names(const std::string& name);

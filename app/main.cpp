@@ -38,6 +38,25 @@ void say_precision(kernel::GemmPrecision p) {
   }
 }
 
+std::string weights_precision(const std::string& weights, const std::string& precision,
+                              const std::string& checkpoint_precision) {
+  if (weights == "bf16") {
+    ATTEND_CHECK(precision.empty() || precision == "bf16",
+                 "--weights bf16 multiplies in bf16 products; it cannot go with --precision ",
+                 precision);
+    return "bf16";
+  }
+  return precision.empty() ? checkpoint_precision : precision;
+}
+
+void add_weights_option(CLI::App* cmd, std::string& weights) {
+  cmd->add_option("--weights", weights,
+                  "the weights' format while this runs: f32, bf16 (half the bytes a token reads; "
+                  "bf16 products) or q8_0 (blocks of 32 int8 with a scale: a quarter; rounds "
+                  "the weights). Default: the products' own (the model's bits)")
+      ->check(CLI::IsMember({"f32", "bf16", "q8_0"}));
+}
+
 kernel::PrecisionScope use_precision(const std::string& value, const std::string& what) {
   const kernel::GemmPrecision p = kernel::parse_gemm_precision(value, what);
   say_precision(p);

@@ -15,7 +15,7 @@ const threads = Number(threadsArg), P = Number(promptArg), N = Number(newArg);
 const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
 const model = await llama.loadModel({ modelPath });
 const context = await model.createContext({
-  contextSize: P + N + 8, batchSize: Math.max(P, 32), threads: { ideal: threads, min: threads },
+  contextSize: P + N + 8, batchSize: Math.max(P, 32), threads,
   flashAttention: false,
 });
 const sequence = context.getSequence();

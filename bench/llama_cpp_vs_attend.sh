@@ -4,9 +4,8 @@
 # on tinyshakespeare, random weights (speed does not depend on them), exported with
 # `attend export --format gguf` at F32 and Q8_0 and run by node-llama-cpp's prebuilt CPU
 # llama.cpp (bench/llama_cpp_bench.mjs: prompt processing and generation, tokens/s) and by
-# `attend sample` (greedy, the same number of new tokens, its debug line's rate). attend
-# decodes f32 (and, with --precision bf16, bf16) weights; it has no Q8_0 decoding yet
-# (issue #40), so its Q8_0 column is the f32 model's. 1 and 2 threads, idle.
+# `attend sample --weights f32|bf16|q8_0` (greedy, the same number of new tokens; its
+# debug line's prompt and generation rates). 1 and 2 threads, idle.
 #
 #   bench/llama_cpp_vs_attend.sh [BUILD_DIR] [NEW_TOKENS] [PROMPT_TOKENS]   (build 128 64)
 # node-llama-cpp from $ATTEND_NODE_LLAMA_CPP or the cache scripts/setup.sh --test-extras
@@ -35,10 +34,10 @@ done
 # attend's prompt: the corpus's first lines (about PROMPT_TOKENS tokens; attend's rate is
 # of generation only, so its prompt's length matters little).
 head -c $((prompt * 3)) "$data" >"$w/prompt.txt"
-attend_rate() {  # THREADS [PRECISION]: generation tokens/s
+attend_rates() {  # THREADS WEIGHTS: "prompt_rate gen_rate"
   "$A" --threads "$1" --log-level debug sample --checkpoint "$w/run" --prompt_file "$w/prompt.txt" \
-    --max_new_tokens "$new" --temperature 0 ${2:+--precision $2} >/dev/null 2>"$w/a.err"
-  sed -n 's/.*sampled [0-9]* tokens in [0-9.]* s: \([0-9.]*\) tokens\/s.*/\1/p' "$w/a.err"
+    --max_new_tokens "$new" --temperature 0 --weights "$2" >/dev/null 2>"$w/a.err"
+  sed -n 's/.*prompt [0-9]* tokens in [0-9.]* s: \([0-9.]*\) tokens\/s; generated [0-9]* tokens in [0-9.]* s: \([0-9.]*\) tokens\/s.*/\1 \2/p' "$w/a.err"
 }
 llama_rates() {  # THREADS TYPE: "prompt_rate gen_rate"
   node "$root/bench/llama_cpp_bench.mjs" "$pkg" "$w/m_$2.gguf" "$1" "$prompt" "$new" 2>/dev/null |
@@ -49,8 +48,10 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), family 
 sed -n 's/.*model: \([0-9]*\) parameters \(.*\); .*/model: \1 parameters \2/p' "$w/train.log"
 ls -l "$w"/m_*.gguf | awk '{print "file: " $NF " " $5 " bytes"}' | sed "s#$w/##"
 echo "prompt $prompt tokens, $new new tokens, greedy; tokens/s"
-printf "%-7s %-22s %-22s %-14s %-14s\n" threads "llama.cpp f32 pp/gen" "llama.cpp q8_0 pp/gen" "attend f32" "attend bf16"
+printf "%-8s %-8s %-22s %-22s\n" threads weights "llama.cpp pp / gen" "attend pp / gen"
 for th in 1 2; do
-  printf "%-7s %-22s %-22s %-14s %-14s\n" "$th" "$(llama_rates "$th" f32)" "$(llama_rates "$th" q8_0)" \
-    "$(attend_rate "$th")" "$(attend_rate "$th" bf16)"
+  for t in f32 q8_0; do
+    printf "%-8s %-8s %-22s %-22s\n" "$th" "$t" "$(llama_rates "$th" "$t")" "$(attend_rates "$th" "$t")"
+  done
+  printf "%-8s %-8s %-22s %-22s\n" "$th" bf16 "-" "$(attend_rates "$th" bf16)"
 done

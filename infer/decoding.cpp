@@ -1,25 +1,50 @@
 #include "infer/decoding.h"
 
+#include <spdlog/spdlog.h>
+
+#include "tensor/error.h"
 #include "tensor/util.h"
 
 namespace attend::infer {
 
 using nn::Linear;
 
-DecodingWeights::DecodingWeights(nn::Module& model) {
-  std::vector<Linear*> all;
-  WeightFormat format = StoredWeight::format_for_products();
-  for (auto& [_, m] : model.named_modules())
+DecodingWeights::DecodingWeights(nn::Module& model, std::optional<WeightFormat> asked) {
+  std::vector<std::pair<std::string, Linear*>> all;
+  WeightFormat format = asked.value_or(StoredWeight::format_for_products());
+  for (auto& [name, m] : model.named_modules())
     if (auto* l = dynamic_cast<Linear*>(m)) {
-      all.push_back(l);
+      all.emplace_back(name, l);
+      ATTEND_CHECK(l->weight.dtype() == DType::F32 || format == WeightFormat::f32 || !asked,
+                   "--weights ", weight_format_name(format), ": ", name, " is ",
+                   dtype_name(l->weight.dtype()), ", not f32");
       if (l->weight.dtype() != DType::F32) format = WeightFormat::f32;
     }
+  // Each layer's format: q8_0 needs rows a multiple of 32 long.
+  std::vector<WeightFormat> each;
+  std::string kept;
   int64_t bytes = 0;
-  for (const Linear* l : all) bytes += StoredWeight::bytes_for(l->weight, format);
+  for (const auto& [name, l] : all) {
+    WeightFormat f = format;
+    if (f == WeightFormat::q8_0 && l->weight.size(1) % 32 != 0) {
+      f = WeightFormat::f32;
+      kept += " " + name;
+    }
+    each.push_back(f);
+    bytes += StoredWeight::bytes_for(l->weight, f);
+  }
   const int64_t avail = available_memory_bytes();
-  if (avail >= 0 && 2 * bytes > avail) return;
-  for (Linear* l : all) l->decoding = std::make_shared<const StoredWeight>(l->weight, format);
-  layers_ = std::move(all);
+  if (avail >= 0 && 2 * bytes > avail) {
+    ATTEND_CHECK(format != WeightFormat::q8_0, "--weights q8_0: the model's weights in Q8_0 take ",
+                 bytes, " bytes; the machine has ", avail, " available, less than twice that");
+    return;
+  }
+  if (!kept.empty())
+    spdlog::warn("--weights q8_0: rows not a multiple of 32 long stay f32:{}", kept);
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i].second->decoding = std::make_shared<const StoredWeight>(all[i].second->weight, each[i]);
+  for (const auto& [_, l] : all) layers_.push_back(l);
+  bytes_ = bytes;
 }
 
 DecodingWeights::~DecodingWeights() {

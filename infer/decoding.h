@@ -1,6 +1,7 @@
 // The weights in the form decoding reads them (see tensor/stored_weight.h).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "nn/layers.h"
@@ -13,18 +14,27 @@ namespace attend::infer {
 // every Linear of `model` holds W^T: in f32, as much memory again as its weights; made
 // under bf16 products, as bf16 (half that, and half the bytes a token reads), which only
 // bf16 products may use. Skipped, with active() false, when the machine has less than
-// twice that available. The weights must not change meanwhile: sampling holds one for its
-// generation, nothing else.
+// twice that available (the products then read W itself: the same bits). The weights must
+// not change meanwhile: sampling and eval hold one for their work, nothing else.
+//
+// Asked for q8_0 (sample's and eval's --weights q8_0), every Linear whose rows are a
+// multiple of 32 long holds W as Q8_0 blocks (a quarter of f32's bytes; the values rounded
+// to the blocks' grids, so results change: a choice, never a default) and the others W^T in
+// f32, named in a warning; not enough memory for that is an error, not a silent f32.
 class DecodingWeights {
  public:
-  explicit DecodingWeights(nn::Module& model);
+  // format: the one asked for; none: the one products read fastest now
+  // (StoredWeight::format_for_products).
+  explicit DecodingWeights(nn::Module& model, std::optional<WeightFormat> format = std::nullopt);
   ~DecodingWeights();
   DecodingWeights(const DecodingWeights&) = delete;
   DecodingWeights& operator=(const DecodingWeights&) = delete;
   bool active() const { return !layers_.empty(); }
+  int64_t bytes() const { return bytes_; }  // the weights as held: what a token reads
 
  private:
   std::vector<nn::Linear*> layers_;
+  int64_t bytes_ = 0;
 };
 
 }  // namespace attend::infer

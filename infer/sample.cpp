@@ -1,5 +1,7 @@
 #include "infer/sample.h"
 
+#include <chrono>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -51,7 +53,8 @@ int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, dou
 }
 
 data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const SampleOptions& o,
-                      const std::function<void(const std::string&)>& emit, uint32_t index) {
+                      const std::function<void(const std::string&)>& emit, uint32_t index,
+                      SampleTiming* timing) {
   ATTEND_CHECK(o.max_new_tokens >= 0, "sample: --max_new_tokens must be >= 0, got ",
                o.max_new_tokens);
   ATTEND_CHECK(o.top_k >= 0, "sample: --top_k must be >= 0, got ", o.top_k);
@@ -68,7 +71,9 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   NoGradGuard no_grad;
   // W^T kept contiguous for the generation (the weights themselves are not changed: the
   // cast only lets the layers hold their transposed copies).
-  const DecodingWeights decoding(const_cast<nn::GPT&>(model));
+  const DecodingWeights decoding(const_cast<nn::GPT&>(model), o.weights);
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   const PhiloxKey key = philox_key(o.seed);
   auto to_tensor = [](const data::TokenIds& ids, size_t from) {
     std::vector<double> v(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
@@ -77,6 +82,12 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   const bool rolling = model.config.window() > 0;
   std::vector<nn::KVCache> caches;
   Tensor logits = model.forward(to_tensor(seq, 0), Tensor(), nullptr, &caches).logits;  // (1, t, V)
+  const auto t1 = Clock::now();
+  if (timing) {
+    timing->prompt_tokens = static_cast<int64_t>(seq.size());
+    timing->prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
+    timing->weight_bytes = decoding.bytes();
+  }
   data::TokenIds out;
   std::string text;  // generated so far, for --stop
   std::optional<ThreadTuner> tuner = command_tuner();  // Note [Threads on a busy machine]
@@ -90,6 +101,10 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
     out.push_back(next);
     const std::string piece = tok.decode({next});
     emit(piece);
+    if (timing) {
+      timing->new_tokens = i + 1;
+      timing->new_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+    }
     if (i + 1 == o.max_new_tokens) break;
     if (!o.stop.empty()) {
       text += piece;

@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
 #include "tensor/random.h"
+#include "tensor/stored_weight.h"
 
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::infer {
@@ -31,13 +33,24 @@ struct SampleOptions {
   uint64_t seed = 1337;
   std::string stop;         // end a sample once its text contains this (it is kept)
   int64_t num_samples = 1;  // sample k draws from its own numbers: (seed, k, token i)
+  // The weights' format while sampling (infer/decoding.h); none: what the products read
+  // fastest (bf16 under bf16 products, else f32; both the model's own bits).
+  std::optional<WeightFormat> weights;
+};
+
+// Where a sample's time went: the prompt's one forward, then the new tokens.
+struct SampleTiming {
+  int64_t prompt_tokens = 0, new_tokens = 0;
+  double prompt_seconds = 0, new_seconds = 0;  // new: from the first draw to the last
+  int64_t weight_bytes = 0;                    // the weights as decoding holds them
 };
 
 // Sample number `index` (0-based): calls emit with the text of each new token as it is
 // drawn; returns the new token ids.
 data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tokenizer,
                       const SampleOptions& options,
-                      const std::function<void(const std::string&)>& emit, uint32_t index = 0);
+                      const std::function<void(const std::string&)>& emit, uint32_t index = 0,
+                      SampleTiming* timing = nullptr);
 
 // Token i of sample k (k = 0 keeps the numbers every earlier attend drew for one sample).
 inline PhiloxCounter sample_counter(uint64_t i, uint32_t k = 0) {

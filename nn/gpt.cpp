@@ -320,7 +320,8 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
   if (targets.defined()) {
     ATTEND_CHECK(targets.shape() == Shape({B, T}), "GPT: expected targets of shape ",
                  shape_str({B, T}), ", got ", shape_str(targets.shape()));
-    if (!keep_logits) {
+    // A head held in a decoding format (infer::DecodingWeights) makes its logits itself.
+    if (!keep_logits && !lm_head->decoding) {
       out.loss = linear_cross_entropy(x, lm_head->weight, targets);  // no (B, T, V) logits
       return out;
     }

@@ -10,7 +10,8 @@
 //   the stored scale is half(d), rounded to nearest, ties to even.
 // The scale used by the products and by dequantizing is the stored (rounded) one, so
 // dequantize(quantize(x)) is what every reader of the block computes. A row's length must
-// be a multiple of 32 (callers check, naming the tensor).
+// be a multiple of 32 (callers check, naming the tensor); x must be finite (callers refuse
+// NaN and infinity, naming the tensor).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,25 @@ inline constexpr int64_t kQ8BlockBytes = 34;  // 2 (half scale) + 32 (int8)
 void quantize_q8_0(const float* x, int64_t n, uint8_t* out);
 // n / 32 blocks back into n floats: half(d) * q.
 void dequantize_q8_0(const uint8_t* blocks, int64_t n, float* out);
+
+// Note [The Q8_0 product]: Y (M, N) = X (M, K) W^T for W (N, K) stored as Q8_0 blocks row
+// after row (K / 32 blocks a row), X f32 (rows contiguous, row stride ldx), Y row stride ldy.
+// X is not quantized: each weight is widened to f32 and multiplied in f32 (llama.cpp
+// instead rounds X to Q8_0 blocks and sums int8 products; that reads no fewer bytes of W,
+// which is what a token's product waits for, and would add X's rounding). For each output,
+// in this order and nothing else:
+//   a_l = 0 for 16 lanes l;
+//   for each block b (scale d_b, values q_0..q_31, x its 32 inputs):
+//     v_l = fma(q_{16+l}, x_{16+l}, q_l * x_l);   a_l = fma(d_b, v_l, a_l)
+//   y = a summed as a tree: a_l += a_{l+8}, then a_l += a_{l+4}, a_l += a_{l+2}, a_l += a_{l+1}
+// The AVX-512 kernel (one 16-lane register), the AVX2 kernel (two 8-lane ones) and the
+// scalar twin give the same bits (tested), and so do any thread counts: each output is one
+// thread's, rows of W split in contiguous ranges. `parallel` false keeps it on this thread.
+void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
+               float* Y, int64_t ldy, bool parallel);
+// The scalar twin: the same arithmetic, plainly (the oracle of the tests).
+void gemm_q8_0_reference(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx,
+                         const uint8_t* W, float* Y, int64_t ldy);
 
 }  // namespace attend::quant
 #pragma GCC visibility pop

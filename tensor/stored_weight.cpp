@@ -1,14 +1,25 @@
 #include "tensor/stored_weight.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "tensor/error.h"
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
+#include "tensor/quant.h"
 
 namespace attend {
 
-const char* weight_format_name(WeightFormat f) { return f == WeightFormat::bf16 ? "bf16" : "f32"; }
+const char* weight_format_name(WeightFormat f) {
+  return f == WeightFormat::bf16 ? "bf16" : f == WeightFormat::q8_0 ? "q8_0" : "f32";
+}
+
+WeightFormat parse_weight_format(const std::string& w, const std::string& what) {
+  if (w == "f32") return WeightFormat::f32;
+  if (w == "bf16") return WeightFormat::bf16;
+  if (w == "q8_0") return WeightFormat::q8_0;
+  throw Error(str(what, ": expected f32, bf16 or q8_0, got '", w, "'"));
+}
 
 namespace {
 
@@ -25,13 +36,35 @@ std::shared_ptr<const Storage> transposed_bf16(const Tensor& w) {
   return bits;
 }
 
+// W's rows as Q8_0 blocks, 64 rows at a time.
+std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
+  const int64_t outs = w.size(0), in = w.size(1), row_bytes = in / quant::kQ8Block * quant::kQ8BlockBytes;
+  auto blocks = std::make_shared<Storage>(static_cast<size_t>(outs * row_bytes));
+  auto* dst = static_cast<uint8_t*>(blocks->data);
+  for (int64_t r0 = 0; r0 < outs; r0 += 64) {
+    const int64_t n = std::min<int64_t>(64, outs - r0);
+    const Tensor rows = kernel::contiguous(kernel::narrow(w, 0, r0, n));
+    const float* x = rows.data<float>();
+    for (int64_t i = 0; i < rows.numel(); ++i)
+      ATTEND_CHECK(std::isfinite(x[i]), "q8_0: the weight (", outs, ", ", in, ") holds ", x[i],
+                   " at row ", r0 + i / in, "; only finite values quantize");
+    quant::quantize_q8_0(x, rows.numel(), dst + r0 * row_bytes);
+  }
+  return blocks;
+}
+
 }  // namespace
 
 StoredWeight::StoredWeight(const Tensor& w, WeightFormat format) : format_(format) {
   ATTEND_CHECK(w.dim() == 2, "StoredWeight: expected a weight (out, in), got ",
                shape_str(w.shape()));
   out_ = w.size(0), in_ = w.size(1);
-  if (format == WeightFormat::bf16) {
+  if (format == WeightFormat::q8_0) {
+    ATTEND_CHECK(w.dtype() == DType::F32 && in_ % quant::kQ8Block == 0,
+                 "StoredWeight: q8_0 needs an f32 weight with rows a multiple of 32 long, got ",
+                 dtype_name(w.dtype()), " ", shape_str(w.shape()));
+    q8_blocks_ = q8_rows(w);
+  } else if (format == WeightFormat::bf16) {
     ATTEND_CHECK(w.dtype() == DType::F32, "StoredWeight: bf16 from an f32 weight only, got ",
                  dtype_name(w.dtype()));
     bf16_bits_ = transposed_bf16(w);
@@ -46,6 +79,7 @@ WeightFormat StoredWeight::format_for_products() {
 }
 
 int64_t StoredWeight::bytes_for(const Tensor& w, WeightFormat format) {
+  if (format == WeightFormat::q8_0) return w.numel() / quant::kQ8Block * quant::kQ8BlockBytes;
   return w.numel() * (format == WeightFormat::bf16 ? 2 : static_cast<int64_t>(dtype_size(w.dtype())));
 }
 
@@ -53,6 +87,7 @@ Tensor StoredWeight::multiply(const Tensor& x) const {
   ATTEND_CHECK(x.dim() >= 1 && x.size(-1) == in_, "StoredWeight: expected input (..., ", in_,
                "), got ", shape_str(x.shape()));
   if (format_ == WeightFormat::f32) return kernel::matmul(x, f32_t_);
+  if (format_ == WeightFormat::q8_0) return multiply_q8_0(x);
   const int64_t rows = x.numel() / in_;
   if (x.dtype() != DType::F32 || kernel::gemm_precision() != kernel::GemmPrecision::bf16 ||
       !kernel::gemm_bf16_weight_applies(rows, out_, in_))
@@ -64,6 +99,27 @@ Tensor StoredWeight::multiply(const Tensor& x) const {
   kernel::gemm_bf16_weight(rows, out_, in_, {xc.data<float>(), in_, 1},
                            static_cast<const uint16_t*>(bf16_bits_->data), out_,
                            out.data<float>(), out_, true);
+  return out;
+}
+
+// A few rows: the Q8_0 product on the blocks where they lie. More (a prompt, an evaluation's
+// window): the blocked GEMM on W dequantized for this product, which reads the blocks once
+// instead of once per 4 rows.
+Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
+  ATTEND_CHECK(x.dtype() == DType::F32, "StoredWeight q8_0: expected an f32 input, got ",
+               dtype_name(x.dtype()));
+  const Tensor xc = kernel::contiguous(x);
+  const int64_t rows = x.numel() / in_;
+  const auto* blocks = static_cast<const uint8_t*>(q8_blocks_->data);
+  if (rows > kFewRows) {
+    Tensor w = empty({out_, in_}, DType::F32);
+    quant::dequantize_q8_0(blocks, out_ * in_, w.data<float>());
+    return kernel::matmul(xc, kernel::transpose(w, 0, 1));
+  }
+  Shape shape = x.shape();
+  shape.back() = out_;
+  Tensor out = empty(shape, DType::F32);
+  quant::gemm_q8_0(rows, out_, in_, xc.data<float>(), in_, blocks, out.data<float>(), out_, true);
   return out;
 }
 

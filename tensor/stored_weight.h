@@ -7,25 +7,33 @@
 //         widening each value (kernel::gemm_bf16_weight); the bits bf16 products give on W.
 //         Made and used under bf16 products only (Note [Precision is scoped] in
 //         kernels/gemm.h).
-// Quantized formats come through the same door: a format, a size in bytes, and a product
-// that says when it takes x.
+//   q8_0  W itself (not transposed) as Q8_0 blocks along each row (tensor/quant.h): 8.5 bits
+//         a weight, a quarter of f32's bytes; a few rows of x through the Q8_0 product (Note
+//         [The Q8_0 product]), more rows (a prompt, an evaluation's window) through the
+//         blocked GEMM on W dequantized for that product. The weights' values change (each
+//         rounded to its block's grid): it is a choice (sample and eval's --weights), never
+//         a default. W's rows must be a multiple of 32 long.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "tensor/tensor.h"
 
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend {
 
-enum class WeightFormat { f32, bf16 };
+enum class WeightFormat { f32, bf16, q8_0 };
 const char* weight_format_name(WeightFormat f);
+// f32, bf16 or q8_0; throws naming `what` (a flag) and the word otherwise.
+WeightFormat parse_weight_format(const std::string& word, const std::string& what);
 
 class StoredWeight {
  public:
-  // W (out, in) as W^T in `format`; bf16 needs an f32 W. Made 64 rows of W^T at a time, so
-  // bf16 needs a few MB between, not a whole f32 copy.
+  // W (out, in) in `format`; bf16 and q8_0 need an f32 W (q8_0: finite, in % 32 == 0, else
+  // an error naming the values). Made 64 rows of W^T at a time, so bf16 needs a few MB
+  // between, not a whole f32 copy.
   StoredWeight(const Tensor& w, WeightFormat format);
   // The format products made now read fastest: bf16 under bf16 products, else f32.
   static WeightFormat format_for_products();
@@ -38,13 +46,17 @@ class StoredWeight {
   // x (..., in) -> x W^T (..., out); an undefined tensor when this format does not take this
   // x here (bf16: more than a few rows, x not f32, or products not bf16 now; the kernels'
   // limits are kernel::gemm_bf16_weight_applies): then multiply by W itself, same bits.
+  // q8_0 takes every f32 x.
   Tensor multiply(const Tensor& x) const;
 
  private:
+  static constexpr int64_t kFewRows = 16;  // q8_0: rows taken by the Q8_0 product itself
+  Tensor multiply_q8_0(const Tensor& x) const;
   WeightFormat format_;
   int64_t in_ = 0, out_ = 0;
   Tensor f32_t_;                               // f32: W^T (in, out) contiguous
   std::shared_ptr<const Storage> bf16_bits_;  // bf16: W^T's bits (in x out, row-major)
+  std::shared_ptr<const Storage> q8_blocks_;  // q8_0: W's rows as blocks (out x in / 32)
 };
 
 }  // namespace attend

@@ -372,3 +372,46 @@ TEST_CASE("attention --toy: an encoder-decoder's cross-attention from the comman
   CHECK(none.out.find("--checkpoint is required (or --toy copy|reverse)") != std::string::npos);
   fs::remove_all(dir);
 }
+
+namespace {
+// The loss eval prints.
+double eval_loss(const std::string& out) {
+  const size_t at = out.find("loss ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(out.substr(at + 5));
+}
+}  // namespace
+
+TEST_CASE("sample and eval --weights: q8_0 close to f32, bf16 needs bf16 products, same bits at any thread count") {
+  const fs::path dir = test::temp_dir("weights_flag");
+  const fs::path corpus = test::make_corpus(dir);
+  const test::Run t = test::attend_cmd(
+      "train --data " + corpus.string() + " --out " + (dir / "run").string() +
+      " --preset llama-char --n_layer 2 --n_head 4 --n_kv_head 2 --n_embd 64 --block_size 64"
+      " --batch_size 8 --max_iters 150 --eval_iters 1 --learning_rate 3e-3");
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  const std::string run = (dir / "run").string(), val = (dir / "run" / "data" / "val.bin").string();
+  const double f32 = eval_loss(test::attend_stdout("eval --checkpoint " + run + " --data " + val));
+  const double q8 =
+      eval_loss(test::attend_stdout("eval --checkpoint " + run + " --data " + val + " --weights q8_0"));
+  const double bf16 =
+      eval_loss(test::attend_stdout("eval --checkpoint " + run + " --data " + val + " --weights bf16"));
+  MESSAGE("val loss f32 ", f32, ", q8_0 ", q8, ", bf16 ", bf16);
+  // Perplexity within 1% (q8_0) and 0.5% (bf16) of f32's: |loss gap| below log(1.01), log(1.005).
+  CHECK(q8 != f32);  // the weights were rounded: not the f32 model again
+  CHECK(std::abs(q8 - f32) < std::log(1.01));
+  CHECK(std::abs(bf16 - f32) < std::log(1.005));
+  // Greedy text: q8_0 decoding agrees with f32 for a while (reported), and is the same bits
+  // at 1 and 2 threads.
+  const std::string cmd = "sample --checkpoint " + run + " --prompt 'Now is the' --temperature 0 --max_new_tokens 60";
+  const std::string a = test::attend_stdout(cmd), q = test::attend_stdout(cmd + " --weights q8_0");
+  size_t same = 0;
+  while (same < a.size() && same < q.size() && a[same] == q[same]) ++same;
+  MESSAGE("greedy text: q8_0 agrees with f32 for ", same, " of ", a.size(), " bytes");
+  CHECK(test::attend_stdout("--threads 1 " + cmd + " --weights q8_0") ==
+        test::attend_stdout("--threads 2 " + cmd + " --weights q8_0"));
+  const test::Run refused = test::attend_cmd(cmd + " --weights bf16 --precision f32");
+  CHECK(refused.code == 1);
+  CHECK(refused.out.find("--weights bf16 multiplies in bf16 products") != std::string::npos);
+  fs::remove_all(dir);
+}

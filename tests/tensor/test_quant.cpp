@@ -1,0 +1,112 @@
+// The Q8_0 product (Note [The Q8_0 product], tensor/quant.h) against its scalar twin, bit
+// for bit, on every kernel this CPU has and any thread count; and StoredWeight's q8_0 format
+// against the f32 product of the dequantized weights.
+#include <omp.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
+#include "tensor/quant.h"
+#include "tensor/random.h"
+#include "tensor/stored_weight.h"
+#include "test_util.h"
+
+using namespace attend;
+namespace k = attend::kernel;
+
+namespace {
+
+struct Case {
+  int64_t M, N, K;
+};
+
+std::vector<uint8_t> quantized(const std::vector<float>& w) {
+  std::vector<uint8_t> q(w.size() / 32 * 34);
+  quant::quantize_q8_0(w.data(), static_cast<int64_t>(w.size()), q.data());
+  return q;
+}
+
+}  // namespace
+
+TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's bits") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  const int saved_threads = omp_get_max_threads();
+  const k::GemmKernel saved = k::gemm_kernel();
+  int kernels_run = 0;
+  for (const k::GemmKernel kind : {k::GemmKernel::avx512, k::GemmKernel::avx2, k::GemmKernel::portable}) {
+    k::set_gemm_kernel(kind);
+    if (k::gemm_kernel() != kind) continue;  // not on this CPU
+    ++kernels_run;
+    for (const Case c : {Case{1, 8, 32}, Case{1, 300, 256}, Case{3, 97, 96}, Case{4, 1030, 288},
+                         Case{5, 64, 64}, Case{17, 33, 128}, Case{1, 4096, 768}}) {
+      INFO(k::gemm_kernel_name(kind), " M ", c.M, " N ", c.N, " K ", c.K);
+      std::vector<float> x(static_cast<size_t>(c.M * c.K)), w(static_cast<size_t>(c.N * c.K));
+      for (float& v : x) v = normal(rng);
+      for (float& v : w) v = normal(rng) * 0.05f;
+      const std::vector<uint8_t> q = quantized(w);
+      std::vector<float> want(static_cast<size_t>(c.M * c.N)), got(want.size());
+      quant::gemm_q8_0_reference(c.M, c.N, c.K, x.data(), c.K, q.data(), want.data(), c.N);
+      for (const int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        std::fill(got.begin(), got.end(), -1.0f);
+        quant::gemm_q8_0(c.M, c.N, c.K, x.data(), c.K, q.data(), got.data(), c.N, true);
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      }
+    }
+  }
+  k::set_gemm_kernel(saved);
+  omp_set_num_threads(saved_threads);
+  CHECK(kernels_run >= 1);
+}
+
+TEST_CASE("q8_0 product: the dequantized weights' product, to f32 rounding") {
+  // The twin's arithmetic is one order of the same sum: against a double sum of
+  // d * q * x, it is within a few ulps of the magnitudes summed.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const int64_t M = 2, N = 40, K = 512;
+  std::vector<float> x(M * K), w(N * K), wd(N * K), y(M * N);
+  for (float& v : x) v = normal(rng);
+  for (float& v : w) v = normal(rng);
+  const std::vector<uint8_t> q = quantized(w);
+  quant::dequantize_q8_0(q.data(), N * K, wd.data());
+  quant::gemm_q8_0_reference(M, N, K, x.data(), K, q.data(), y.data(), N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0, mag = 0;
+      for (int64_t i = 0; i < K; ++i) {
+        s += static_cast<double>(wd[n * K + i]) * x[m * K + i];
+        mag += std::abs(static_cast<double>(wd[n * K + i]) * x[m * K + i]);
+      }
+      CHECK(std::abs(y[m * N + n] - s) <= 1e-6 * mag);
+    }
+}
+
+TEST_CASE("StoredWeight q8_0: few rows and many rows both give the dequantized weight's product") {
+  Generator gen(9);
+  const Tensor w = randn({48, 64}, gen);
+  const StoredWeight s(w, WeightFormat::q8_0);
+  CHECK(s.format() == WeightFormat::q8_0);
+  CHECK(StoredWeight::bytes_for(w, WeightFormat::q8_0) == 48 * 2 * 34);
+  std::vector<uint8_t> q(48 * 2 * 34);
+  Tensor wd = empty({48, 64});
+  quant::quantize_q8_0(w.data<float>(), w.numel(), q.data());
+  quant::dequantize_q8_0(q.data(), w.numel(), wd.data<float>());
+  for (const int64_t rows : {1, 4, 16, 17, 40}) {
+    INFO("rows ", rows);
+    const Tensor x = randn({rows, 64}, gen);
+    const Tensor got = s.multiply(x);
+    REQUIRE(got.defined());
+    test::check_close(got, k::matmul(x, k::transpose(wd, 0, 1)), 1e-5, 1e-5);
+  }
+  CHECK_THROWS_WITH_AS(StoredWeight(randn({4, 40}, gen), WeightFormat::q8_0),
+                       doctest::Contains("rows a multiple of 32 long"), Error);
+  Tensor bad = randn({2, 32}, gen);
+  bad.data<float>()[5] = NAN;
+  CHECK_THROWS_WITH_AS(StoredWeight(bad, WeightFormat::q8_0), doctest::Contains("holds nan at row 0"),
+                       Error);
+}
