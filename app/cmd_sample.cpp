@@ -56,7 +56,7 @@ int run_sample(const SampleArgs& a, bool prompt_given) {
                drawn, s, s > 0 ? static_cast<double>(drawn) / s : 0.0);
   // The last sample's: its prompt's forward, and its new tokens after the first draw.
   spdlog::debug("prompt {} tokens in {:.4f} s: {:.1f} tokens/s; generated {} tokens in {:.4f} "
-                "s: {:.1f} tokens/s; weights {} bytes as held",
+                "s: {:.1f} tokens/s; {} bytes of weights a token",
                 timing.prompt_tokens, timing.prompt_seconds,
                 timing.prompt_seconds > 0 ? timing.prompt_tokens / timing.prompt_seconds : 0.0,
                 timing.new_tokens, timing.new_seconds,

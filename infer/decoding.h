@@ -17,6 +17,12 @@ namespace attend::infer {
 // twice that available (the products then read W itself: the same bits). The weights must
 // not change meanwhile: sampling and eval hold one for their work, nothing else.
 //
+// f32 W^T only for a model whose f32 weights fit in kTransposeLimit: measured on a 2-core
+// Zen 5 (docs/numbers.md, 2026-12-05), W^T decodes a 7M-parameter model (29 MB) ~1.35x
+// faster than W, but GPT-2 124M (494 MB, read from DRAM) 1.8x slower at 2 threads: its
+// threads split each row of W^T, so both stream every row, where W's rows split in two
+// contiguous blocks, one per thread. Bigger f32 models read W as it is (no copy).
+//
 // Asked for q8_0 (sample's and eval's --weights q8_0), every Linear whose rows are a
 // multiple of 32 long holds W as Q8_0 blocks (a quarter of f32's bytes; the values rounded
 // to the blocks' grids, so results change: a choice, never a default) and the others W^T in
@@ -29,8 +35,9 @@ class DecodingWeights {
   ~DecodingWeights();
   DecodingWeights(const DecodingWeights&) = delete;
   DecodingWeights& operator=(const DecodingWeights&) = delete;
+  static constexpr int64_t kTransposeLimit = int64_t{64} << 20;  // bytes of f32 weights
   bool active() const { return !layers_.empty(); }
-  int64_t bytes() const { return bytes_; }  // the weights as held: what a token reads
+  int64_t bytes() const { return bytes_; }  // the Linear weights a token reads, in their format
 
  private:
   std::vector<nn::Linear*> layers_;

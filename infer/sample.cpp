@@ -23,10 +23,13 @@ int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, dou
     return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
-  // Most likely first; ties by id, so the order is total.
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  // Most likely first; ties by id, so the order is total (the logits are finite) and only
+  // the kept tokens need ordering: O(V log k), not a sort of the whole vocabulary.
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   int64_t keep = o.top_k > 0 ? std::min(o.top_k, V) : V;
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), before);
   std::vector<double> p(keep);
   // (l - max) / t, never l / t - max / t: a tiny t would overflow both to inf (inf - inf
   // is NaN); this way the limit t -> 0 is greedy, as it should be.

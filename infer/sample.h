@@ -42,7 +42,7 @@ struct SampleOptions {
 struct SampleTiming {
   int64_t prompt_tokens = 0, new_tokens = 0;
   double prompt_seconds = 0, new_seconds = 0;  // new: from the first draw to the last
-  int64_t weight_bytes = 0;                    // the weights as decoding holds them
+  int64_t weight_bytes = 0;                    // the Linear weights a token reads
 };
 
 // Sample number `index` (0-based): calls emit with the text of each new token as it is

@@ -80,3 +80,36 @@ TEST_CASE("decoding with W^T kept contiguous (DecodingWeights) gives the same lo
       }
     }
 }
+
+TEST_CASE("DecodingWeights: q8_0 holds Q8_0 blocks where rows are 32-wide, f32 W^T elsewhere") {
+  GPTConfig c = gpt_preset("llama-char");
+  c.vocab_size = 40, c.block_size = 16, c.n_layer = 1, c.n_head = 2, c.n_kv_head = 1;
+  c.n_embd = 64, c.hidden_dim = 72;  // mlp.c_proj's rows are 72 long: not a multiple of 32
+  GPT m(c, 5);
+  int64_t q8_bytes = 0;
+  {
+    const DecodingWeights decoding(m, WeightFormat::q8_0);
+    REQUIRE(decoding.active());
+    for (auto& [name, mod] : m.named_modules())
+      if (auto* l = dynamic_cast<Linear*>(mod)) {
+        CAPTURE(name);
+        const bool fits = l->weight.size(1) % 32 == 0;
+        CHECK(l->decoding->format() == (fits ? WeightFormat::q8_0 : WeightFormat::f32));
+        q8_bytes += fits ? l->weight.numel() / 32 * 34 : l->weight.numel() * 4;
+      }
+    CHECK(decoding.bytes() == q8_bytes);
+  }
+  for (auto& [_, mod] : m.named_modules())
+    if (auto* l = dynamic_cast<Linear*>(mod)) CHECK(l->decoding == nullptr);
+}
+
+TEST_CASE("DecodingWeights: a model past kTransposeLimit decodes from W itself (nothing held)") {
+  const GPTConfig c{.vocab_size = 70000, .block_size = 8, .n_layer = 1, .n_head = 2,
+                    .n_kv_head = 2, .n_embd = 256, .dropout = 0.0, .bias = true};
+  GPT m(c, 5);  // lm_head 70000 x 256 f32: 68 MiB with the layers
+  const DecodingWeights decoding(m);
+  CHECK(decoding.bytes() > DecodingWeights::kTransposeLimit);
+  CHECK(!decoding.active());
+  for (auto& [_, mod] : m.named_modules())
+    if (auto* l = dynamic_cast<Linear*>(mod)) CHECK(l->decoding == nullptr);
+}

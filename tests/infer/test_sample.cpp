@@ -1,5 +1,8 @@
 // choose_token: temperature, top-k and top-p on hand-made logits, at the boundaries.
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "test_util.h"
@@ -76,4 +79,48 @@ TEST_CASE("choose_token: a subnormal temperature is greedy, NaN logits are an er
   bad[2] = NAN;
   test::check_error([&] { choose_token(bad.data(), 4, opts(1, 0, 1), 0.5); },
                     "sample: the model's logit for token 2 is nan");
+}
+
+TEST_CASE("choose_token: ordering only the kept tokens picks what a full stable sort picks") {
+  // Its twin: the whole vocabulary stable-sorted by logit (ties by id), the first top_k
+  // kept, as choose_token did before it ordered only those. Logits with many ties.
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> level(0, 40);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t V = 1 + trial * 7 % 500;
+    std::vector<float> l(static_cast<size_t>(V));
+    for (float& x : l) x = static_cast<float>(level(rng)) * 0.25f;
+    const SampleOptions o = opts(0.5 + uni(rng), 1 + trial % 60, trial % 3 == 0 ? 0.9 : 1.0);
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    const int64_t keep = std::min(o.top_k, V);
+    std::vector<double> p(static_cast<size_t>(keep));
+    double z = 0;
+    for (int64_t i = 0; i < keep; ++i)
+      z += p[i] = std::exp((static_cast<double>(l[order[i]]) - l[order[0]]) / o.temperature);
+    for (double& x : p) x /= z;
+    int64_t n = keep;
+    if (o.top_p < 1.0) {
+      double c = 0;
+      n = 0;
+      while (n < keep && c < o.top_p) c += p[n++];
+      n = std::max<int64_t>(1, n);
+      p.resize(n);
+      z = std::accumulate(p.begin(), p.end(), 0.0);
+      for (double& x : p) x /= z;
+    }
+    for (int k = 0; k < 5; ++k) {
+      const double u = uni(rng);
+      double c = 0;
+      int32_t want = order[n - 1];
+      for (int64_t i = 0; i < n; ++i)
+        if (u < (c += p[i])) {
+          want = order[i];
+          break;
+        }
+      CHECK(choose_token(l.data(), V, o, u) == want);
+    }
+  }
 }

@@ -200,7 +200,7 @@ TEST_CASE("fuzz: a GGUF model (keys, tokenizer, tensors) is refused cleanly or i
     convert::export_gguf({*model, *tok, "m.h5"}, {good_file, "q8_0"});
     const std::string good = read_file(good_file);
     test::fuzz_file(
-        "gguf model", good, dir / "m.gguf", seed++, test::fuzz_cases(300),
+        "gguf model", good, dir / "m.gguf", seed++, test::fuzz_cases(150),
         [&](const fs::path& p) {
           convert::ImportOptions o;
           o.from = p.string();

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Decoding against its roof (issue #40): for each model and weight format, `attend sample`'s
+# generation rate (greedy, from its debug line: new tokens after the first, the prompt's
+# forward apart), the bytes of weights a token reads in that format, the GB/s that makes,
+# and that as a fraction of the read bandwidth bench_bandwidth measures (same thread count)
+# for a working set of that size: the roofline of a memory-bound product.
+#   bench/bench_decode.sh [BUILD_DIR] [NEW_TOKENS]    (default build 128)
+# Models: the main job's (cpu-char: 4 layers, C 128, T 64; 0.8 MB), stories15m's shape
+# (BPE 4096: 29 MB f32) and GPT-2 124M (GPT-2's tokenizer: 494 MB f32), random weights.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build}"
+new="${2:-128}"
+A="$build/attend"
+data="${DATA:-$root/../shared/data/tinyshakespeare.txt}"
+[ -f "$data" ] || { echo "bench_decode: corpus $data not found" >&2; exit 1; }
+w="$(mktemp -d)"
+trap 'rm -rf "$w"' EXIT
+"$build/bench/bench_bandwidth" 1024 >"$w/bw.txt"
+"$A" train --data "$data" --out "$w/char" --max_iters 0 --eval_iters 1 >/dev/null 2>&1
+"$A" train --preset stories15m --data "$data" --tokenizer bpe:4096 --max_iters 0 --eval_iters 1 \
+  --batch_size 2 --out "$w/s15" >/dev/null 2>&1
+"$A" train --preset gpt2 --data "$data" --tokenizer gpt2 --max_iters 0 --eval_iters 1 \
+  --batch_size 1 --block_size 256 --out "$w/g2" >/dev/null 2>&1
+bandwidth() {  # BYTES THREADS: GB/s at the smallest measured working set >= BYTES
+  awk -v b="$1" -v t="$2" 'NR > 2 { if ($1 * 1048576 >= b) { print (t == 1 ? $2 : $3); exit } }
+                           END { }' "$w/bw.txt"
+}
+echo "attend $(git -C "$root" rev-parse --short HEAD), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), $new new tokens"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)"
+sed -n '1,$p' "$w/bw.txt" | sed 's/^/  /'
+printf "%-10s %-6s %-8s %10s %12s %8s %8s %9s\n" model format threads tokens/s "bytes/token" GB/s roof "of roof"
+for m in char s15 g2; do
+  for f in f32 bf16 q8_0; do
+    for t in 1 2; do
+      "$A" --threads "$t" --log-level debug sample --checkpoint "$w/$m" --prompt "The " \
+        --max_new_tokens "$new" --temperature 0 --weights "$f" >/dev/null 2>"$w/err" || true
+      line=$(grep "generated" "$w/err" || true)
+      rate=$(echo "$line" | sed -n 's/.*generated [0-9]* tokens in [0-9.]* s: \([0-9.]*\) tokens\/s.*/\1/p')
+      bytes=$(echo "$line" | sed -n 's/.* \([0-9]*\) bytes of weights a token.*/\1/p')
+      [ -n "$rate" ] && [ -n "$bytes" ] || { printf "%-10s %-6s %-8s failed\n" "$m" "$f" "$t"; continue; }
+      roof=$(bandwidth "$bytes" "$t")
+      awk -v m="$m" -v f="$f" -v t="$t" -v r="$rate" -v b="$bytes" -v roof="$roof" 'BEGIN {
+        gbs = r * b / 1e9; printf "%-10s %-6s %-8s %10.1f %12d %8.1f %8.1f %8.0f%%\n", m, f, t, r, b, gbs, roof, 100 * gbs / roof }'
+    done
+  done
+done
