@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
   for (const Shape& s : tokens) {
     const Tensor a = randn({1, s.K}, g), bt = randn({s.K, s.N}, g);
     std::vector<uint16_t> bits(static_cast<size_t>(s.K * s.N));
-    k::to_bf16_bits(bt.data<float>(), bits.data(), bt.numel());
+    const Tensor w = k::contiguous(k::transpose(bt, 0, 1));  // W (N, K): its decoding panels
+    k::to_decode_panels_bf16(w.data<float>(), s.N, s.K, bits.data());
     std::vector<float> c(static_cast<size_t>(s.N));
     const k::MatrixRef<float> A{a.data<float>(), s.K, 1}, B{bt.data<float>(), s.N, 1};
     const k::GemmPrecision before = k::set_gemm_precision(k::GemmPrecision::f32);
@@ -90,9 +91,9 @@ int main(int argc, char** argv) {
     const double r =
         best_ms_of(reps, [&] { k::gemm<float>(1, s.N, s.K, A, B, c.data(), s.N, true); });
     double h = 0;
-    if (k::gemm_bf16_weight_applies(1, s.N, s.K))
+    if (k::gemm_panels_apply(1, s.N, s.K))
       h = best_ms_of(reps, [&] {
-        k::gemm_bf16_weight(1, s.N, s.K, A, bits.data(), s.N, c.data(), s.N, true);
+        k::gemm_bf16_panels(1, s.N, s.K, A, bits.data(), c.data(), s.N, true);
       });
     k::set_gemm_precision(before);
     const double bytes = static_cast<double>(s.K * s.N);

@@ -34,8 +34,6 @@ DecodingWeights::DecodingWeights(nn::Module& model, std::optional<WeightFormat> 
     bytes += StoredWeight::bytes_for(l->weight, f);
   }
   bytes_ = bytes;  // what a token reads, held or not
-  // f32 and big: W itself (see the header's note), nothing to hold.
-  if (format == WeightFormat::f32 && bytes > kTransposeLimit) return;
   const int64_t avail = available_memory_bytes();
   if (avail >= 0 && 2 * bytes > avail) {
     ATTEND_CHECK(format != WeightFormat::q8_0, "--weights q8_0: the model's weights in Q8_0 take ",
@@ -44,9 +42,10 @@ DecodingWeights::DecodingWeights(nn::Module& model, std::optional<WeightFormat> 
   }
   if (!kept.empty())
     spdlog::warn("--weights q8_0: rows not a multiple of 32 long stay f32:{}", kept);
-  for (size_t i = 0; i < all.size(); ++i)
+  for (size_t i = 0; i < all.size(); ++i) {
     all[i].second->decoding = std::make_shared<const StoredWeight>(all[i].second->weight, each[i]);
-  for (const auto& [_, l] : all) layers_.push_back(l);
+    layers_.push_back(all[i].second);
+  }
 }
 
 DecodingWeights::~DecodingWeights() {

@@ -72,8 +72,8 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
     seq.erase(seq.begin(), seq.end() - T);
   }
   NoGradGuard no_grad;
-  // W^T kept contiguous for the generation (the weights themselves are not changed: the
-  // cast only lets the layers hold their transposed copies).
+  // The weights in the format decoding reads (infer/decoding.h; the weights themselves are
+  // not changed: the cast only lets the layers hold their copies).
   const DecodingWeights decoding(const_cast<nn::GPT&>(model), o.weights);
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();

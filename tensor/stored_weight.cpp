@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "tensor/error.h"
 #include "tensor/kernels.h"
@@ -23,17 +24,22 @@ WeightFormat parse_weight_format(const std::string& w, const std::string& what) 
 
 namespace {
 
-// W^T's bf16 bits, (in, out) row-major, made 64 rows of W^T at a time.
-std::shared_ptr<const Storage> transposed_bf16(const Tensor& w) {
+// W^T's panels (kernel::to_decode_panels), f32 values or bf16 bits, made a panel's rows of
+// W at a time (a contiguous copy of those rows: 1 MB at most for K = 1024).
+template <typename T>
+std::shared_ptr<const Storage> decode_panels(const Tensor& w) {
   const int64_t outs = w.size(0), in = w.size(1);
-  auto bits = std::make_shared<Storage>(static_cast<size_t>(outs * in) * 2);
-  auto* dst = static_cast<uint16_t*>(bits->data);
-  for (int64_t i0 = 0; i0 < in; i0 += 64) {
-    const int64_t n = std::min<int64_t>(64, in - i0);
-    const Tensor rows = kernel::contiguous(kernel::transpose(kernel::narrow(w, 1, i0, n), 0, 1));
-    kernel::to_bf16_bits(rows.data<float>(), dst + i0 * outs, rows.numel());
+  auto out = std::make_shared<Storage>(static_cast<size_t>(outs * in) * sizeof(T));
+  auto* dst = static_cast<T*>(out->data);
+  for (int64_t n0 = 0; n0 < outs; n0 += kernel::kDecodePanel) {
+    const int64_t n = std::min(kernel::kDecodePanel, outs - n0);
+    const Tensor rows = kernel::contiguous(kernel::narrow(w, 0, n0, n));
+    if constexpr (std::is_same_v<T, float>)
+      kernel::to_decode_panels(rows.data<float>(), n, in, dst + n0 * in);
+    else
+      kernel::to_decode_panels_bf16(rows.data<float>(), n, in, dst + n0 * in);
   }
-  return bits;
+  return out;
 }
 
 // W's rows as Q8_0 blocks, 64 rows at a time.
@@ -59,6 +65,7 @@ StoredWeight::StoredWeight(const Tensor& w, WeightFormat format) : format_(forma
   ATTEND_CHECK(w.dim() == 2, "StoredWeight: expected a weight (out, in), got ",
                shape_str(w.shape()));
   out_ = w.size(0), in_ = w.size(1);
+  w_ = w;
   if (format == WeightFormat::q8_0) {
     ATTEND_CHECK(w.dtype() == DType::F32 && in_ % quant::kQ8Block == 0,
                  "StoredWeight: q8_0 needs an f32 weight with rows a multiple of 32 long, got ",
@@ -67,9 +74,11 @@ StoredWeight::StoredWeight(const Tensor& w, WeightFormat format) : format_(forma
   } else if (format == WeightFormat::bf16) {
     ATTEND_CHECK(w.dtype() == DType::F32, "StoredWeight: bf16 from an f32 weight only, got ",
                  dtype_name(w.dtype()));
-    bf16_bits_ = transposed_bf16(w);
+    bf16_bits_ = decode_panels<uint16_t>(w);
   } else {
-    f32_t_ = kernel::contiguous(kernel::transpose(w, 0, 1));
+    ATTEND_CHECK(w.dtype() == DType::F32, "StoredWeight: f32 from an f32 weight only, got ",
+                 dtype_name(w.dtype()));
+    f32_panels_ = decode_panels<float>(w);
   }
 }
 
@@ -86,19 +95,24 @@ int64_t StoredWeight::bytes_for(const Tensor& w, WeightFormat format) {
 Tensor StoredWeight::multiply(const Tensor& x) const {
   ATTEND_CHECK(x.dim() >= 1 && x.size(-1) == in_, "StoredWeight: expected input (..., ", in_,
                "), got ", shape_str(x.shape()));
-  if (format_ == WeightFormat::f32) return kernel::matmul(x, f32_t_);
   if (format_ == WeightFormat::q8_0) return multiply_q8_0(x);
   const int64_t rows = x.numel() / in_;
-  if (x.dtype() != DType::F32 || kernel::gemm_precision() != kernel::GemmPrecision::bf16 ||
-      !kernel::gemm_bf16_weight_applies(rows, out_, in_))
-    return Tensor();
+  const bool bf16 = format_ == WeightFormat::bf16;
+  if (x.dtype() != DType::F32 || !kernel::gemm_panels_apply(rows, out_, in_) ||
+      (kernel::gemm_precision() == kernel::GemmPrecision::bf16) != bf16)
+    return Tensor();  // the caller multiplies by W itself: the same bits
   const Tensor xc = kernel::contiguous(x);
   Shape shape = x.shape();
   shape.back() = out_;
   Tensor out = empty(shape, DType::F32);
-  kernel::gemm_bf16_weight(rows, out_, in_, {xc.data<float>(), in_, 1},
-                           static_cast<const uint16_t*>(bf16_bits_->data), out_,
-                           out.data<float>(), out_, true);
+  if (bf16)
+    kernel::gemm_bf16_panels(rows, out_, in_, {xc.data<float>(), in_, 1},
+                             static_cast<const uint16_t*>(bf16_bits_->data), out.data<float>(),
+                             out_, true);
+  else
+    kernel::gemm_f32_panels(rows, out_, in_, {xc.data<float>(), in_, 1},
+                            static_cast<const float*>(f32_panels_->data), out.data<float>(), out_,
+                            true);
   return out;
 }
 
@@ -114,7 +128,7 @@ Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
   if (rows > kFewRows) {
     Tensor w = empty({out_, in_}, DType::F32);
     quant::dequantize_q8_0(blocks, out_ * in_, w.data<float>());
-    return kernel::matmul(xc, kernel::transpose(w, 0, 1));
+    return kernel::matmul(xc, kernel::transpose(w, 0, 1));  // the dequantized W: not w_
   }
   Shape shape = x.shape();
   shape.back() = out_;

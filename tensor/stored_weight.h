@@ -1,12 +1,14 @@
 // A weight in a storage format: a Linear's W (out, in) kept for products y = x W^T in the
 // layout and number format that reading it for a few rows of x (decoding a token at a time,
-// a memory-bound product) wants: W^T (in, out) row-major, as
+// a memory-bound product) wants: W^T in column panels (kernel::kDecodePanel outputs each,
+// every panel contiguous, so threads split the weight into contiguous bytes), as
 //   f32   the weight's own values (the products give linear's bits: every sum runs in the
 //         same order either way);
 //   bf16  bf16 bits (to_bf16_bits of W^T): half the bytes, read by the few-rows kernel
-//         widening each value (kernel::gemm_bf16_weight); the bits bf16 products give on W.
+//         widening each value (kernel::gemm_bf16_panels); the bits bf16 products give on W.
 //         Made and used under bf16 products only (Note [Precision is scoped] in
 //         kernels/gemm.h).
+// More rows of x than the few-rows kernels take (a prompt) multiply by W itself.
 //   q8_0  W itself (not transposed) as Q8_0 blocks along each row (tensor/quant.h): 8.5 bits
 //         a weight, a quarter of f32's bytes; a few rows of x through the Q8_0 product (Note
 //         [The Q8_0 product]), more rows (a prompt, an evaluation's window) through the
@@ -44,8 +46,8 @@ class StoredWeight {
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   // x (..., in) -> x W^T (..., out); an undefined tensor when this format does not take this
-  // x here (bf16: more than a few rows, x not f32, or products not bf16 now; the kernels'
-  // limits are kernel::gemm_bf16_weight_applies): then multiply by W itself, same bits.
+  // x here (more than a few rows, x not f32, the products' precision not this format's; the
+  // kernels' limits are kernel::gemm_panels_apply): then multiply by W itself, same bits.
   // q8_0 takes every f32 x.
   Tensor multiply(const Tensor& x) const;
 
@@ -54,8 +56,9 @@ class StoredWeight {
   Tensor multiply_q8_0(const Tensor& x) const;
   WeightFormat format_;
   int64_t in_ = 0, out_ = 0;
-  Tensor f32_t_;                               // f32: W^T (in, out) contiguous
-  std::shared_ptr<const Storage> bf16_bits_;  // bf16: W^T's bits (in x out, row-major)
+  Tensor w_;                                   // W itself (shared, not copied)
+  std::shared_ptr<const Storage> f32_panels_;  // f32: W^T's panels
+  std::shared_ptr<const Storage> bf16_bits_;   // bf16: W^T's panels as bf16 bits
   std::shared_ptr<const Storage> q8_blocks_;  // q8_0: W's rows as blocks (out x in / 32)
 };
 

@@ -46,16 +46,26 @@ template <typename T>
 void gemm_prepacked(int64_t M, int64_t n, int64_t k, MatrixRef<T> A, const T* packed, int64_t K,
                     int64_t N, T* C, int64_t ldc, bool accumulate = false);
 
-// Sampling's products against a weight kept as bf16 (infer::DecodingWeights under bf16
-// products): C (M, N) = A (M, K) @ B, where B (K, N) is row-major with row stride ldb and
-// given by its bf16 bits (to_bf16_bits of an f32 B). The bits gemm gives for that f32 B
-// under bf16 precision, at half the bytes read: the few-rows kernel (gemm_rows.h) widening
-// B's values instead of rounding them. Only for what gemm_bf16_weight_applies says this
-// machine's kernels take (the AVX2 kernels in use, 1 <= M <= 4, N >= 8, K >= 1); elsewhere
-// multiply by the f32 weight. A's rows contiguous (column stride 1).
-bool gemm_bf16_weight_applies(int64_t M, int64_t N, int64_t K);
-void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
-                      int64_t ldb, float* C, int64_t ldc, bool parallel);
+// Sampling's products against a weight kept for decoding (infer::DecodingWeights):
+// C (M, N) = A (M, K) @ B with B = W^T (K, N) stored in column panels: panel p holds
+// columns [p P, min(N, (p + 1) P)) as a (K, width) row-major block, P = kDecodePanel, the
+// panels one after another (to_decode_panels). A thread streams whole panels, each one
+// contiguous, where W^T's own rows would have each thread read a share of every row.
+// gemm_f32_panels gives gemm's bits for that B; gemm_bf16_panels, given B's bf16 bits
+// (to_bf16_bits of an f32 B), the bits gemm gives for the f32 B under bf16 precision, at
+// half the bytes read (the few-rows kernel, gemm_rows.h, widening B's values instead of
+// rounding them). Only for what gemm_panels_apply says this machine's kernels take (the AVX2
+// kernels in use, 1 <= M <= 4, N >= 8, K >= 1); elsewhere multiply by the f32 weight. A's
+// rows contiguous (column stride 1).
+inline constexpr int64_t kDecodePanel = 128;
+bool gemm_panels_apply(int64_t M, int64_t N, int64_t K);
+void gemm_f32_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const float* panels,
+                     float* C, int64_t ldc, bool parallel);
+void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A,
+                      const uint16_t* panels, float* C, int64_t ldc, bool parallel);
+// W (N, K) f32 into B = W^T's panels: f32 values, or bf16 bits (to_bf16_bits); out holds N K.
+void to_decode_panels(const float* W, int64_t N, int64_t K, float* out);
+void to_decode_panels_bf16(const float* W, int64_t N, int64_t K, uint16_t* out);
 
 // The plain triple loop, accumulating in double: the test oracle.
 template <typename T>

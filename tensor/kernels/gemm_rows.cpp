@@ -277,10 +277,14 @@ void with_rows(int64_t M, F&& f) {
 }
 
 // Which thread computes an output changes nothing: each is one tile's or chunk's.
-// Threads only for large weights: below ~4 MB one thread reads it faster than a fork
-// and join of two (measured: 0.9 MB, 23 us on one thread, 51 us on two).
-bool use_threads(int64_t N, int64_t K, bool parallel) {
-  return parallel && N * K >= (1 << 20) && max_threads() > 1;
+// Threads only for weights large enough. B = W^T row-major, whose threads each read a
+// share of every row: below ~4 MB one thread reads it faster than a fork and join of two
+// (measured: 0.9 MB, 23 us on one thread, 51 us on two). B = W (the chunk path), whose
+// threads each stream their own contiguous rows: from 64 KB (measured 2026-12-05 on
+// stories15m's shape, 2 threads: 16 K elements 1.45x the 4 MB threshold's tokens/s, 4 K
+// elements and 1 both slower than 16 K).
+bool use_threads(int64_t N, int64_t K, bool parallel, bool rows_of_w) {
+  return parallel && N * K >= (rows_of_w ? (1 << 14) : (1 << 20)) && max_threads() > 1;
 }
 
 // Row-major B: one share of N per thread (multiples of 8, so shares start on whole vectors).
@@ -304,7 +308,7 @@ void row_major(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B
 template <bool Bf16>
 void few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B, float* C,
               int64_t ldc, bool parallel, bool accumulate) {
-  const bool threads = use_threads(N, K, parallel);
+  const bool threads = use_threads(N, K, parallel, B.col_stride != 1);
   if (B.col_stride == 1) {
     row_major<Bf16>(M, N, K, A, B.data, B.row_stride, C, ldc, threads, accumulate);
     return;
@@ -350,18 +354,66 @@ namespace attend::kernel {
 
 using namespace gemm_detail;
 
-bool gemm_bf16_weight_applies(int64_t M, int64_t N, int64_t K) {
+bool gemm_panels_apply(int64_t M, int64_t N, int64_t K) {
   return kHasAvx2 && g_kernel.load(std::memory_order_relaxed) != GemmKernel::portable && M >= 1 &&
          M <= kMaxFewRows && N >= 8 && K >= 1;
 }
 
-void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
-                      int64_t ldb, float* C, int64_t ldc, bool parallel) {
-  ATTEND_CHECK(gemm_bf16_weight_applies(M, N, K) && A.col_stride == 1,
-               "gemm_bf16_weight: a (", M, ", ", K, ") x (", K, ", ", N,
-               ") product it does not take (see gemm_bf16_weight_applies)");
-  row_major<true>(M, N, K, rounded_rows(M, K, A), B, ldb, C, ldc, use_threads(N, K, parallel),
-                  false);
+namespace {
+
+// Panel p of B = W^T: columns [n0, n0 + width), (K, width) row-major, after the n0 K values
+// of the full panels before it. A thread takes whole panels, so threads for 64 KB and more
+// (use_threads: each streams its own contiguous bytes).
+template <bool Bf16, typename Src>
+void panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B, float* C,
+            int64_t ldc, bool parallel) {
+  ATTEND_CHECK(gemm_panels_apply(M, N, K) && A.col_stride == 1, "decoding panels: a (", M, ", ",
+               K, ") x (", K, ", ", N, ") product they do not take (see gemm_panels_apply)");
+  const int64_t count = (N + kDecodePanel - 1) / kDecodePanel;
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const int64_t n0 = p * kDecodePanel, width = std::min(kDecodePanel, N - n0);
+      with_rows(M, [&](auto rows) {
+        rows_row_major<rows(), Bf16>(0, width, K, A.data, A.row_stride, B + n0 * K, width,
+                                     C + n0, ldc, false);
+      });
+    }
+  };
+  use_threads(N, K, parallel, true) && count > 1 ? parallel_for(count, 1, body) : body(0, count);
+}
+
+template <typename Dst, typename Put>
+void make_panels(const float* W, int64_t N, int64_t K, Dst* out, Put put) {
+  for (int64_t n0 = 0; n0 < N; n0 += kDecodePanel) {
+    const int64_t width = std::min(kDecodePanel, N - n0);
+    Dst* panel = out + n0 * K;
+    for (int64_t j = 0; j < width; ++j)
+      for (int64_t k = 0; k < K; ++k) panel[k * width + j] = put(W[(n0 + j) * K + k]);
+  }
+}
+
+}  // namespace
+
+void gemm_f32_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const float* B,
+                     float* C, int64_t ldc, bool parallel) {
+  panels<false>(M, N, K, A, B, C, ldc, parallel);
+}
+
+void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
+                      float* C, int64_t ldc, bool parallel) {
+  panels<true>(M, N, K, rounded_rows(M, K, A), B, C, ldc, parallel);
+}
+
+void to_decode_panels(const float* W, int64_t N, int64_t K, float* out) {
+  make_panels(W, N, K, out, [](float v) { return v; });
+}
+
+void to_decode_panels_bf16(const float* W, int64_t N, int64_t K, uint16_t* out) {
+  make_panels(W, N, K, out, [](float v) {
+    uint16_t b;
+    to_bf16_bits(&v, &b, 1);
+    return b;
+  });
 }
 
 }  // namespace attend::kernel

@@ -309,24 +309,25 @@ TEST_CASE(
   CHECK(compared == 2 * 2 * 4 * 6 * 6 * 2);
 }
 
-TEST_CASE("a few rows against a weight kept as bf16 bits give the bf16 GEMM's bits on its f32 "
-          "weight") {
-  // gemm_bf16_weight (sampling under bf16 with infer::DecodingWeights): B row-major given by its
-  // bf16 bits, widened as read; its twin is the bf16 GEMM on the f32 B the bits came from
-  // (the few-rows kernel rounding as it reads, and the blocked one through a 7-row product).
-  // Tiny and subnormal values, K within and past 256-deep blocks, odd tails, 1 and 2 threads,
-  // N past one 512-wide share (threads only from N K >= 2^20: N 1100, K 1000).
-  if (!k::gemm_bf16_weight_applies(1, 8, 1))
+TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's bits, f32 and bf16") {
+  // gemm_f32_panels and gemm_bf16_panels (sampling with infer::DecodingWeights): B = W^T in
+  // column panels, f32 values or bf16 bits widened as read; their twins are the GEMM on the
+  // f32 B (the few-rows kernel and the blocked one through a 7-row product), in f32 and
+  // under bf16 precision (rounding as it reads). Tiny and subnormal values, K within and
+  // past 256-deep blocks, odd tails, 1 and 2 threads, N past several 128-wide panels
+  // (threads from N K >= 2^14).
+  if (!k::gemm_panels_apply(1, 8, 1))
     ATTEND_SKIP("no AVX2 kernel in use: the bf16-weight few-rows kernel was not checked");
   const int saved_threads = omp_get_max_threads();
-  const test::PrecisionGuard bf16(k::GemmPrecision::bf16);
   std::mt19937 rng(29);
   std::normal_distribution<float> normal;
   int64_t compared = 0;
+  for (const bool bf16 : {false, true})
   for (int threads : {1, 2})
     for (int64_t M : {1, 2, 3, 4})
       for (int64_t N : {8, 33, 100, 1100})
         for (int64_t K : {1, 7, 257, 1000}) {
+          CAPTURE(bf16);
           CAPTURE(threads);
           CAPTURE(M);
           CAPTURE(N);
@@ -340,11 +341,19 @@ TEST_CASE("a few rows against a weight kept as bf16 bits give the bf16 GEMM's bi
           for (int64_t i = 0; i < std::min<int64_t>(K, 3) * N; ++i) b[i] *= 1e-19f;
           for (size_t i = 0; i < a.size(); i += 13) a[i] = 3e-39f;
           for (size_t i = 5; i < b.size(); i += 17) b[i] = -2e-39f;
+          std::vector<float> w(b.size()), panels(b.size());  // W = B^T (N, K), its panels
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t kk = 0; kk < K; ++kk) w[n * K + kk] = b[kk * N + n];
           std::vector<uint16_t> bits(b.size());
-          k::to_bf16_bits(b.data(), bits.data(), static_cast<int64_t>(b.size()));
+          k::to_decode_panels(w.data(), N, K, panels.data());
+          k::to_decode_panels_bf16(w.data(), N, K, bits.data());
+          const test::PrecisionGuard precision(bf16 ? k::GemmPrecision::bf16 : k::GemmPrecision::f32);
           const k::MatrixRef<float> A{a.data(), K, 1}, B{b.data(), N, 1};
           std::vector<float> got(M * N), few(M * N), blocked(rows * N);
-          k::gemm_bf16_weight(M, N, K, A, bits.data(), N, got.data(), N, true);
+          if (bf16)
+            k::gemm_bf16_panels(M, N, K, A, bits.data(), got.data(), N, true);
+          else
+            k::gemm_f32_panels(M, N, K, A, panels.data(), got.data(), N, true);
           k::gemm<float>(M, N, K, A, B, few.data(), N, true);
           k::gemm<float>(rows, N, K, A, B, blocked.data(), N, true);
           REQUIRE(std::memcmp(got.data(), few.data(), got.size() * sizeof(float)) == 0);
@@ -352,11 +361,11 @@ TEST_CASE("a few rows against a weight kept as bf16 bits give the bf16 GEMM's bi
           ++compared;
         }
   omp_set_num_threads(saved_threads);
-  CHECK(compared == 2 * 4 * 4 * 4);
+  CHECK(compared == 2 * 2 * 4 * 4 * 4);
   // and what it does not take, it refuses
-  CHECK_FALSE(k::gemm_bf16_weight_applies(5, 8, 1));
+  CHECK_FALSE(k::gemm_panels_apply(5, 8, 1));
   std::vector<uint16_t> w(8 * 5);
   std::vector<float> x(5 * 5), y(5 * 8);
-  CHECK_THROWS_AS(k::gemm_bf16_weight(5, 8, 5, {x.data(), 5, 1}, w.data(), 8, y.data(), 8, true),
+  CHECK_THROWS_AS(k::gemm_bf16_panels(5, 8, 5, {x.data(), 5, 1}, w.data(), y.data(), 8, true),
                   Error);
 }
