@@ -21,7 +21,7 @@ for preset in cpu-char llama-char; do
   for f in f32 bf16 q8_0; do
     loss=$("$A" eval --checkpoint "$w/$preset" --data "$w/$preset/data/val.bin" --weights "$f" 2>/dev/null | sed -n 's/^loss //p')
     "$A" sample --checkpoint "$w/$preset" --prompt "ROMEO:" --temperature 0 --max_new_tokens 200 --weights "$f" 2>/dev/null >"$w/$f.txt"
-    same=$(cmp "$w/f32.txt" "$w/$f.txt" 2>/dev/null | sed -n 's/.*byte \([0-9]*\),.*/\1/p')
+    same=$( (cmp "$w/f32.txt" "$w/$f.txt" 2>/dev/null || true) | sed -n 's/.*byte \([0-9]*\),.*/\1/p')
     same=${same:-all}
     awk -v f="$f" -v l="$loss" -v s="$same" 'BEGIN { printf "  %-5s val loss %.5f  perplexity %.4f  greedy text = f32 up to byte %s of 206\n", f, l, exp(l), s }'
   done
