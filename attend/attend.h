@@ -10,6 +10,8 @@
 
 #include "tensor/dtype.h"
 #include "tensor/error.h"
+#include "tensor/half.h"
+#include "tensor/quant.h"
 #include "tensor/random.h"
 #include "tensor/shape.h"
 #include "tensor/tensor.h"
@@ -33,9 +35,11 @@
 #include "data/tokenizer.h"
 
 #include "io/checkpoint.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "io/version.h"
 #include "convert/format.h"
+#include "convert/gguf_io.h"
 #include "convert/gpt2_io.h"
 #include "convert/hf_llama_io.h"
 #include "convert/llama2c_io.h"
