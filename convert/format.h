@@ -38,5 +38,10 @@ struct ExportResult {
   int64_t tensors = 0;
 };
 
+// Before an import allocates its model: refused, naming `source` and the GiB, when the
+// machine has less memory available than the model's f32 weights, the tensors read and a
+// fresh AdamW state need (4 copies of the parameters).
+void check_import_memory(const std::string& source, const nn::GPTConfig& config);
+
 }  // namespace attend::convert
 #pragma GCC visibility pop

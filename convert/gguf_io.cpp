@@ -100,10 +100,14 @@ Tensor attend_view(const std::map<std::string, Tensor>& params, const GgufRow& r
 
 uint32_t file_type(GgmlType t) {
   switch (t) {
-    case GgmlType::f32: return 0;
-    case GgmlType::f16: return 1;
-    case GgmlType::q8_0: return 7;
-    case GgmlType::bf16: return 32;
+    case GgmlType::f32:
+      return 0;
+    case GgmlType::f16:
+      return 1;
+    case GgmlType::q8_0:
+      return 7;
+    case GgmlType::bf16:
+      return 32;
   }
   return 0;
 }
@@ -163,8 +167,10 @@ void put_tokenizer(io::GgufMetadata& md, const data::TokenizerSpec& spec, const 
   md.emplace_back("tokenizer.ggml.tokens", GgufValue::of_strings(std::move(tokens)));
   md.emplace_back("tokenizer.ggml.token_type", GgufValue::of_i32s(types));
   md.emplace_back("tokenizer.ggml.merges", GgufValue::of_strings(std::move(merges)));
-  if (eos >= 0) md.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::of_u32(as_u32(eos, "eos")));
-  if (bos >= 0) md.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::of_u32(as_u32(bos, "bos")));
+  if (eos >= 0)
+    md.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::of_u32(as_u32(eos, "eos")));
+  if (bos >= 0)
+    md.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::of_u32(as_u32(bos, "bos")));
   md.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::of_bool(false));
   md.emplace_back("tokenizer.ggml.add_eos_token", GgufValue::of_bool(false));
   md.emplace_back("attend.tokenizer.kind", GgufValue::of_string(spec.kind));
@@ -184,8 +190,8 @@ struct Keys {
   std::string arch;
   int64_t integer(const std::string& key, int64_t lo, int64_t hi) const {
     const uint64_t v = f.get_uint(arch + "." + key);
-    ATTEND_CHECK(v >= static_cast<uint64_t>(lo) && v <= static_cast<uint64_t>(hi), f.path().string(),
-                 ": ", arch, ".", key, " is ", v, "; expected ", lo, " to ", hi);
+    ATTEND_CHECK(v >= static_cast<uint64_t>(lo) && v <= static_cast<uint64_t>(hi),
+                 f.path().string(), ": ", arch, ".", key, " is ", v, "; expected ", lo, " to ", hi);
     return static_cast<int64_t>(v);
   }
 };
@@ -331,19 +337,23 @@ ExportResult export_gguf(const ExportSource& m, const GgufExportOptions& o) {
                " is a Llama with biases, which attend does not build");
   const std::string arch = c.gated_mlp() ? "llama" : "gpt2";
   if (c.window() > 0 && c.window() < c.block_size)
-    spdlog::warn("export --format gguf: {} has a sliding window of {} (block_size {}); "
-                 "llama.cpp's llama architecture has none, so it agrees with attend only on "
-                 "contexts of at most {} tokens (attend.sliding_window keeps it for import)",
-                 m.name, c.window(), c.block_size, c.window());
+    spdlog::warn(
+        "export --format gguf: {} has a sliding window of {} (block_size {}); "
+        "llama.cpp's llama architecture has none, so it agrees with attend only on "
+        "contexts of at most {} tokens (attend.sliding_window keeps it for import)",
+        m.name, c.window(), c.block_size, c.window());
   io::GgufMetadata md;
   md.emplace_back("general.architecture", GgufValue::of_string(arch));
   fs::path src(m.name);
   const std::string general_name =
       (src.has_parent_path() ? src.parent_path().filename() : src.stem()).string();
-  md.emplace_back("general.name", GgufValue::of_string(general_name.empty() ? "attend" : general_name));
+  md.emplace_back("general.name",
+                  GgufValue::of_string(general_name.empty() ? "attend" : general_name));
   md.emplace_back("general.file_type", GgufValue::of_u32(file_type(type)));
   if (type == GgmlType::q8_0) md.emplace_back("general.quantization_version", GgufValue::of_u32(2));
-  auto key = [&](const std::string& k, GgufValue v) { md.emplace_back(arch + "." + k, std::move(v)); };
+  auto key = [&](const std::string& k, GgufValue v) {
+    md.emplace_back(arch + "." + k, std::move(v));
+  };
   key("context_length", GgufValue::of_u32(as_u32(c.block_size, "block_size")));
   key("embedding_length", GgufValue::of_u32(as_u32(c.n_embd, "n_embd")));
   key("block_count", GgufValue::of_u32(as_u32(c.n_layer, "n_layer")));
@@ -358,7 +368,9 @@ ExportResult export_gguf(const ExportSource& m, const GgufExportOptions& o) {
     key("attention.layer_norm_epsilon", GgufValue::of_f32(static_cast<float>(c.norm_eps)));
   }
   key("vocab_size", GgufValue::of_u32(as_u32(c.vocab_size, "vocab_size")));
-  if (c.window() > 0) md.emplace_back("attend.sliding_window", GgufValue::of_u32(as_u32(c.window(), "sliding_window")));
+  if (c.window() > 0)
+    md.emplace_back("attend.sliding_window",
+                    GgufValue::of_u32(as_u32(c.window(), "sliding_window")));
   if (!c.gated_mlp() && !c.biases()) md.emplace_back("attend.bias", GgufValue::of_bool(false));
   put_tokenizer(md, m.tokenizer.spec(), m.name);
 
@@ -374,8 +386,10 @@ ExportResult export_gguf(const ExportSource& m, const GgufExportOptions& o) {
     tensors.push_back({r.name, attend_view(params, r), t});
   }
   if (!kept_f32.empty())
-    spdlog::warn("export --format gguf: rows not a multiple of 32 cannot be q8_0; written as "
-                 "f32:{}", kept_f32);
+    spdlog::warn(
+        "export --format gguf: rows not a multiple of 32 cannot be q8_0; written as "
+        "f32:{}",
+        kept_f32);
   io::write_gguf(o.out, md, tensors);
   return {o.out, static_cast<int64_t>(tensors.size())};
 }
@@ -409,15 +423,7 @@ Imported import_gguf(const ImportOptions& o) {
   ATTEND_CHECK(missing.empty() && extra.empty(), p, ": the tensors do not match a ", arch,
                " of these keys;", missing.empty() ? "" : " missing:", missing,
                extra.empty() ? "" : " unexpected:", extra);
-  const int64_t want = nn::count_parameters(c).total();
-  const double need = 4.0 * static_cast<double>(want) * 4;  // weights, a tensor read, AdamW m, v
-  const int64_t avail = available_memory_bytes();
-  ATTEND_CHECK(avail < 0 || need <= static_cast<double>(avail), "import: ", p, " is a ", want,
-               "-parameter model; importing it needs about ",
-               fmt::format("{:.2f}", need / (1024.0 * 1024 * 1024)),
-               " GiB (f32 weights, the tensors read and a fresh AdamW state), more than the ",
-               fmt::format("{:.2f}", static_cast<double>(avail) / (1024.0 * 1024 * 1024)),
-               " GiB this machine has available");
+  check_import_memory(p, c);
   Imported r;
   r.model = std::make_unique<nn::GPT>(c, 0, false);  // every parameter is copied below
   const std::map<std::string, Tensor> params = parameters_by_name(*r.model);
@@ -435,7 +441,8 @@ Imported import_gguf(const ImportOptions& o) {
   }
   r.tensors = static_cast<int64_t>(names.size());
   std::map<std::string, int> types;  // stored type -> tensors
-  for (const auto& [_, info] : f.tensors()) ++types[io::ggml_type_name(static_cast<uint32_t>(info.type))];
+  for (const auto& [_, info] : f.tensors())
+    ++types[io::ggml_type_name(static_cast<uint32_t>(info.type))];
   r.source = str(fs::absolute(f.path()).string(), " (GGUF ", arch, ";");
   for (const auto& [t, n] : types) r.source += str(" ", n, " ", t);
   r.source += " tensors, read as f32)";

@@ -359,15 +359,7 @@ Imported import_hf_llama(const ImportOptions& o) {
                ": the tensors do not match a Llama of ", config_file.string(), ";",
                missing.empty() ? "" : " missing:", missing, extra.empty() ? "" : " unexpected:",
                extra);
-  const int64_t want = nn::count_parameters(c).total();
-  const double need = 4.0 * static_cast<double>(want) * 4;  // weights, the tensors read, AdamW m, v
-  const int64_t avail = available_memory_bytes();
-  ATTEND_CHECK(avail < 0 || need <= static_cast<double>(avail), "import: ", dir.string(), " is a ",
-               want, "-parameter model; importing it needs about ",
-               fmt::format("{:.2f}", need / (1024.0 * 1024 * 1024)),
-               " GiB (f32 weights, the tensors read and a fresh AdamW state), more than the ",
-               fmt::format("{:.2f}", static_cast<double>(avail) / (1024.0 * 1024 * 1024)),
-               " GiB this machine has available");
+  check_import_memory(dir.string(), c);
   Imported r;
   r.model = std::make_unique<nn::GPT>(c, 0, false);  // every parameter is copied below
   const nn::GPT& model = *r.model;

@@ -22,11 +22,23 @@ constexpr uint64_t kMaxElements = uint64_t{1} << 40;
 // Bytes of one scalar value type; 0 for string and array.
 uint64_t scalar_bytes(GgufType t) {
   switch (t) {
-    case GgufType::u8: case GgufType::i8: case GgufType::boolean: return 1;
-    case GgufType::u16: case GgufType::i16: return 2;
-    case GgufType::u32: case GgufType::i32: case GgufType::f32: return 4;
-    case GgufType::u64: case GgufType::i64: case GgufType::f64: return 8;
-    default: return 0;
+    case GgufType::u8:
+    case GgufType::i8:
+    case GgufType::boolean:
+      return 1;
+    case GgufType::u16:
+    case GgufType::i16:
+      return 2;
+    case GgufType::u32:
+    case GgufType::i32:
+    case GgufType::f32:
+      return 4;
+    case GgufType::u64:
+    case GgufType::i64:
+    case GgufType::f64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -35,8 +47,13 @@ bool known_type(uint32_t t) { return t <= 12; }
 // Bytes a tensor of `type` with ne[0] = ne0 and `count` elements takes ("" when it fits).
 std::string tensor_bytes(GgmlType type, int64_t ne0, uint64_t count, uint64_t& bytes) {
   switch (type) {
-    case GgmlType::f32: bytes = count * 4; return "";
-    case GgmlType::f16: case GgmlType::bf16: bytes = count * 2; return "";
+    case GgmlType::f32:
+      bytes = count * 4;
+      return "";
+    case GgmlType::f16:
+    case GgmlType::bf16:
+      bytes = count * 2;
+      return "";
     case GgmlType::q8_0:
       if (ne0 % quant::kQ8Block != 0)
         return str("is q8_0 with ne[0] = ", ne0, ", not a multiple of 32");
@@ -49,7 +66,8 @@ std::string tensor_bytes(GgmlType type, int64_t ne0, uint64_t count, uint64_t& b
 // Reads the header with every length checked against what remains of the file.
 class Cursor {
  public:
-  Cursor(const unsigned char* p, size_t n, std::string file) : p_(p), n_(n), file_(std::move(file)) {}
+  Cursor(const unsigned char* p, size_t n, std::string file)
+      : p_(p), n_(n), file_(std::move(file)) {}
   size_t pos() const { return pos_; }
   size_t left() const { return n_ - pos_; }
   [[noreturn]] void fail(const std::string& why) const {
@@ -91,18 +109,30 @@ class Cursor {
 
 double scalar_number(Cursor& c, GgufType t, const std::string& what) {
   switch (t) {
-    case GgufType::u8: return c.get<uint8_t>(what);
-    case GgufType::i8: return c.get<int8_t>(what);
-    case GgufType::u16: return c.get<uint16_t>(what);
-    case GgufType::i16: return c.get<int16_t>(what);
-    case GgufType::u32: return c.get<uint32_t>(what);
-    case GgufType::i32: return c.get<int32_t>(what);
-    case GgufType::f32: return c.get<float>(what);
-    case GgufType::boolean: return c.get<uint8_t>(what) != 0;
-    case GgufType::u64: return static_cast<double>(c.get<uint64_t>(what));
-    case GgufType::i64: return static_cast<double>(c.get<int64_t>(what));
-    case GgufType::f64: return c.get<double>(what);
-    default: c.fail(str(what, ": not a number type"));
+    case GgufType::u8:
+      return c.get<uint8_t>(what);
+    case GgufType::i8:
+      return c.get<int8_t>(what);
+    case GgufType::u16:
+      return c.get<uint16_t>(what);
+    case GgufType::i16:
+      return c.get<int16_t>(what);
+    case GgufType::u32:
+      return c.get<uint32_t>(what);
+    case GgufType::i32:
+      return c.get<int32_t>(what);
+    case GgufType::f32:
+      return c.get<float>(what);
+    case GgufType::boolean:
+      return c.get<uint8_t>(what) != 0;
+    case GgufType::u64:
+      return static_cast<double>(c.get<uint64_t>(what));
+    case GgufType::i64:
+      return static_cast<double>(c.get<int64_t>(what));
+    case GgufType::f64:
+      return c.get<double>(what);
+    default:
+      c.fail(str(what, ": not a number type"));
   }
 }
 
@@ -110,18 +140,42 @@ GgufValue read_value(Cursor& c, GgufType t, const std::string& key) {
   GgufValue v;
   v.type = t;
   switch (t) {
-    case GgufType::u8: v.u = c.get<uint8_t>(key); break;
-    case GgufType::u16: v.u = c.get<uint16_t>(key); break;
-    case GgufType::u32: v.u = c.get<uint32_t>(key); break;
-    case GgufType::u64: v.u = c.get<uint64_t>(key); break;
-    case GgufType::boolean: v.u = c.get<uint8_t>(key) != 0; break;
-    case GgufType::i8: v.i = c.get<int8_t>(key); break;
-    case GgufType::i16: v.i = c.get<int16_t>(key); break;
-    case GgufType::i32: v.i = c.get<int32_t>(key); break;
-    case GgufType::i64: v.i = c.get<int64_t>(key); break;
-    case GgufType::f32: v.f = c.get<float>(key); break;
-    case GgufType::f64: v.f = c.get<double>(key); break;
-    case GgufType::string: v.s = c.string(key); break;
+    case GgufType::u8:
+      v.u = c.get<uint8_t>(key);
+      break;
+    case GgufType::u16:
+      v.u = c.get<uint16_t>(key);
+      break;
+    case GgufType::u32:
+      v.u = c.get<uint32_t>(key);
+      break;
+    case GgufType::u64:
+      v.u = c.get<uint64_t>(key);
+      break;
+    case GgufType::boolean:
+      v.u = c.get<uint8_t>(key) != 0;
+      break;
+    case GgufType::i8:
+      v.i = c.get<int8_t>(key);
+      break;
+    case GgufType::i16:
+      v.i = c.get<int16_t>(key);
+      break;
+    case GgufType::i32:
+      v.i = c.get<int32_t>(key);
+      break;
+    case GgufType::i64:
+      v.i = c.get<int64_t>(key);
+      break;
+    case GgufType::f32:
+      v.f = c.get<float>(key);
+      break;
+    case GgufType::f64:
+      v.f = c.get<double>(key);
+      break;
+    case GgufType::string:
+      v.s = c.string(key);
+      break;
     case GgufType::array: {
       const uint32_t e = c.get<uint32_t>(key + "'s element type");
       if (!known_type(e)) c.fail(str(key, ": array element type ", e, " is not a GGUF type"));
@@ -156,12 +210,24 @@ void put_string(std::string& out, const std::string& s) {
 
 void put_value(std::string& out, const GgufValue& v) {
   switch (v.type) {
-    case GgufType::u32: put<uint32_t>(out, static_cast<uint32_t>(v.u)); break;
-    case GgufType::u64: put<uint64_t>(out, v.u); break;
-    case GgufType::i32: put<int32_t>(out, static_cast<int32_t>(v.i)); break;
-    case GgufType::f32: put<float>(out, static_cast<float>(v.f)); break;
-    case GgufType::boolean: put<uint8_t>(out, v.u ? 1 : 0); break;
-    case GgufType::string: put_string(out, v.s); break;
+    case GgufType::u32:
+      put<uint32_t>(out, static_cast<uint32_t>(v.u));
+      break;
+    case GgufType::u64:
+      put<uint64_t>(out, v.u);
+      break;
+    case GgufType::i32:
+      put<int32_t>(out, static_cast<int32_t>(v.i));
+      break;
+    case GgufType::f32:
+      put<float>(out, static_cast<float>(v.f));
+      break;
+    case GgufType::boolean:
+      put<uint8_t>(out, v.u ? 1 : 0);
+      break;
+    case GgufType::string:
+      put_string(out, v.s);
+      break;
     case GgufType::array:
       put<uint32_t>(out, static_cast<uint32_t>(v.elem));
       if (v.elem == GgufType::string) {
@@ -170,13 +236,17 @@ void put_value(std::string& out, const GgufValue& v) {
       } else {
         put<uint64_t>(out, v.numbers.size());
         for (const double d : v.numbers) {
-          if (v.elem == GgufType::i32) put<int32_t>(out, static_cast<int32_t>(d));
-          else if (v.elem == GgufType::f32) put<float>(out, static_cast<float>(d));
-          else ATTEND_INTERNAL_CHECK(false, "gguf: writing arrays of ", gguf_type_name(v.elem));
+          if (v.elem == GgufType::i32)
+            put<int32_t>(out, static_cast<int32_t>(d));
+          else if (v.elem == GgufType::f32)
+            put<float>(out, static_cast<float>(d));
+          else
+            ATTEND_INTERNAL_CHECK(false, "gguf: writing arrays of ", gguf_type_name(v.elem));
         }
       }
       break;
-    default: ATTEND_INTERNAL_CHECK(false, "gguf: writing a ", gguf_type_name(v.type));
+    default:
+      ATTEND_INTERNAL_CHECK(false, "gguf: writing a ", gguf_type_name(v.type));
   }
 }
 
@@ -185,7 +255,7 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 }  // namespace
 
 const char* gguf_type_name(GgufType t) {
-  static const char* names[] = {"u8", "i8",     "u16",   "i16", "u32", "i32", "f32",
+  static const char* names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                 "bool", "string", "array", "u64", "i64", "f64"};
   const auto i = static_cast<uint32_t>(t);
   return i < 13 ? names[i] : "unknown";
@@ -193,12 +263,12 @@ const char* gguf_type_name(GgufType t) {
 
 std::string ggml_type_name(uint32_t type) {
   // ggml.h's enum ggml_type, by id (ids 4 and 5 were removed; 31-33 are retired).
-  static const char* names[] = {
-      "f32",     "f16",     "q4_0",   "q4_1",  nullptr, nullptr, "q5_0",   "q5_1",  "q8_0",
-      "q8_1",    "q2_K",    "q3_K",   "q4_K",  "q5_K",  "q6_K",  "q8_K",   "iq2_xxs",
-      "iq2_xs",  "iq3_xxs", "iq1_s",  "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8",
-      "i16",     "i32",     "i64",    "f64",   "iq1_m", "bf16",  nullptr,  nullptr,
-      nullptr,   "tq1_0",   "tq2_0",  nullptr, nullptr, nullptr, "mxfp4"};
+  static const char* names[] = {"f32",   "f16",   "q4_0",    "q4_1",   nullptr,   nullptr, "q5_0",
+                                "q5_1",  "q8_0",  "q8_1",    "q2_K",   "q3_K",    "q4_K",  "q5_K",
+                                "q6_K",  "q8_K",  "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl",
+                                "iq3_s", "iq2_s", "iq4_xs",  "i8",     "i16",     "i32",   "i64",
+                                "f64",   "iq1_m", "bf16",    nullptr,  nullptr,   nullptr, "tq1_0",
+                                "tq2_0", nullptr, nullptr,   nullptr,  "mxfp4"};
   if (type < sizeof(names) / sizeof(names[0]) && names[type]) return names[type];
   return str("type ", type);
 }
@@ -211,9 +281,24 @@ GgmlType ggml_type_from(const std::string& w) {
   throw Error(str("expected f32, f16, bf16 or q8_0, got '", printable(w), "'"));
 }
 
-GgufValue GgufValue::of_u32(uint32_t v) { GgufValue r; r.type = GgufType::u32; r.u = v; return r; }
-GgufValue GgufValue::of_f32(float v) { GgufValue r; r.type = GgufType::f32; r.f = v; return r; }
-GgufValue GgufValue::of_bool(bool v) { GgufValue r; r.type = GgufType::boolean; r.u = v; return r; }
+GgufValue GgufValue::of_u32(uint32_t v) {
+  GgufValue r;
+  r.type = GgufType::u32;
+  r.u = v;
+  return r;
+}
+GgufValue GgufValue::of_f32(float v) {
+  GgufValue r;
+  r.type = GgufType::f32;
+  r.f = v;
+  return r;
+}
+GgufValue GgufValue::of_bool(bool v) {
+  GgufValue r;
+  r.type = GgufType::boolean;
+  r.u = v;
+  return r;
+}
 GgufValue GgufValue::of_string(std::string v) {
   GgufValue r;
   r.type = GgufType::string;
@@ -260,7 +345,8 @@ GgufFile::GgufFile(const fs::path& path) : path_(path) {
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string key = c.string(str("key ", k));
     const uint32_t t = c.get<uint32_t>(str("key '", printable(key), "''s type"));
-    if (!known_type(t)) c.fail(str("key '", printable(key), "' has value type ", t, ", not a GGUF type"));
+    if (!known_type(t))
+      c.fail(str("key '", printable(key), "' has value type ", t, ", not a GGUF type"));
     GgufValue v = read_value(c, static_cast<GgufType>(t), str("key '", printable(key), "'"));
     if (!index_.emplace(key, metadata_.size()).second)
       c.fail(str("key '", printable(key), "' appears twice"));
@@ -278,13 +364,15 @@ GgufFile::GgufFile(const fs::path& path) : path_(path) {
     std::string name = c.string(str("tensor ", k, "'s name"));
     const std::string what = str("tensor '", printable(name), "'");
     const uint32_t n_dims = c.get<uint32_t>(what + "'s n_dims");
-    if (n_dims < 1 || n_dims > kMaxDims) c.fail(str(what, " has n_dims ", n_dims, "; expected 1 to 4"));
+    if (n_dims < 1 || n_dims > kMaxDims)
+      c.fail(str(what, " has n_dims ", n_dims, "; expected 1 to 4"));
     GgufTensorInfo info;
     uint64_t count = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t ne = c.get<uint64_t>(what + "'s ne");
       if (ne < 1 || ne > kMaxElements || count > kMaxElements / ne)
-        c.fail(str(what, " has ne[", d, "] = ", ne, "; each must be >= 1 and their product below 2^40"));
+        c.fail(str(what, " has ne[", d, "] = ", ne,
+                   "; each must be >= 1 and their product below 2^40"));
       count *= ne;
       info.ne.push_back(static_cast<int64_t>(ne));
     }
@@ -298,7 +386,8 @@ GgufFile::GgufFile(const fs::path& path) : path_(path) {
     const std::string bad = tensor_bytes(info.type, info.ne[0], count, info.bytes);
     if (!bad.empty()) c.fail(str(what, " ", bad));
     if (info.offset % alignment != 0)
-      c.fail(str(what, "'s offset ", info.offset, " is not a multiple of the alignment ", alignment));
+      c.fail(
+          str(what, "'s offset ", info.offset, " is not a multiple of the alignment ", alignment));
     order.emplace_back(info.offset, name);
     if (!tensors_.emplace(std::move(name), std::move(info)).second)
       c.fail(str(what, " appears twice"));
@@ -315,9 +404,9 @@ GgufFile::GgufFile(const fs::path& path) : path_(path) {
   for (const auto& [offset, name] : order) {
     const GgufTensorInfo& info = tensors_.at(name);
     if (offset > data_bytes_ || info.bytes > data_bytes_ - offset)
-      throw Error(str(p, ": tensor '", printable(name), "' (", ggml_type_name(static_cast<uint32_t>(info.type)),
-                      ", offset ", offset, ", ", info.bytes, " bytes) runs past the data section's ",
-                      data_bytes_, " bytes"));
+      throw Error(str(p, ": tensor '", printable(name), "' (",
+                      ggml_type_name(static_cast<uint32_t>(info.type)), ", offset ", offset, ", ",
+                      info.bytes, " bytes) runs past the data section's ", data_bytes_, " bytes"));
     if (offset < end)
       throw Error(str(p, ": tensors '", printable(last), "' and '", printable(name), "' overlap"));
     end = offset + info.bytes;
@@ -336,8 +425,15 @@ uint64_t GgufFile::get_uint(const std::string& key) const {
   const GgufValue* v = find(key);
   ATTEND_CHECK(v, path_.string(), ": no key '", key, "'");
   switch (v->type) {
-    case GgufType::u8: case GgufType::u16: case GgufType::u32: case GgufType::u64: return v->u;
-    case GgufType::i8: case GgufType::i16: case GgufType::i32: case GgufType::i64:
+    case GgufType::u8:
+    case GgufType::u16:
+    case GgufType::u32:
+    case GgufType::u64:
+      return v->u;
+    case GgufType::i8:
+    case GgufType::i16:
+    case GgufType::i32:
+    case GgufType::i64:
       ATTEND_CHECK(v->i >= 0, path_.string(), ": ", key, " is ", v->i, "; expected >= 0");
       return static_cast<uint64_t>(v->i);
     default:
@@ -386,7 +482,9 @@ Tensor GgufFile::read(const std::string& name) const {
   const unsigned char* src = data_ + info.offset;
   const int64_t n = t.numel();
   switch (info.type) {
-    case GgmlType::f32: std::memcpy(out, src, static_cast<size_t>(n) * 4); break;
+    case GgmlType::f32:
+      std::memcpy(out, src, static_cast<size_t>(n) * 4);
+      break;
     case GgmlType::f16:
     case GgmlType::bf16:
       for (int64_t i = 0; i < n; ++i) {
@@ -395,7 +493,9 @@ Tensor GgufFile::read(const std::string& name) const {
         out[i] = info.type == GgmlType::f16 ? half_to_float(v) : bf16_to_float(v);
       }
       break;
-    case GgmlType::q8_0: quant::dequantize_q8_0(src, n, out); break;
+    case GgmlType::q8_0:
+      quant::dequantize_q8_0(src, n, out);
+      break;
   }
   return t;
 }
@@ -423,8 +523,9 @@ void write_gguf(const fs::path& path, const GgufMetadata& metadata,
   std::vector<uint64_t> sizes;
   for (const GgufTensorOut& t : tensors) {
     const Shape& s = t.values.shape();
-    ATTEND_CHECK(!s.empty() && static_cast<int64_t>(s.size()) <= kMaxDims, path.string(), ": tensor ",
-                 t.name, " has shape ", shape_str(s), "; GGUF holds 1 to 4 dimensions");
+    ATTEND_CHECK(!s.empty() && static_cast<int64_t>(s.size()) <= kMaxDims, path.string(),
+                 ": tensor ", t.name, " has shape ", shape_str(s),
+                 "; GGUF holds 1 to 4 dimensions");
     uint64_t bytes = 0;
     const std::string bad =
         tensor_bytes(t.type, s.back(), static_cast<uint64_t>(t.values.numel()), bytes);
@@ -445,24 +546,29 @@ void write_gguf(const fs::path& path, const GgufMetadata& metadata,
     const float* x = c.data<float>();
     const int64_t n = c.numel();
     for (int64_t i = 0; i < n; ++i)
-      ATTEND_CHECK(std::isfinite(x[i]) &&
-                       (tensors[k].type != GgmlType::f16 || std::fabs(x[i]) <= 65504.0f),
-                   path.string(), ": tensor ", tensors[k].name, " holds ", x[i], " at element ", i,
-                   tensors[k].type == GgmlType::f16 ? "; f16 stores finite values up to 65504"
-                                                    : "; only finite values are stored");
+      ATTEND_CHECK(
+          std::isfinite(x[i]) && (tensors[k].type != GgmlType::f16 || std::fabs(x[i]) <= 65504.0f),
+          path.string(), ": tensor ", tensors[k].name, " holds ", x[i], " at element ", i,
+          tensors[k].type == GgmlType::f16 ? "; f16 stores finite values up to 65504"
+                                           : "; only finite values are stored");
     const size_t at = file.size();
     file.resize(at + sizes[k]);
     auto* dst = reinterpret_cast<unsigned char*>(file.data() + at);
     switch (tensors[k].type) {
-      case GgmlType::f32: std::memcpy(dst, x, static_cast<size_t>(n) * 4); break;
+      case GgmlType::f32:
+        std::memcpy(dst, x, static_cast<size_t>(n) * 4);
+        break;
       case GgmlType::f16:
       case GgmlType::bf16:
         for (int64_t i = 0; i < n; ++i) {
-          const uint16_t h = tensors[k].type == GgmlType::f16 ? float_to_half(x[i]) : float_to_bf16(x[i]);
+          const uint16_t h =
+              tensors[k].type == GgmlType::f16 ? float_to_half(x[i]) : float_to_bf16(x[i]);
           std::memcpy(dst + 2 * i, &h, 2);
         }
         break;
-      case GgmlType::q8_0: quant::quantize_q8_0(x, n, dst); break;
+      case GgmlType::q8_0:
+        quant::quantize_q8_0(x, n, dst);
+        break;
     }
     file.resize(align_up(file.size(), alignment), '\0');
   }

@@ -39,11 +39,11 @@ uint16_t float_to_half(float f) {
   std::memcpy(&bits, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;          // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;         // rounds past 65504: infinity
-  if (abs < 0x33000001u) return sign;                    // below half the smallest subnormal
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds past 65504: infinity
+  if (abs < 0x33000001u) return sign;             // below half the smallest subnormal
   const int32_t exp = static_cast<int32_t>(abs >> 23) - 127;
-  uint32_t mant = (abs & 0x7fffffu) | 0x800000u;         // 24 bits with the hidden one
+  uint32_t mant = (abs & 0x7fffffu) | 0x800000u;  // 24 bits with the hidden one
   // Bits to drop: 13 for a normal half; more below 2^-14 (subnormal).
   const int32_t shift = exp >= -14 ? 13 : 13 + (-14 - exp);
   const uint32_t half_bit = 1u << (shift - 1), rest = mant & ((half_bit << 1) - 1);

@@ -20,7 +20,7 @@
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::quant {
 
-inline constexpr int64_t kQ8Block = 32;        // weights per block
+inline constexpr int64_t kQ8Block = 32;       // weights per block
 inline constexpr int64_t kQ8BlockBytes = 34;  // 2 (half scale) + 32 (int8)
 
 // n weights (n % 32 == 0) into n / 32 blocks at out (n / 32 * 34 bytes).

@@ -33,8 +33,8 @@ void rows_scalar(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* X, i
         const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
         const float* x = X + m * ldx + b * kQ8Block;
         for (int l = 0; l < 16; ++l) {
-          const float v = std::fma(static_cast<float>(q[16 + l]), x[16 + l],
-                                   static_cast<float>(q[l]) * x[l]);
+          const float v =
+              std::fma(static_cast<float>(q[16 + l]), x[16 + l], static_cast<float>(q[l]) * x[l]);
           a[l] = std::fma(d, v, a[l]);
         }
       }
@@ -73,9 +73,9 @@ __attribute__((target("f16c"))) inline float scale_f16c(const uint8_t* b) {
 // AVX-512: one 16-lane accumulator per (row of W, row of X); R rows of W at a time so the
 // accumulations' latency overlaps, each W block read once for all M rows of X.
 template <int R, int M>
-__attribute__((target("avx512f,f16c"))) void rows_avx512_r(int64_t n, int64_t K,
-                                                          const float* X, int64_t ldx,
-                                                          const uint8_t* W, float* Y, int64_t ldy) {
+__attribute__((target("avx512f,f16c"))) void rows_avx512_r(int64_t n, int64_t K, const float* X,
+                                                           int64_t ldx, const uint8_t* W, float* Y,
+                                                           int64_t ldy) {
   const int64_t nb = K / kQ8Block, row_bytes = nb * kQ8BlockBytes;
   __m512 a[R][M];
   for (auto& r : a)
@@ -91,8 +91,8 @@ __attribute__((target("avx512f,f16c"))) void rows_avx512_r(int64_t n, int64_t K,
           _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
       for (int m = 0; m < M; ++m) {
         const float* x = X + m * ldx + b * kQ8Block;
-        const __m512 v = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16),
-                                         _mm512_mul_ps(lo, _mm512_loadu_ps(x)));
+        const __m512 v =
+            _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(x)));
         a[r][m] = _mm512_fmadd_ps(d, v, a[r][m]);
       }
     }
@@ -101,8 +101,8 @@ __attribute__((target("avx512f,f16c"))) void rows_avx512_r(int64_t n, int64_t K,
 }
 
 template <int M>
-void rows_avx512_m(int64_t n0, int64_t n1, int64_t K, const float* X, int64_t ldx,
-                   const uint8_t* W, float* Y, int64_t ldy) {
+void rows_avx512_m(int64_t n0, int64_t n1, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
+                   float* Y, int64_t ldy) {
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) rows_avx512_r<4, M>(n, K, X, ldx, W, Y, ldy);
   for (; n < n1; ++n) rows_avx512_r<1, M>(n, K, X, ldx, W, Y, ldy);
@@ -111,10 +111,14 @@ void rows_avx512_m(int64_t n0, int64_t n1, int64_t K, const float* X, int64_t ld
 void rows_avx512(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* X, int64_t ldx,
                  const uint8_t* W, float* Y, int64_t ldy) {
   switch (M) {  // the accumulators in registers: M known at compile time
-    case 1: return rows_avx512_m<1>(n0, n1, K, X, ldx, W, Y, ldy);
-    case 2: return rows_avx512_m<2>(n0, n1, K, X, ldx, W, Y, ldy);
-    case 3: return rows_avx512_m<3>(n0, n1, K, X, ldx, W, Y, ldy);
-    default: return rows_avx512_m<4>(n0, n1, K, X, ldx, W, Y, ldy);
+    case 1:
+      return rows_avx512_m<1>(n0, n1, K, X, ldx, W, Y, ldy);
+    case 2:
+      return rows_avx512_m<2>(n0, n1, K, X, ldx, W, Y, ldy);
+    case 3:
+      return rows_avx512_m<3>(n0, n1, K, X, ldx, W, Y, ldy);
+    default:
+      return rows_avx512_m<4>(n0, n1, K, X, ldx, W, Y, ldy);
   }
 }
 
@@ -131,9 +135,9 @@ __attribute__((target("avx2,fma"))) float hsum8x2(__m256 a0, __m256 a1) {
 // AVX2: the 16 lanes as two 8-lane registers (lanes 0-7, 8-15), the same sums; R rows of
 // W at a time.
 template <int R, int M>
-__attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, int64_t K,
-                                                          const float* X, int64_t ldx,
-                                                          const uint8_t* W, float* Y, int64_t ldy) {
+__attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, int64_t K, const float* X,
+                                                          int64_t ldx, const uint8_t* W, float* Y,
+                                                          int64_t ldy) {
   const int64_t nb = K / kQ8Block, row_bytes = nb * kQ8BlockBytes;
   __m256 a[R][M][2];
   for (auto& r : a)
@@ -160,8 +164,8 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, int64_t K,
 }
 
 template <int M>
-void rows_avx2_m(int64_t n0, int64_t n1, int64_t K, const float* X, int64_t ldx,
-                 const uint8_t* W, float* Y, int64_t ldy) {
+void rows_avx2_m(int64_t n0, int64_t n1, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
+                 float* Y, int64_t ldy) {
   int64_t n = n0;
   for (; n + 2 <= n1; n += 2) rows_avx2_r<2, M>(n, K, X, ldx, W, Y, ldy);
   for (; n < n1; ++n) rows_avx2_r<1, M>(n, K, X, ldx, W, Y, ldy);
@@ -170,10 +174,14 @@ void rows_avx2_m(int64_t n0, int64_t n1, int64_t K, const float* X, int64_t ldx,
 void rows_avx2(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* X, int64_t ldx,
                const uint8_t* W, float* Y, int64_t ldy) {
   switch (M) {
-    case 1: return rows_avx2_m<1>(n0, n1, K, X, ldx, W, Y, ldy);
-    case 2: return rows_avx2_m<2>(n0, n1, K, X, ldx, W, Y, ldy);
-    case 3: return rows_avx2_m<3>(n0, n1, K, X, ldx, W, Y, ldy);
-    default: return rows_avx2_m<4>(n0, n1, K, X, ldx, W, Y, ldy);
+    case 1:
+      return rows_avx2_m<1>(n0, n1, K, X, ldx, W, Y, ldy);
+    case 2:
+      return rows_avx2_m<2>(n0, n1, K, X, ldx, W, Y, ldy);
+    case 3:
+      return rows_avx2_m<3>(n0, n1, K, X, ldx, W, Y, ldy);
+    default:
+      return rows_avx2_m<4>(n0, n1, K, X, ldx, W, Y, ldy);
   }
 }
 
@@ -191,7 +199,7 @@ void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, con
                float* Y, int64_t ldy, bool parallel) {
   const kernel::GemmKernel k = kernel::gemm_kernel();
   // The SIMD kernels read scales with F16C (every AVX2 CPU made has it; else the twin runs).
-  auto rows = !kHasF16c                       ? rows_scalar
+  auto rows = !kHasF16c                         ? rows_scalar
               : k == kernel::GemmKernel::avx512 ? rows_avx512
               : k == kernel::GemmKernel::avx2   ? rows_avx2
                                                 : rows_scalar;

@@ -39,11 +39,12 @@ fs::path node_llama_cpp() {
   return fs::exists(dir / "node_modules" / "node-llama-cpp" / "package.json") ? dir : fs::path();
 }
 
-#define REQUIRE_LLAMA_CPP(dir)                                                                 \
-  const fs::path dir = node_llama_cpp();                                                       \
-  if (dir.empty())                                                                             \
-  ATTEND_SKIP("node-llama-cpp is missing (scripts/setup.sh --test-extras installs it, or set " \
-              "ATTEND_NODE_LLAMA_CPP)")
+#define REQUIRE_LLAMA_CPP(dir)                                                         \
+  const fs::path dir = node_llama_cpp();                                               \
+  if (dir.empty())                                                                     \
+  ATTEND_SKIP(                                                                         \
+      "node-llama-cpp is missing (scripts/setup.sh --test-extras installs it, or set " \
+      "ATTEND_NODE_LLAMA_CPP)")
 
 // What llama.cpp computes on `gguf` for `request` (tests/app/llama_cpp_check.mjs).
 nlohmann::json llama_cpp(const fs::path& pkg, const fs::path& gguf, const nlohmann::json& request) {
@@ -108,8 +109,9 @@ fs::path trained(const fs::path& dir, const std::string& name, const std::string
 
 fs::path exported(const fs::path& run, const std::string& dtype) {
   const fs::path out = run.parent_path() / (run.filename().string() + "_" + dtype + ".gguf");
-  const test::Run e = test::attend_cmd("export --checkpoint " + run.string() +
-                                       " --format gguf --dtype " + dtype + " --out " + out.string());
+  const test::Run e =
+      test::attend_cmd("export --checkpoint " + run.string() + " --format gguf --dtype " + dtype +
+                       " --out " + out.string());
   REQUIRE_MESSAGE(e.code == 0, e.out);
   return out;
 }
@@ -137,8 +139,7 @@ std::string greedy_text(const fs::path& run, const std::string& prompt, int n) {
 const std::string kLlamaTied =
     "--preset llama-char --n_layer 2 --n_head 4 --n_kv_head 2 --n_embd 32 --block_size 48";
 const std::string kLlamaUntied = kLlamaTied + " --tie_embeddings false";
-const std::string kGpt2 =
-    "--n_layer 2 --n_head 2 --n_embd 32 --block_size 48 --tokenizer bpe:300";
+const std::string kGpt2 = "--n_layer 2 --n_head 2 --n_embd 32 --block_size 48 --tokenizer bpe:300";
 
 }  // namespace
 
@@ -148,10 +149,12 @@ TEST_CASE("gguf: export then import gives the checkpoint back bit for bit (F32)"
     INFO(flags);
     const fs::path run = trained(dir, "a", flags);
     const fs::path g = exported(run, "f32");
-    const test::Run i = test::attend_cmd("import --from " + g.string() + " --out " + (dir / "b").string());
+    const test::Run i =
+        test::attend_cmd("import --from " + g.string() + " --out " + (dir / "b").string());
     REQUIRE_MESSAGE(i.code == 0, i.out);
     CHECK(test::models_differing(run, dir / "b") == 0);
-    const train::LoadedModel a = train::load_model(run.string()), b = train::load_model((dir / "b").string());
+    const train::LoadedModel a = train::load_model(run.string()),
+                             b = train::load_model((dir / "b").string());
     CHECK(data::tokenizer_hash(a.tokenizer->spec()) == data::tokenizer_hash(b.tokenizer->spec()));
     CHECK(a.config.model.bias == b.config.model.bias);
     CHECK(a.config.model.tie_embeddings == b.config.model.tie_embeddings);
@@ -170,12 +173,14 @@ TEST_CASE("gguf: a Q8_0 export imports as its blocks dequantized, exactly") {
   CHECK(f.get_uint("general.file_type") == 7);
   CHECK(f.tensors().at("blk.0.attn_q.weight").type == io::GgmlType::q8_0);
   CHECK(f.tensors().at("blk.0.attn_norm.weight").type == io::GgmlType::f32);  // norms stay f32
-  REQUIRE(test::attend_cmd("import --from " + g.string() + " --out " + (dir / "b").string()).code == 0);
+  REQUIRE(test::attend_cmd("import --from " + g.string() + " --out " + (dir / "b").string()).code ==
+          0);
   // The checkpoint says where its weights came from.
   const std::string source = train::newest_valid_checkpoint(dir / "b").data.meta.source;
   CHECK(source.find(fs::absolute(g).string() + " (GGUF llama;") == 0);
   CHECK(source.find(" q8_0 tensors") != std::string::npos);
-  const train::LoadedModel a = train::load_model(run.string()), b = train::load_model((dir / "b").string());
+  const train::LoadedModel a = train::load_model(run.string()),
+                           b = train::load_model((dir / "b").string());
   const auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
   REQUIRE(pa.size() == pb.size());
   for (size_t k = 0; k < pa.size(); ++k) {
@@ -193,7 +198,8 @@ TEST_CASE("gguf: a Q8_0 export imports as its blocks dequantized, exactly") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("gguf: llama.cpp's greedy text and log-probs equal attend's, F32 (Llama tied, untied, GPT-2)") {
+TEST_CASE(
+    "gguf: llama.cpp's greedy text and log-probs equal attend's, F32 (Llama tied, untied, GPT-2)") {
   REQUIRE_LLAMA_CPP(pkg);
   const fs::path dir = test::temp_dir("gguf_lc");
   for (const std::string& flags : {kLlamaTied, kLlamaUntied, kGpt2}) {
@@ -201,7 +207,8 @@ TEST_CASE("gguf: llama.cpp's greedy text and log-probs equal attend's, F32 (Llam
     const fs::path run = trained(dir, "m", flags);
     const fs::path g = exported(run, "f32");
     const data::TokenIds ids = sample_ids(run, 48);  // a whole block_size
-    const Agreement a = compare(llama_cpp(pkg, g, {{"tokens", ids}})["logprobs"], attend_logprobs(run, ids));
+    const Agreement a =
+        compare(llama_cpp(pkg, g, {{"tokens", ids}})["logprobs"], attend_logprobs(run, ids));
     MESSAGE(flags, ": worst |log p| gap ", a.worst, ", mean's relative gap ", a.mean_rel);
     // Measured: Llama worst 3.6e-7, mean 1.6e-8; GPT-2 worst 1.0e-5, mean 1.2e-7. GPT-2's
     // GELU in llama.cpp is a table indexed by the f16-rounded input (ggml's GGML_GELU_FP16),
@@ -243,9 +250,10 @@ TEST_CASE("gguf: llama.cpp agrees within each format's rounding at F16, BF16 and
     // rounding remains: measured f16 2e-6, bf16 2.2e-5, q8_0 3.9e-5.
     const fs::path back = dir / ("back_" + dtype);
     REQUIRE(test::attend_cmd("import --from " + g.string() + " --out " + back.string()).code == 0);
-    const Agreement same = compare(llama_cpp(pkg, g, {{"tokens", ids}})["logprobs"],
-                                   attend_logprobs(back, ids));
-    MESSAGE(dtype, " imported back: worst gap ", same.worst, ", mean's relative gap ", same.mean_rel);
+    const Agreement same =
+        compare(llama_cpp(pkg, g, {{"tokens", ids}})["logprobs"], attend_logprobs(back, ids));
+    MESSAGE(dtype, " imported back: worst gap ", same.worst, ", mean's relative gap ",
+            same.mean_rel);
     CHECK(same.mean_rel < (dtype == "f16" ? 2e-5 : dtype == "bf16" ? 2e-4 : 4e-4));
   }
   fs::remove_all(dir);
@@ -261,8 +269,8 @@ TEST_CASE("gguf: a Mistral's sliding window: llama.cpp agrees within the window,
   REQUIRE(e.code == 0);
   CHECK(e.out.find("sliding window of 24") != std::string::npos);
   const data::TokenIds ids = sample_ids(run, 24);  // within the window
-  const Agreement a = compare(llama_cpp(pkg, out, {{"tokens", ids}})["logprobs"],
-                              attend_logprobs(run, ids));
+  const Agreement a =
+      compare(llama_cpp(pkg, out, {{"tokens", ids}})["logprobs"], attend_logprobs(run, ids));
   CHECK(a.mean_rel < 1e-5);
   fs::remove_all(dir);
 }
@@ -289,9 +297,9 @@ TEST_CASE("gguf: export refuses what the format or llama.cpp cannot hold, naming
                                         " --dtype q8_0 --out " + (dir / "hf").string());
   CHECK(hf.code != 0);
   CHECK(hf.out.find("--dtype q8_0 is for --format gguf") != std::string::npos);
-  const test::Run shard = test::attend_cmd("export --checkpoint " + run.string() +
-                                           " --format gguf --max_shard_mb 1 --out " +
-                                           (dir / "x.gguf").string());
+  const test::Run shard =
+      test::attend_cmd("export --checkpoint " + run.string() +
+                       " --format gguf --max_shard_mb 1 --out " + (dir / "x.gguf").string());
   CHECK(shard.code != 0);
   CHECK(!fs::exists(dir / "x.gguf"));
   fs::remove_all(dir);

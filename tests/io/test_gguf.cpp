@@ -75,8 +75,10 @@ TEST_CASE("gguf: metadata and tensors of every type read back as written") {
   const Tensor a = randn({3, 64}, gen), b = randn({2, 32}, gen), c = randn({5}, gen),
                d = randn({2, 3, 4}, gen);
   io::write_gguf(dir / "m.gguf", some_metadata(),
-                 {{"a.weight", a, GgmlType::f32}, {"b.weight", b, GgmlType::q8_0},
-                  {"c", c, GgmlType::f16}, {"d", d, GgmlType::bf16}});
+                 {{"a.weight", a, GgmlType::f32},
+                  {"b.weight", b, GgmlType::q8_0},
+                  {"c", c, GgmlType::f16},
+                  {"d", d, GgmlType::bf16}});
   const io::GgufFile f(dir / "m.gguf");
   CHECK(f.version() == 3);
   CHECK(f.get_string("general.architecture") == "llama");
@@ -118,7 +120,7 @@ TEST_CASE("q8_0: a block quantizes as llama.cpp's reference does, by hand") {
   const float id = 1.0f / (4.0f / 127.0f);
   for (int j = 0; j < 32; ++j)
     CHECK(static_cast<int8_t>(out[2 + j]) == static_cast<int>(std::round(x[j] * id)));
-  CHECK(static_cast<int8_t>(out[2]) == -127);   // x = -4: the block's extreme
+  CHECK(static_cast<int8_t>(out[2]) == -127);     // x = -4: the block's extreme
   CHECK(static_cast<int8_t>(out[2 + 18]) == 16);  // x = 0.5: 15.875 rounds to 16
   // An all-zero block: scale 0, every q 0 (no division by zero).
   float z[32] = {};
@@ -135,15 +137,16 @@ TEST_CASE("q8_0: blocks byte-equal to a NumPy twin of llama.cpp's quantize_row_q
   Tensor x = randn({64, 128}, gen);
   float* p = x.data<float>();
   for (int64_t r = 0; r < 64; ++r)
-    for (int64_t j = 0; j < 128; ++j) p[r * 128 + j] *= std::ldexp(1.0f, static_cast<int>(r % 24) - 12);
+    for (int64_t j = 0; j < 128; ++j)
+      p[r * 128 + j] *= std::ldexp(1.0f, static_cast<int>(r % 24) - 12);
   // A block whose scale is exactly 1 (amax 127), so x * id is x: halves are the ties.
   p[0] = 127.0f;
   for (int64_t j = 1; j < 32; ++j) p[j] = static_cast<float>(j) - 15.5f;
   io::write_gguf(dir / "q.gguf", {}, {{"x", x, GgmlType::q8_0}, {"src", x, GgmlType::f32}});
   const int code = std::system(("/usr/bin/python3 " + std::string(ATTEND_SOURCE_DIR) +
-                                 "/tests/io/q8_0_reference.py " + (dir / "q.gguf").string() +
-                                 " > " + (dir / "out.txt").string() + " 2>&1")
-                                    .c_str());
+                                "/tests/io/q8_0_reference.py " + (dir / "q.gguf").string() + " > " +
+                                (dir / "out.txt").string() + " 2>&1")
+                                   .c_str());
   const std::string out = read_file(dir / "out.txt");
   INFO(out);
   CHECK(code == 0);
@@ -182,8 +185,7 @@ TEST_CASE("gguf: crafted files are refused naming the field and value") {
   const size_t a = find(good, "a.weight") + 8;
   refuse(patched(good, a, uint32_t{5}), "n_dims 5");
   refuse(patched(good, a + 4, uint64_t{0}), "ne[0] = 0");
-  refuse(patched(patched(good, a + 4, uint64_t{1} << 39), a + 12, uint64_t{1} << 39),
-         "below 2^40");
+  refuse(patched(patched(good, a + 4, uint64_t{1} << 39), a + 12, uint64_t{1} << 39), "below 2^40");
   refuse(patched(good, a + 20, uint32_t{12}), "is q4_K");
   refuse(patched(good, a + 24, uint64_t{8}), "not a multiple of the alignment 32");
   refuse(patched(good, a + 24, uint64_t{1} << 40), "runs past the data section");
@@ -219,8 +221,9 @@ TEST_CASE("gguf: values a format cannot hold are refused naming the tensor") {
   t.data<float>()[3] = NAN;
   CHECK_THROWS_WITH_AS(io::write_gguf(dir / "x.gguf", {}, {{"nan", t, GgmlType::q8_0}}),
                        doctest::Contains("nan holds nan at element 3"), Error);
-  CHECK_THROWS_WITH_AS(io::write_gguf(dir / "x.gguf", {}, {{"odd", zeros({2, 24}), GgmlType::q8_0}}),
-                       doctest::Contains("odd is q8_0 with ne[0] = 24"), Error);
+  CHECK_THROWS_WITH_AS(
+      io::write_gguf(dir / "x.gguf", {}, {{"odd", zeros({2, 24}), GgmlType::q8_0}}),
+      doctest::Contains("odd is q8_0 with ne[0] = 24"), Error);
   CHECK(!fs::exists(dir / "x.gguf"));
   fs::remove_all(dir);
 }

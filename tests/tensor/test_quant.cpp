@@ -37,7 +37,8 @@ TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's b
   const int saved_threads = omp_get_max_threads();
   const k::GemmKernel saved = k::gemm_kernel();
   int kernels_run = 0;
-  for (const k::GemmKernel kind : {k::GemmKernel::avx512, k::GemmKernel::avx2, k::GemmKernel::portable}) {
+  for (const k::GemmKernel kind :
+       {k::GemmKernel::avx512, k::GemmKernel::avx2, k::GemmKernel::portable}) {
     k::set_gemm_kernel(kind);
     if (k::gemm_kernel() != kind) continue;  // not on this CPU
     ++kernels_run;
@@ -107,6 +108,6 @@ TEST_CASE("StoredWeight q8_0: few rows and many rows both give the dequantized w
                        doctest::Contains("rows a multiple of 32 long"), Error);
   Tensor bad = randn({2, 32}, gen);
   bad.data<float>()[5] = NAN;
-  CHECK_THROWS_WITH_AS(StoredWeight(bad, WeightFormat::q8_0), doctest::Contains("holds nan at row 0"),
-                       Error);
+  CHECK_THROWS_WITH_AS(StoredWeight(bad, WeightFormat::q8_0),
+                       doctest::Contains("holds nan at row 0"), Error);
 }
