@@ -376,13 +376,14 @@ ExportResult export_gguf(const ExportSource& m, const GgufExportOptions& o) {
 
   const std::map<std::string, Tensor> params = parameters_by_name(m.model);
   std::vector<io::GgufTensorOut> tensors;
-  std::string kept_f32;
+  std::string kept_f32, one_block;
   for (const GgufRow& r : gguf_names(c)) {
     GgmlType t = r.shape.size() == 2 ? type : GgmlType::f32;
     if (t == GgmlType::q8_0 && r.shape.back() % 32 != 0) {
       t = GgmlType::f32;
       kept_f32 += " " + r.name;
     }
+    if (t == GgmlType::q8_0 && r.shape.back() == 32) one_block += " " + r.name;
     tensors.push_back({r.name, attend_view(params, r), t});
   }
   if (!kept_f32.empty())
@@ -390,6 +391,16 @@ ExportResult export_gguf(const ExportSource& m, const GgufExportOptions& o) {
         "export --format gguf: rows not a multiple of 32 cannot be q8_0; written as "
         "f32:{}",
         kept_f32);
+  // Measured with node-llama-cpp 3.21.1 on an Intel Xeon with AMX (its sapphirerapids
+  // build): a Q8_0 matrix whose rows are one block long gives NaN logits for every full
+  // 32-token tile of a prompt; rows of 64 or 96 are right, and so is its AVX-512 build.
+  // The file is correct (attend imports it back exactly); the warning is for the reader.
+  if (!one_block.empty())
+    spdlog::warn(
+        "export --format gguf: q8_0 matrices with rows of one block (32 values):{}; "
+        "llama.cpp's AMX kernels (Intel Xeon 4th generation and later) compute NaN on "
+        "these; its other CPU kernels are right (docs/formats.md)",
+        one_block);
   io::write_gguf(o.out, md, tensors);
   return {o.out, static_cast<int64_t>(tensors.size())};
 }

@@ -65,7 +65,6 @@ StoredWeight::StoredWeight(const Tensor& w, WeightFormat format) : format_(forma
   ATTEND_CHECK(w.dim() == 2, "StoredWeight: expected a weight (out, in), got ",
                shape_str(w.shape()));
   out_ = w.size(0), in_ = w.size(1);
-  w_ = w;
   if (format == WeightFormat::q8_0) {
     ATTEND_CHECK(w.dtype() == DType::F32 && in_ % quant::kQ8Block == 0,
                  "StoredWeight: q8_0 needs an f32 weight with rows a multiple of 32 long, got ",
@@ -128,7 +127,7 @@ Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
   if (rows > kFewRows) {
     Tensor w = empty({out_, in_}, DType::F32);
     quant::dequantize_q8_0(blocks, out_ * in_, w.data<float>());
-    return kernel::matmul(xc, kernel::transpose(w, 0, 1));  // the dequantized W: not w_
+    return kernel::matmul(xc, kernel::transpose(w, 0, 1));
   }
   Shape shape = x.shape();
   shape.back() = out_;

@@ -56,7 +56,6 @@ class StoredWeight {
   Tensor multiply_q8_0(const Tensor& x) const;
   WeightFormat format_;
   int64_t in_ = 0, out_ = 0;
-  Tensor w_;                                   // W itself (shared, not copied)
   std::shared_ptr<const Storage> f32_panels_;  // f32: W^T's panels
   std::shared_ptr<const Storage> bf16_bits_;   // bf16: W^T's panels as bf16 bits
   std::shared_ptr<const Storage> q8_blocks_;  // q8_0: W's rows as blocks (out x in / 32)

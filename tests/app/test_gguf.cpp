@@ -140,6 +140,11 @@ const std::string kLlamaTied =
     "--preset llama-char --n_layer 2 --n_head 4 --n_kv_head 2 --n_embd 32 --block_size 48";
 const std::string kLlamaUntied = kLlamaTied + " --tie_embeddings false";
 const std::string kGpt2 = "--n_layer 2 --n_head 2 --n_embd 32 --block_size 48 --tokenizer bpe:300";
+// Rows of two Q8_0 blocks: llama.cpp's AMX kernels compute NaN on rows of one (export warns,
+// tested below), so the formats are compared on a model where every llama.cpp build is right.
+const std::string kLlamaC64 =
+    "--preset llama-char --n_layer 2 --n_head 4 --n_kv_head 2 --n_embd 64 --block_size 48 "
+    "--tie_embeddings false";
 
 }  // namespace
 
@@ -168,7 +173,15 @@ TEST_CASE("gguf: export then import gives the checkpoint back bit for bit (F32)"
 TEST_CASE("gguf: a Q8_0 export imports as its blocks dequantized, exactly") {
   const fs::path dir = test::temp_dir("gguf_q8");
   const fs::path run = trained(dir, "a", kLlamaUntied);
-  const fs::path g = exported(run, "q8_0");
+  const fs::path g = dir / "a_q8_0.gguf";
+  const test::Run e = test::attend_cmd("export --checkpoint " + run.string() +
+                                       " --format gguf --dtype q8_0 --out " + g.string());
+  REQUIRE_MESSAGE(e.code == 0, e.out);
+  // C 32: the matrices read by C-wide rows are one block (docs/formats.md, llama.cpp's AMX).
+  const size_t warned = e.out.find("rows of one block (32 values):");
+  REQUIRE(warned != std::string::npos);
+  CHECK(e.out.find(" blk.0.attn_q.weight", warned) != std::string::npos);
+  CHECK(e.out.find(" blk.0.ffn_down.weight", warned) == std::string::npos);  // rows of 352
   const io::GgufFile f(g);
   CHECK(f.get_uint("general.file_type") == 7);
   CHECK(f.tensors().at("blk.0.attn_q.weight").type == io::GgmlType::q8_0);
@@ -213,8 +226,11 @@ TEST_CASE(
     // Measured: Llama worst 3.6e-7, mean 1.6e-8; GPT-2 worst 1.0e-5, mean 1.2e-7. GPT-2's
     // GELU in llama.cpp is a table indexed by the f16-rounded input (ggml's GGML_GELU_FP16),
     // hence its 30x wider worst gap; the Llama's SiLU is computed in f32.
+    // Bounds a few times the measurement (training and llama.cpp on one thread are
+    // deterministic here): the issue's 1e-5 for the mean; the worst token 2e-6 (Llama) and
+    // 5e-5 (GPT-2, the GELU table).
     CHECK(a.mean_rel < 1e-5);
-    CHECK(a.worst < (flags == kGpt2 ? 1e-4 : 1e-5));
+    CHECK(a.worst < (flags == kGpt2 ? 5e-5 : 2e-6));
     // Greedy: 16 tokens of prompt and 32 more, within GPT-2's 48 positions; attend's sample
     // continues the same prompt with the same 32 tokens.
     const data::TokenIds prompt_ids(ids.begin(), ids.begin() + 16);
@@ -233,7 +249,7 @@ TEST_CASE(
 TEST_CASE("gguf: llama.cpp agrees within each format's rounding at F16, BF16 and Q8_0") {
   REQUIRE_LLAMA_CPP(pkg);
   const fs::path dir = test::temp_dir("gguf_lc16");
-  const fs::path run = trained(dir, "m", kLlamaUntied);
+  const fs::path run = trained(dir, "m", kLlamaC64);
   const data::TokenIds ids = sample_ids(run, 48);
   const std::vector<double> ours = attend_logprobs(run, ids);
   for (const std::string dtype : {"f16", "bf16", "q8_0"}) {
@@ -242,19 +258,21 @@ TEST_CASE("gguf: llama.cpp agrees within each format's rounding at F16, BF16 and
     MESSAGE(dtype, ": worst |log p| gap ", a.worst, ", mean's relative gap ", a.mean_rel);
     // Against attend's f32 model, the weights' rounding plus llama.cpp's rounding of each
     // product's activations to the weights' type (f16, bf16, or Q8_0 blocks of 32 with a
-    // scale: ggml's vec_dot kernels for these types take both operands in it). Measured
-    // (docs/numbers.md): f16 7e-6, bf16 5.5e-6, q8_0 9.7e-5; bounds ~5-10x that.
-    const double bound = dtype == "f16" ? 5e-5 : dtype == "bf16" ? 1e-4 : 1e-3;
+    // scale: ggml's vec_dot kernels for these types take both operands in it; attend keeps
+    // f32 activations). Measured on this C 64 model (2026-12-06, Intel Xeon with AMX, and
+    // llama.cpp's sapphirerapids build): f16 7.6e-6, bf16 4.5e-5, q8_0 2.1e-4; bounds 4-5x
+    // that, all within the issue's 3e-3.
+    const double bound = dtype == "f16" ? 3e-5 : dtype == "bf16" ? 2e-4 : 1e-3;
     CHECK(a.mean_rel < bound);
     // Against the file imported back (the same weights in f32), only the activations'
-    // rounding remains: measured f16 2e-6, bf16 2.2e-5, q8_0 3.9e-5.
+    // rounding remains: measured f16 5.8e-6, bf16 2.0e-5, q8_0 1.4e-4; bounds 4-5x that.
     const fs::path back = dir / ("back_" + dtype);
     REQUIRE(test::attend_cmd("import --from " + g.string() + " --out " + back.string()).code == 0);
     const Agreement same =
         compare(llama_cpp(pkg, g, {{"tokens", ids}})["logprobs"], attend_logprobs(back, ids));
     MESSAGE(dtype, " imported back: worst gap ", same.worst, ", mean's relative gap ",
             same.mean_rel);
-    CHECK(same.mean_rel < (dtype == "f16" ? 2e-5 : dtype == "bf16" ? 2e-4 : 4e-4));
+    CHECK(same.mean_rel < (dtype == "f16" ? 3e-5 : dtype == "bf16" ? 1e-4 : 6e-4));
   }
   fs::remove_all(dir);
 }
