@@ -17,6 +17,7 @@
 #include "convert/gpt2_io.h"
 #include "convert/hf_llama_io.h"
 #include "convert/llama2c_io.h"
+#include "nn/lora.h"
 #include "train/model_io.h"
 #include "train/run_dir.h"
 
@@ -26,6 +27,7 @@ namespace {
 struct ExportArgs {
   std::string checkpoint, out, dtype = "f32", format = "hf";
   int64_t max_shard_mb = 0;
+  bool merge = false;
 };
 }  // namespace
 
@@ -49,10 +51,20 @@ void add_export(CLI::App& app, int& rc) {
                   "a Llama: shards of at most this many MiB with model.safetensors.index.json "
                   "(0: one file)")
       ->check(non_negative_int());
+  cmd->add_flag("--merge", a->merge,
+               "a LoRA checkpoint: write the base with its adapters merged in (W + alpha/R B A), "
+               "a plain model in any --format");
   cmd->callback([a, &rc] {
     const train::LoadedModel loaded = train::load_model(a->checkpoint);
-    const convert::ExportSource m{*loaded.model, *loaded.tokenizer, loaded.checkpoint.string()};
     const train::TrainConfig& c = loaded.config;
+    const std::string name = loaded.checkpoint.string();
+    ATTEND_CHECK(c.model.lora_rank == 0 || a->merge, "export: ", name, " holds LoRA adapters (rank ",
+                 c.model.lora_rank, " on ", c.model.lora_targets,
+                 "); --merge writes the model with them merged in");
+    ATTEND_CHECK(c.model.lora_rank > 0 || !a->merge, "export --merge: ", name,
+                 " has no LoRA adapters to merge");
+    const std::unique_ptr<nn::GPT> merged = a->merge ? nn::merge_lora(*loaded.model) : nullptr;
+    const convert::ExportSource m{merged ? *merged : *loaded.model, *loaded.tokenizer, name};
     convert::ExportResult r;
     if (a->format == "gguf") {
       ATTEND_CHECK(a->max_shard_mb == 0, "export --format gguf: one file (no --max_shard_mb)");
@@ -73,7 +85,7 @@ void add_export(CLI::App& app, int& rc) {
       rc = 0;
       return;
     }
-    if (c.model.is_llama()) {
+    if (m.model.config.is_llama()) {
       ATTEND_CHECK(a->max_shard_mb <= (int64_t{1} << 30), "export: --max_shard_mb ",
                    a->max_shard_mb, " is too large");
       r = convert::export_hf_llama(m, {a->out, a->dtype, a->max_shard_mb << 20});

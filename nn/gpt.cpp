@@ -1,5 +1,7 @@
 #include "nn/gpt.h"
 
+#include "nn/lora.h"
+
 #include <cmath>
 #include <map>
 
@@ -63,6 +65,15 @@ void GPTConfig::validate(const std::string& flag) const {
                  "tie_embeddings must be true for arch gpt2 (GPT-2's lm_head is wte)");
     ATTEND_CHECK(sliding_window == 0, who, flag, "sliding_window needs arch llama, got ",
                  sliding_window, " with arch gpt2");
+  }
+  ATTEND_CHECK(lora_rank >= 0 && lora_rank <= n_embd, who, flag, "lora_rank must be in [0, ",
+               flag, "n_embd ", n_embd, "] (0: no adapters), got ", lora_rank);
+  if (lora_rank > 0) {
+    ATTEND_CHECK(std::isfinite(lora_alpha) && lora_alpha > 0 && lora_alpha <= 1e6, who, flag,
+                 "lora_alpha must be in (0, 1e6], got ", lora_alpha);
+    ATTEND_CHECK(lora_dropout >= 0 && lora_dropout < 1, who, flag,
+                 "lora_dropout must be in [0, 1), got ", lora_dropout);
+    parse_lora_targets(*this, lora_targets);
   }
   // Sizes a machine could hold, so that every count below fits int64 without overflow.
   const double C = static_cast<double>(n_embd);
@@ -154,6 +165,7 @@ ParameterCount count_parameters(const GPTConfig& c) {
   p.layernorms = c.bias ? 4 * C : 2 * C;
   p.biases = c.bias ? (C + 2 * kv) + C + H + C : 0;
   p.final_layernorm = c.bias ? 2 * C : C;
+  p.lora = lora_parameters_per_layer(c);
   return p;
 }
 
@@ -248,9 +260,13 @@ GPT::GPT(const GPTConfig& c, uint64_t seed, bool init) : config((c.validate(), c
   if (c.tie_embeddings) lm_head->tie_weight(transformer->wte->weight);
   attach_dropout_context(*this, dropout_context);
   dropout_context->seed = seed;
-  if (!init) return;
+  if (!init) {
+    add_lora(*this, nullptr);
+    return;
+  }
   Generator gen(seed);
   init_weights(gen);
+  add_lora(*this, &gen);  // after the base's draws, which then equal a plain model's
 }
 
 void GPT::init_weights(Generator& gen) {

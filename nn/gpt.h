@@ -52,6 +52,11 @@ struct GPTConfig {
   double rope_theta = 10000.0;  // llama: RoPE's base
   bool tie_embeddings = true;   // lm_head shares wte's weight (gpt2: always)
   int64_t sliding_window = 0;   // llama: > 0 is Mistral's sliding-window attention
+  // LoRA adapters (nn/lora.h): rank R > 0 adds them to the targets and freezes the rest.
+  int64_t lora_rank = 0;              // R; 0: none
+  double lora_alpha = 16.0;           // the update is scaled by alpha / R
+  double lora_dropout = 0.0;          // dropout on the adapters' input
+  std::string lora_targets = "q,v";   // comma-separated: q,k,v,o and gate,up,down or fc,proj
 
   bool is_llama() const { return arch == "llama"; }
 
@@ -99,11 +104,13 @@ struct ParameterCount {
   int64_t mlp_fc = 0, mlp_proj = 0;  // H*C each (c_fc / up_proj, c_proj / down_proj)
   // Per layer: the two norms (weights and, gpt2, biases) and the Linear biases.
   int64_t layernorms = 0, biases = 0;
+  int64_t lora = 0;  // per layer: the LoRA adapters, R (in + rows) per target (nn/lora.h)
   int64_t final_layernorm = 0;
 
   int64_t attention_matrices() const { return n_layer * (attn_q + attn_k + attn_v + attn_o); }
   int64_t per_layer() const {
-    return attn_q + attn_k + attn_v + attn_o + mlp_gate + mlp_fc + mlp_proj + layernorms + biases;
+    return attn_q + attn_k + attn_v + attn_o + mlp_gate + mlp_fc + mlp_proj + layernorms + biases +
+           lora;
   }
   int64_t total() const {
     return token_embedding + position_embedding + lm_head + n_layer * per_layer() +

@@ -1,6 +1,7 @@
 #include "nn/gradcheck_cases.h"
 
 #include "nn/gpt.h"
+#include "nn/lora.h"
 #include "nn/seq2seq.h"
 
 namespace attend::nn {
@@ -54,6 +55,23 @@ std::vector<GradcheckCase> make_cases() {
                      Generator g(seed);
                      Linear m(5, 4, false);
                      return check_module(m, {randn({3, 5}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  // LoRA (nn/lora.h): every parameter random, B included, so dA and dB are not zero.
+  cases.push_back({"nn.LoRA.whole", "(2,3,5) -> 4, R 2", [](uint64_t seed) {
+                     Generator g(seed);
+                     Linear m(5, 4);
+                     m.add_adapter("lora", std::make_shared<LoraAdapter>(5, 0, 4, 2, 3.0, 0.0));
+                     return check_module(m, {randn({2, 3, 5}, g, F64)}, g,
+                                         [&](const Inputs& x) { return m.forward(x[0]); });
+                   }});
+  cases.push_back({"nn.LoRA.slices", "(2,3,5) -> [q 0:3 | k 3:5 | v 5:7], R 2 on q and v",
+                   [](uint64_t seed) {
+                     Generator g(seed);
+                     Linear m(5, 7, false);
+                     m.add_adapter("lora_v", std::make_shared<LoraAdapter>(5, 5, 7, 2, 4.0, 0.0));
+                     m.add_adapter("lora_q", std::make_shared<LoraAdapter>(5, 0, 3, 2, 4.0, 0.0));
+                     return check_module(m, {randn({2, 3, 5}, g, F64)}, g,
                                          [&](const Inputs& x) { return m.forward(x[0]); });
                    }});
   cases.push_back({"nn.Embedding", "V 7, C 3, ids (2,4)", [](uint64_t seed) {

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "autograd/node.h"
+#include "nn/lora.h"
 #include "tensor/kernels.h"
 #include "tensor/parallel.h"
 #include "tensor/util.h"
@@ -19,14 +20,20 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
 Tensor Linear::forward(const Tensor& x) const {
   ATTEND_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input (..., ",
                weight.size(1), "), got ", shape_str(x.shape()));
+  Tensor y;
   if (decoding && !autograd::is_grad_enabled()) {
-    Tensor out = decoding->multiply(x);
-    if (out.defined()) {
-      if (bias.defined()) kernel::add_(out, bias);
-      return out;
-    }
+    y = decoding->multiply(x);
+    if (y.defined() && bias.defined()) kernel::add_(y, bias);
   }
-  return linear(x, weight, bias);  // x W^T + b
+  if (!y.defined()) y = linear(x, weight, bias);  // x W^T + b
+  return adapters.empty() ? y : add_adapters(y, x, adapters);
+}
+
+void Linear::add_adapter(const std::string& name, std::shared_ptr<LoraAdapter> adapter) {
+  ATTEND_CHECK(adapter->A.size(1) == weight.size(1) && adapter->hi <= weight.size(0),
+               "Linear: an adapter for ", adapter->A.size(1), " inputs and rows up to ",
+               adapter->hi, " on a weight ", shape_str(weight.shape()));
+  adapters.push_back(register_module(name, std::move(adapter)));
 }
 
 void Linear::tie_weight(const Tensor& w) {

@@ -27,9 +27,12 @@
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
 
+class LoraAdapter;  // nn/lora.h
+
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  // x W^T + b, plus each LoRA adapter's update on its rows (nn/lora.h).
   Tensor forward(const Tensor& x) const;
   // Shares w (same shape) as this layer's weight: one tensor, two names.
   void tie_weight(const Tensor& w);
@@ -38,6 +41,9 @@ class Linear : public Module {
   // as bf16 bits under bf16 products; tensor/stored_weight.h). Forward without grad then
   // multiplies by it where its format takes x, else by the weight: the same bits either way.
   std::shared_ptr<const StoredWeight> decoding;
+  // Registers a LoRA adapter under `name` (its parameters name.A, name.B).
+  void add_adapter(const std::string& name, std::shared_ptr<LoraAdapter> adapter);
+  std::vector<std::shared_ptr<LoraAdapter>> adapters;
 };
 
 class Embedding : public Module {

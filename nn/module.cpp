@@ -65,6 +65,19 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
+NamedTensors Module::named_trainable_parameters() const {
+  NamedTensors out;
+  for (auto& [name, t] : named_parameters())
+    if (t.requires_grad()) out.emplace_back(name, t);
+  return out;
+}
+
+std::vector<Tensor> Module::trainable_parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [_, t] : named_trainable_parameters()) out.push_back(t);
+  return out;
+}
+
 int64_t Module::num_parameters() const {
   int64_t n = 0;
   for (auto& [_, t] : named_parameters()) n += t.numel();

@@ -37,6 +37,10 @@ class Module {
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const;
+  // The parameters that train (requires_grad): all of them unless some are frozen (LoRA's
+  // base, nn/lora.h). Gradients, clipping, optimizers and MPI's sums walk these.
+  NamedTensors named_trainable_parameters() const;
+  std::vector<Tensor> trainable_parameters() const;
   // Every name, tied ones included.
   NamedTensors state_dict() const;
   // Copies values in by name. Every missing, unexpected or mismatched (shape) entry is

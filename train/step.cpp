@@ -7,7 +7,7 @@
 namespace attend::train {
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const nn::GPT& model) {
-  const nn::NamedTensors named = model.named_parameters();
+  const nn::NamedTensors named = model.named_trainable_parameters();
   if (c.optimizer == "sgd") return std::make_unique<SGD>(named, c.momentum, c.weight_decay);
   ATTEND_CHECK(c.optimizer == "adamw", "--optimizer: must be adamw or sgd, got ", c.optimizer);
   AdamWOptions o;  // eps keeps its default
@@ -46,7 +46,7 @@ class GradientTree {
  public:
   GradientTree(nn::GPT& model, const data::TokenDataset& d, const TrainConfig& c, int64_t step,
                std::vector<double>& losses)
-      : model_(model), data_(d), c_(c), step_(step), losses_(losses), params_(model.parameters()) {
+      : model_(model), data_(d), c_(c), step_(step), losses_(losses), params_(model.trainable_parameters()) {
     for (const Tensor& p : params_) {
       ATTEND_INTERNAL_CHECK(p.dtype() == params_.front().dtype(),
                    "train_step: the parameters must share one dtype");
@@ -116,7 +116,7 @@ double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data
   if (M == 1) {  // one leaf: the gradient stays where backward put it
     losses[0] = micro_step(model, train_data, c, step, 0);
   } else {
-    dispatch_float(model.parameters().front().dtype(), "accumulate_gradients", [&]<typename T>() {
+    dispatch_float(model.trainable_parameters().front().dtype(), "accumulate_gradients", [&]<typename T>() {
       GradientTree<T> tree(model, train_data, c, step, losses);
       const int64_t block = M / W, lo = dist.rank() * block;
       std::vector<T> sum = tree.sum(lo, lo + block);
@@ -150,7 +150,7 @@ StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDat
   StepResult r;
   r.lr = lr;
   r.loss = accumulate_gradients(model, train_data, c, step, dist);
-  r.grad_norm = grad_norm(model.parameters());
+  r.grad_norm = grad_norm(model.trainable_parameters());
   ATTEND_CHECK(std::isfinite(r.grad_norm), "step ", step, ": the gradient norm is ", r.grad_norm,
                "; stopping before the update");
   NoGradGuard no_grad;

@@ -51,7 +51,8 @@ void take_init_model(const ResolvedConfig& req, const LoadedCheckpoint& ck, Trai
     const Value want = f.get(c), had = f.get(s);
     const std::string n = f.name;
     const bool crop = n == "block_size" && std::get<int64_t>(want) <= saved.block_size;
-    if (want != had && !crop && n != "dropout")
+    const bool lora = n.rfind("lora_", 0) == 0;  // adapters on the checkpoint's weights
+    if (want != had && !crop && n != "dropout" && !lora)
       refused.push_back(
           str(n, " (checkpoint ", format_value(had), ", now ", format_value(want), ")"));
   }
@@ -68,9 +69,17 @@ void take_init_model(const ResolvedConfig& req, const LoadedCheckpoint& ck, Trai
   const int64_t block =
       req.explicit_fields.count("block_size") ? c.model.block_size : saved.block_size;
   const double dropout = req.explicit_fields.count("dropout") ? c.model.dropout : saved.dropout;
+  ATTEND_CHECK(saved.lora_rank == 0 || !req.explicit_fields.count("lora_rank"), "--init_from ",
+               ck.path.string(), ": the checkpoint has LoRA adapters (rank ", saved.lora_rank,
+               "); export it --merge first, then add new ones to the merged model");
+  const nn::GPTConfig lora = c.model;
   c.model = saved;
   c.model.block_size = block;
   c.model.dropout = dropout;
+  if (req.explicit_fields.count("lora_rank")) {
+    c.model.lora_rank = lora.lora_rank, c.model.lora_alpha = lora.lora_alpha;
+    c.model.lora_dropout = lora.lora_dropout, c.model.lora_targets = lora.lora_targets;
+  }
   c.tokenizer = ck.data.tokenizer.name;
   c.init_from = fs::absolute(ck.path).lexically_normal().string();
 }
@@ -245,8 +254,17 @@ class Run {
     std::map<std::string, Tensor> state(d.model.begin(), d.model.end());
     auto wpe = state.find("transformer.wpe.weight");  // gpt2 only
     if (wpe != state.end()) wpe->second = kernel::narrow(wpe->second, 0, 0, c_.model.block_size);
+    // New LoRA adapters are the model's own (A drawn, B zero); the rest is the checkpoint's.
+    for (const auto& [name, t] : model_.named_parameters())
+      if (name.find(".lora_") != std::string::npos && !state.count(name)) state[name] = t;
     model_.load_state_dict(state);
     spdlog::info("finetuning from {} (weights only: a fresh optimizer at step 0)", c_.init_from);
+    if (c_.model.lora_rank > 0) {
+      int64_t trained = 0;
+      for (const auto& [_, t] : model_.named_trainable_parameters()) trained += t.numel();
+      spdlog::info("LoRA rank {} on {}: {} of {} parameters train, the rest frozen",
+                   c_.model.lora_rank, c_.model.lora_targets, trained, model_.num_parameters());
+    }
   }
 
   void restore(const LoadedCheckpoint& ck) {
@@ -465,7 +483,10 @@ TrainOutcome run_training(const TrainRequest& req) {
   if (s.resumed) check_config_matches_model(*s.resumed, Run::model_config(c, data));
   if (s.init) {
     TrainConfig full = c;
-    full.model.block_size = from_values(s.init->data.config).model.block_size;
+    const nn::GPTConfig saved = from_values(s.init->data.config).model;
+    full.model.block_size = saved.block_size;
+    // New adapters are not in the checkpoint (a LoRA checkpoint's own are)
+    full.model.lora_rank = saved.lora_rank, full.model.lora_targets = saved.lora_targets;
     check_config_matches_model(*s.init, Run::model_config(full, data));
   }
   Run run(s, data, dist);

@@ -89,6 +89,9 @@ std::string components(const nn::ModelSummary& s) {
        p.layernorms, L);
   if (c.biases()) line("Linear biases", p.biases, L);
   line("final " + norm + " ln_f", p.final_layernorm, 1);
+  if (p.lora > 0)
+    line(fmt::format("LoRA adapters, R {} (they train; the rest is frozen)", c.lora_rank), p.lora,
+         L);
   line("attention matrices Q, K, V, O (all layers)", p.attention_matrices(), 1);
   line("total", p.total(), 1);
   if (c.n_kv_head != c.n_head) {

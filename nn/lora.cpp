@@ -1,0 +1,188 @@
+#include "nn/lora.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "nn/gpt.h"
+#include "tensor/kernels.h"
+#include "tensor/util.h"
+
+namespace attend::nn {
+
+LoraAdapter::LoraAdapter(int64_t in, int64_t lo_, int64_t hi_, int64_t rank, double alpha,
+                         double dropout)
+    : lo(lo_), hi(hi_), scale(alpha / static_cast<double>(rank)) {
+  ATTEND_CHECK(in > 0 && rank > 0 && 0 <= lo && lo < hi, "LoraAdapter: expected in > 0, rank > 0 ",
+               "and rows 0 <= lo < hi, got in ", in, ", rank ", rank, ", rows [", lo, ", ", hi, ")");
+  A = register_parameter("A", zeros({rank, in}));       // (R, in)
+  B = register_parameter("B", zeros({hi - lo, rank}));  // (hi - lo, R)
+  drop = register_module("dropout", std::make_shared<Dropout>(dropout));
+}
+
+Tensor LoraAdapter::delta(const Tensor& x) const {
+  // (..., in) -> (..., R) -> (..., hi - lo), then the scale
+  return mul(linear(linear(drop->forward(x), A, Tensor()), B, Tensor()), scale);
+}
+
+Tensor add_adapters(const Tensor& y, const Tensor& x,
+                    const std::vector<std::shared_ptr<LoraAdapter>>& adapters) {
+  const int64_t out = y.size(-1), last = y.dim() - 1;
+  if (adapters.size() == 1 && adapters[0]->lo == 0 && adapters[0]->hi == out)
+    return add(y, adapters[0]->delta(x));
+  // Rows in order: the untouched runs of y as they are, each adapter's rows plus its delta.
+  std::vector<const LoraAdapter*> sorted;
+  for (const auto& a : adapters) sorted.push_back(a.get());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const LoraAdapter* a, const LoraAdapter* b) { return a->lo < b->lo; });
+  std::vector<Tensor> pieces;
+  int64_t at = 0;
+  for (const LoraAdapter* a : sorted) {
+    ATTEND_CHECK(a->lo >= at && a->hi <= out, "LoRA: adapters on rows [", a->lo, ", ", a->hi,
+                 ") overlap another or pass the output's ", out);
+    if (a->lo > at) pieces.push_back(narrow(y, last, at, a->lo - at));
+    pieces.push_back(add(narrow(y, last, a->lo, a->hi - a->lo), a->delta(x)));
+    at = a->hi;
+  }
+  if (at < out) pieces.push_back(narrow(y, last, at, out - at));
+  return cat(pieces, last);
+}
+
+namespace {
+
+// Every target a block of this config offers: its Linear, inputs and rows.
+enum class Site { c_attn, attn_proj, c_fc, mlp_proj };
+struct TargetRows {
+  std::string name;
+  Site site;
+  int64_t in, lo, hi;
+};
+std::vector<TargetRows> target_rows(const GPTConfig& c) {
+  const int64_t C = c.n_embd, kv = c.n_kv_head * (c.n_embd / c.n_head), H = c.mlp_hidden();
+  std::vector<TargetRows> t = {{"q", Site::c_attn, C, 0, C},
+                               {"k", Site::c_attn, C, C, C + kv},
+                               {"v", Site::c_attn, C, C + kv, C + 2 * kv},
+                               {"o", Site::attn_proj, C, 0, C}};
+  if (c.gated_mlp()) {
+    t.push_back({"gate", Site::c_fc, C, 0, H});
+    t.push_back({"up", Site::c_fc, C, H, 2 * H});
+    t.push_back({"down", Site::mlp_proj, H, 0, C});
+  } else {
+    t.push_back({"fc", Site::c_fc, C, 0, H});
+    t.push_back({"proj", Site::mlp_proj, H, 0, C});
+  }
+  return t;
+}
+
+Linear& site(Block& b, Site s) {
+  switch (s) {
+    case Site::c_attn: return *b.attn->c_attn;
+    case Site::attn_proj: return *b.attn->c_proj;
+    case Site::c_fc: return *b.mlp->c_fc;
+    case Site::mlp_proj: return *b.mlp->c_proj;
+  }
+  ATTEND_INTERNAL_CHECK(false, "LoRA: an unknown site");
+  return *b.attn->c_attn;
+}
+
+bool wanted(const std::vector<std::string>& names, const std::string& n) {
+  return std::find(names.begin(), names.end(), n) != names.end();
+}
+
+}  // namespace
+
+std::vector<std::string> lora_target_names(const GPTConfig& c) {
+  std::vector<std::string> out;
+  for (const TargetRows& t : target_rows(c)) out.push_back(t.name);
+  return out;
+}
+
+int64_t lora_parameters_per_layer(const GPTConfig& c) {
+  if (c.lora_rank <= 0) return 0;
+  const std::vector<std::string> names = parse_lora_targets(c, c.lora_targets);
+  int64_t n = 0;
+  for (const TargetRows& t : target_rows(c))
+    if (wanted(names, t.name)) n += c.lora_rank * (t.in + (t.hi - t.lo));
+  return n;
+}
+
+std::vector<std::string> parse_lora_targets(const GPTConfig& c, const std::string& list) {
+  const std::vector<std::string> valid = lora_target_names(c);
+  std::string names;
+  for (const auto& v : valid) names += (names.empty() ? "" : ",") + v;
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    ATTEND_CHECK(std::find(valid.begin(), valid.end(), item) != valid.end(),
+                 "--lora_targets: '", printable(item, 20), "' is not a target of this ",
+                 describe(c), " (", names, ")");
+    ATTEND_CHECK(std::find(out.begin(), out.end(), item) == out.end(), "--lora_targets: '", item,
+                 "' is named twice");
+    out.push_back(item);
+  }
+  ATTEND_CHECK(!out.empty() && list.back() != ',', "--lora_targets: expected names from ", names,
+               " separated by commas, got '", printable(list, 40), "'");
+  return out;
+}
+
+void add_lora(GPT& model, Generator* gen) {
+  const GPTConfig& c = model.config;
+  if (c.lora_rank <= 0) return;
+  const std::vector<std::string> names = parse_lora_targets(c, c.lora_targets);
+  for (auto& p : model.parameters()) p.requires_grad_(false);  // the base is frozen
+  uint32_t index = 0;  // the base's dropouts keep their indices; the adapters' follow
+  for (auto& [_, m] : model.named_modules())
+    if (dynamic_cast<Dropout*>(m)) ++index;
+  for (size_t l = 0; l < model.transformer->h->size(); ++l) {
+    for (const TargetRows& t : target_rows(c)) {
+      if (!wanted(names, t.name)) continue;
+      const int64_t in = t.in;
+      auto a = std::make_shared<LoraAdapter>(in, t.lo, t.hi, c.lora_rank, c.lora_alpha,
+                                             c.lora_dropout);
+      a->drop->context = model.dropout_context;
+      a->drop->index = index++;
+      if (gen) {  // PEFT: kaiming_uniform_(A, a=sqrt(5)), a bound of 1/sqrt(in)
+        NoGradGuard no_grad;
+        const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+        uniform_(a->A, -bound, bound, *gen);
+      }
+      site((*model.transformer->h)[l], t.site).add_adapter("lora_" + t.name, a);
+    }
+  }
+}
+
+NamedTensors merged_state(const GPT& model) {
+  NoGradGuard no_grad;
+  std::map<std::string, Tensor> merged;  // Linear weight name -> its merged copy
+  for (auto& [name, m] : const_cast<GPT&>(model).named_modules()) {
+    auto* lin = dynamic_cast<Linear*>(m);
+    if (!lin || lin->adapters.empty()) continue;
+    Tensor w = kernel::contiguous(kernel::clone(lin->weight));
+    for (const auto& a : lin->adapters) {
+      // (hi - lo, R) @ (R, in), scaled, added to the adapter's rows
+      const Tensor ba = kernel::matmul(a->B, a->A);
+      Tensor rows = kernel::narrow(w, 0, a->lo, a->hi - a->lo);
+      kernel::add_(rows, mul(ba, a->scale));
+    }
+    merged[name + ".weight"] = w;
+  }
+  NamedTensors out;
+  for (auto& [name, t] : model.state_dict()) {
+    if (name.find(".lora_") != std::string::npos) continue;
+    auto it = merged.find(name);
+    out.emplace_back(name, it == merged.end() ? t : it->second);
+  }
+  return out;
+}
+
+std::unique_ptr<GPT> merge_lora(const GPT& model) {
+  GPTConfig plain = model.config;
+  plain.lora_rank = 0;
+  auto out = std::make_unique<GPT>(plain, model.dropout_context->seed, false);
+  const NamedTensors state = merged_state(model);
+  out->load_state_dict(std::map<std::string, Tensor>(state.begin(), state.end()));
+  return out;
+}
+
+}  // namespace attend::nn

@@ -1,0 +1,68 @@
+// LoRA: a low-rank update beside a frozen weight (Hu et al. 2021; PEFT's formula).
+//
+// An adapter on rows [lo, hi) of a Linear's output (its whole output, or one part of a fused
+// projection: q, k or v of c_attn, gate or up of Llama's c_fc) adds
+//   y[..., lo:hi] += (alpha / R) * dropout(x) A^T B^T       A (R, in), B (hi - lo, R)
+// to y = x W^T + b. A starts Kaiming-uniform (PEFT: bound 1/sqrt(in)), B zero, so a fresh
+// adapter changes nothing: y + 0 is y, bit for bit. Backward is the composition's (two
+// linear products, a scale, a narrow and a cat), so dA and dB need no code of their own.
+//
+// Targets by name (--lora_targets, comma-separated), on every block:
+//   q, k, v   attn.c_attn's query, key or value rows   (both families)
+//   o         attn.c_proj                              (both)
+//   gate, up  mlp.c_fc's gate or up rows               (Llama's SwiGLU)
+//   down      mlp.c_proj                               (Llama)
+//   fc, proj  mlp.c_fc, mlp.c_proj                     (GPT-2)
+// Parameter names: <linear>.lora_<target>.A and .B (transformer.h.0.attn.c_attn.lora_q.A).
+// A model with adapters trains only them: every other parameter is frozen
+// (requires_grad false), so no gradient and no optimizer state exists for it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/layers.h"
+
+#pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
+namespace attend::nn {
+
+struct GPTConfig;
+class GPT;
+
+class LoraAdapter : public Module {
+ public:
+  // An adapter of rank r on rows [lo, hi) of a Linear with `in` inputs.
+  LoraAdapter(int64_t in, int64_t lo, int64_t hi, int64_t rank, double alpha, double dropout);
+  // (alpha / R) * dropout(x) A^T B^T: (..., in) -> (..., hi - lo).
+  Tensor delta(const Tensor& x) const;
+  Tensor A, B;
+  int64_t lo = 0, hi = 0;
+  double scale = 1.0;  // alpha / R
+  std::shared_ptr<Dropout> drop;
+};
+
+// y with every adapter's delta(x) added to its rows (Linear::forward's last step).
+Tensor add_adapters(const Tensor& y, const Tensor& x,
+                    const std::vector<std::shared_ptr<LoraAdapter>>& adapters);
+
+// The target names valid for a config's family, in the order above.
+std::vector<std::string> lora_target_names(const GPTConfig& c);
+// --lora_targets parsed and checked against the family: throws naming the flag and value.
+std::vector<std::string> parse_lora_targets(const GPTConfig& c, const std::string& list);
+// The adapters' parameters in one block: R (in + rows) for each target.
+int64_t lora_parameters_per_layer(const GPTConfig& c);
+
+// Adds the config's adapters (lora_rank > 0) to a built model and freezes everything else;
+// with gen, draws each A (Kaiming-uniform) and leaves B zero. Their dropouts take indices
+// after the model's own, so the base's dropout masks do not change.
+void add_lora(GPT& model, Generator* gen);
+
+// The weights with every adapter merged in, W[lo:hi] + (alpha / R) B A (copies; the model is
+// unchanged): the state of a plain model (lora_rank 0), every name but the adapters'.
+NamedTensors merged_state(const GPT& model);
+// A plain model (lora_rank 0) holding merged_state(model): what export --merge writes.
+std::unique_ptr<GPT> merge_lora(const GPT& model);
+
+}  // namespace attend::nn
+#pragma GCC visibility pop

@@ -1,0 +1,130 @@
+// LoRA finetuning from the command line (nn/lora.h): `train --init_from X --lora_rank R`
+// trains the adapters alone, resumes exactly, and `export --merge` writes the merged model.
+#include <filesystem>
+
+#include "cli_fixture.h"
+#include "io/checkpoint.h"
+#include "nn/lora.h"
+#include "train/model_io.h"
+#include "train/run_dir.h"
+
+using namespace attend;
+using namespace attend::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::map<std::string, Tensor> by_name(const nn::NamedTensors& v) {
+  return {v.begin(), v.end()};
+}
+
+// A Llama trained 4 steps: the base the adapters go on.
+fs::path base_run(const fs::path& dir) {
+  return tiny_run(make_corpus(dir), dir / "base", 4, " --arch llama --tie_embeddings false");
+}
+
+std::string lora_train(const fs::path& dir, const fs::path& base) {
+  // Dropout on the adapters, warmup and cosine, gradient accumulation: what could drift.
+  return "train --data " + (dir / "corpus.txt").string() + " --init_from " + base.string() +
+         " --lora_rank 4 --lora_alpha 8 --lora_targets q,v,down --lora_dropout 0.1"
+         " --batch_size 4 --eval_iters 2 --learning_rate 1e-2 --warmup_iters 2"
+         " --lr_decay_iters 8 --gradient_accumulation_steps 2 --eval_interval 4"
+         " --log_interval 1 --checkpoint_interval 100";
+}
+
+}  // namespace
+
+TEST_CASE("train --lora_rank: only the adapters move, and resume is exact") {
+  const fs::path dir = temp_dir("lora_train");
+  const fs::path base = base_run(dir);
+  const Run a = attend_cmd(lora_train(dir, base) + " --max_iters 8 --out " + (dir / "A").string());
+  REQUIRE_MESSAGE(a.code == 0, a.out);
+  CHECK(a.out.find("LoRA rank 4 on q,v,down") != std::string::npos);
+  const Run b1 = attend_cmd(lora_train(dir, base) + " --max_iters 3 --out " + (dir / "B").string());
+  REQUIRE_MESSAGE(b1.code == 0, b1.out);
+  const Run b2 = attend_cmd("train --resume " + (dir / "B").string() + " --max_iters 8");
+  REQUIRE_MESSAGE(b2.code == 0, b2.out);
+
+  const io::CheckpointData ca = io::load_checkpoint(dir / "A" / "ckpt_00000008.h5");
+  const io::CheckpointData cb = io::load_checkpoint(dir / "B" / "ckpt_00000008.h5");
+  const io::CheckpointData c0 = train::newest_valid_checkpoint(base).data;
+  CHECK(models_differing(dir / "A", dir / "B") == 0);
+  REQUIRE(ca.optimizer.tensors.size() == cb.optimizer.tensors.size());
+  for (size_t i = 0; i < ca.optimizer.tensors.size(); ++i) {
+    INFO(ca.optimizer.tensors[i].first);
+    CHECK(test::bit_identical(ca.optimizer.tensors[i].second, cb.optimizer.tensors[i].second));
+    // optimizer state for the adapters only: 2 layers x 3 targets x (A, B) x (m, v)
+    CHECK(ca.optimizer.tensors[i].first.find(".lora_") != std::string::npos);
+  }
+  CHECK(ca.optimizer.tensors.size() == 2 * 3 * 2 * 2);
+  // The base's tensors are the base checkpoint's, bit for bit; every adapter's B has moved.
+  const auto base_w = by_name(c0.model);
+  int adapters = 0;
+  for (const auto& [name, t] : ca.model) {
+    INFO(name);
+    if (name.find(".lora_") == std::string::npos) {
+      CHECK(test::bit_identical(t, base_w.at(name)));
+    } else if (name.back() == 'B') {
+      ++adapters;
+      double s = 0;
+      for (const float v : t.to_vector<float>()) s += std::abs(v);
+      CHECK(s > 0);
+    }
+  }
+  CHECK(adapters == 6);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("export of a LoRA checkpoint: --merge writes the merged model, plain refuses") {
+  const fs::path dir = temp_dir("lora_export");
+  const fs::path base = base_run(dir);
+  const Run t = attend_cmd(lora_train(dir, base) + " --max_iters 3 --out " + (dir / "L").string());
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  const std::string ck = (dir / "L").string();
+  const Run plain = attend_cmd("export --checkpoint " + ck + " --format gguf --out " +
+                               (dir / "x.gguf").string());
+  CHECK(plain.code != 0);
+  CHECK(plain.out.find("holds LoRA adapters (rank 4 on q,v,down); --merge") != std::string::npos);
+  CHECK(!fs::exists(dir / "x.gguf"));
+  const Run no_adapters = attend_cmd("export --merge --checkpoint " + base.string() +
+                                     " --out " + (dir / "y").string());
+  CHECK(no_adapters.code != 0);
+  CHECK(no_adapters.out.find("has no LoRA adapters to merge") != std::string::npos);
+
+  // Merged to GGUF (F32), imported back: the merged weights bit for bit.
+  const Run m = attend_cmd("export --merge --checkpoint " + ck + " --format gguf --out " +
+                           (dir / "m.gguf").string());
+  REQUIRE_MESSAGE(m.code == 0, m.out);
+  const Run i = attend_cmd("import --from " + (dir / "m.gguf").string() + " --out " +
+                           (dir / "back").string());
+  REQUIRE_MESSAGE(i.code == 0, i.out);
+  const train::LoadedModel lora = train::load_model(ck), back = train::load_model((dir / "back").string());
+  const auto want = by_name(nn::merged_state(*lora.model));
+  const auto got = back.model->named_parameters();
+  CHECK(back.config.model.lora_rank == 0);
+  REQUIRE(got.size() == lora.model->named_parameters().size() - 2 * 3 * 2);
+  for (const auto& [name, w] : got) {
+    INFO(name);
+    CHECK(test::bit_identical(w, want.at(name)));
+  }
+  // The Hugging Face layout too.
+  const Run hf = attend_cmd("export --merge --checkpoint " + ck + " --out " + (dir / "hf").string());
+  CHECK_MESSAGE(hf.code == 0, hf.out);
+  // sample reads a LoRA checkpoint as it is (adapters applied).
+  const Run s = attend_cmd("sample --checkpoint " + ck + " --max_new_tokens 8 --temperature 0");
+  CHECK_MESSAGE(s.code == 0, s.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("--init_from a LoRA checkpoint with new adapters is refused: merge first") {
+  const fs::path dir = temp_dir("lora_twice");
+  const fs::path base = base_run(dir);
+  const Run t = attend_cmd(lora_train(dir, base) + " --max_iters 2 --out " + (dir / "L").string());
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  const Run again = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
+                               (dir / "L").string() + " --lora_rank 2 --max_iters 1 --out " +
+                               (dir / "L2").string());
+  CHECK(again.code != 0);
+  CHECK(again.out.find("has LoRA adapters (rank 4); export it --merge first") != std::string::npos);
+  fs::remove_all(dir);
+}

@@ -1,0 +1,153 @@
+// LoRA adapters (nn/lora.h): a fresh adapter changes nothing bit for bit, only the adapters
+// train, the merged weights compute what the adapters do, and the targets are checked.
+// Their gradients are gradcheck rows (nn.LoRA.whole, nn.LoRA.slices).
+#include <cmath>
+
+#include "nn/gpt.h"
+#include "nn/lora.h"
+#include "tensor/kernels.h"
+#include "tensor/random.h"
+#include "test_util.h"
+
+using namespace attend;
+using namespace attend::nn;
+
+namespace {
+
+GPTConfig tiny(const std::string& family) {
+  GPTConfig c = family == "llama" ? gpt_preset("llama-char") : GPTConfig{};
+  c.vocab_size = 13, c.block_size = 16, c.n_layer = 2, c.n_head = 4, c.n_embd = 16;
+  c.n_kv_head = family == "llama" ? 2 : 4;
+  if (family == "llama") c.hidden_dim = 24;
+  return c;
+}
+
+// Token ids in [0, 13), a fixed function of seed.
+Tensor ids(int64_t B, int64_t T, uint64_t seed) {
+  Tensor t = empty({B, T}, DType::I64);
+  for (int64_t i = 0; i < B * T; ++i)
+    t.data<int64_t>()[i] = static_cast<int64_t>((seed * 7919 + static_cast<uint64_t>(i) * 31) % 13);
+  return t;
+}
+
+double abs_sum(const Tensor& t) {
+  double s = 0;
+  for (const float v : t.to_vector<float>()) s += std::abs(v);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA: a fresh adapter (B zero) gives the base model's logits and loss bit for bit") {
+  for (const std::string family : {"gpt2", "llama"}) {
+    INFO(family);
+    GPTConfig c = tiny(family);
+    const GPT base(c, 7);
+    c.lora_rank = 4;
+    c.lora_targets = family == "llama" ? "q,k,v,o,gate,up,down" : "q,k,v,o,fc,proj";
+    const GPT lora(c, 7);
+    // The base's weights are drawn first, so they are the plain model's.
+    const auto pb = base.named_parameters();
+    std::map<std::string, Tensor> pl;
+    for (const auto& [n, t] : lora.named_parameters()) pl[n] = t;
+    for (const auto& [n, t] : pb) CHECK(test::bit_identical(t, pl.at(n)));
+    const Tensor x = ids(2, 16, 1), y = ids(2, 16, 2);
+    NoGradGuard no_grad;
+    CHECK(test::bit_identical(base.forward(x).logits,
+                              lora.forward(x).logits));
+    CHECK(base.forward(x, y).loss.item() == lora.forward(x, y).loss.item());
+  }
+}
+
+TEST_CASE("LoRA: only the adapters train; the base is frozen and gets no gradient") {
+  GPTConfig c = tiny("llama");
+  c.lora_rank = 2;  // q,v by default
+  GPT m(c, 3);
+  const auto trainable = m.named_trainable_parameters();
+  REQUIRE(trainable.size() == 2 * 2 * 2);  // 2 layers x (q, v) x (A, B)
+  for (const auto& [n, t] : trainable) {
+    INFO(n);
+    CHECK(n.find(".attn.c_attn.lora_") != std::string::npos);
+  }
+  CHECK(trainable[0].first == "transformer.h.0.attn.c_attn.lora_q.A");
+  CHECK(trainable[0].second.shape() == Shape{2, 16});
+  CHECK(trainable[1].second.shape() == Shape{16, 2});  // B: q's 16 rows
+  CHECK(trainable[3].second.shape() == Shape{8, 2});   // v's rows: KVH 2 x HS 4
+  m.forward(ids(2, 8, 1), ids(2, 8, 2)).loss.backward();
+  for (const auto& [n, t] : m.named_parameters()) {
+    INFO(n);
+    CHECK(t.grad().defined() == (n.find(".lora_") != std::string::npos));
+  }
+  // B is zero at the start, so A's gradient is zero and B's is not.
+  CHECK(abs_sum(trainable[0].second.grad()) == 0.0);
+  CHECK(abs_sum(trainable[1].second.grad()) > 0.0);
+}
+
+TEST_CASE("LoRA: the merged weights compute what base plus adapters compute") {
+  for (const std::string family : {"gpt2", "llama"}) {
+    INFO(family);
+    GPTConfig c = tiny(family);
+    c.lora_rank = 3, c.lora_alpha = 6;
+    c.lora_targets = family == "llama" ? "k,o,up,down" : "v,fc";
+    GPT lora(c, 5);
+    {
+      NoGradGuard no_grad;
+      Generator g(11);
+      for (auto& [n, t] : lora.named_parameters())
+        if (n.find(".lora_") != std::string::npos) normal_(t, 0.0, 0.2, g);
+    }
+    GPTConfig plain = c;
+    plain.lora_rank = 0;
+    GPT merged(plain, 1, false);
+    const NamedTensors state = merged_state(lora);
+    merged.load_state_dict(std::map<std::string, Tensor>(state.begin(), state.end()));
+    const Tensor x = ids(2, 16, 4);
+    NoGradGuard no_grad;
+    const std::vector<float> a = lora.forward(x)
+                                     .logits.to_vector<float>(),
+                             b = merged.forward(x)
+                                     .logits.to_vector<float>();
+    // The same sums in another order (W x + B (A x) against (W + B A) x) in f32: logits of
+    // size ~1 agree to a few ulps of the products' K (16-24) terms.
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]));
+    CHECK(worst < 1e-5);
+    // and the adapters did change the model
+    const GPT base(plain, 5);
+    const std::vector<float> z =
+        base.forward(x).logits.to_vector<float>();
+    double moved = 0;
+    for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, std::abs(double(a[i]) - z[i]));
+    CHECK(moved > 1e-2);
+  }
+}
+
+TEST_CASE("LoRA: targets and sizes are checked, naming the flag and the value") {
+  struct Row {
+    std::string family, targets;
+    int64_t rank;
+    double alpha, dropout;
+    std::string error;
+  };
+  const std::vector<Row> rows = {
+      {"gpt2", "q,gate", 2, 16, 0, "'gate' is not a target of this GPT"},
+      {"gpt2", "q,q", 2, 16, 0, "'q' is named twice"},
+      {"gpt2", "", 2, 16, 0, "expected names from q,k,v,o,fc,proj"},
+      {"gpt2", "q,", 2, 16, 0, "separated by commas"},
+      {"gpt2", "q", 17, 16, 0, "lora_rank must be in [0, --n_embd 16]"},
+      {"gpt2", "q", -1, 16, 0, "lora_rank must be in [0, --n_embd 16]"},
+      {"gpt2", "q", 2, -1, 0, "lora_alpha must be in (0, 1e6]"},
+      {"gpt2", "q", 2, 16, 1, "lora_dropout must be in [0, 1)"},
+      {"llama", "fc", 2, 16, 0, "(q,k,v,o,gate,up,down)"},
+  };
+  for (const Row& r : rows) {
+    INFO(r.family, " --lora_targets '", r.targets, "' --lora_rank ", r.rank);
+    GPTConfig c = tiny(r.family);
+    c.lora_targets = r.targets, c.lora_rank = r.rank;
+    c.lora_alpha = r.alpha, c.lora_dropout = r.dropout;
+    CHECK_THROWS_WITH(c.validate("--"), doctest::Contains(r.error.c_str()));
+  }
+  GPTConfig off = tiny("gpt2");
+  off.lora_targets = "nonsense";  // not read without adapters
+  CHECK_NOTHROW(off.validate("--"));
+}
