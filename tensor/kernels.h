@@ -142,8 +142,10 @@ struct LinearCrossEntropyOut {
   Tensor dx, dw;
   int64_t count;
 };
+// grad_x, grad_w: which gradients to form (a frozen w, LoRA's head, needs none).
 LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
-                                           int64_t ignore_index, bool grads, int64_t chunk_rows);
+                                           int64_t ignore_index, bool grad_x, bool grad_w,
+                                           int64_t chunk_rows);
 
 // weight (V, C), ids any shape of integers in [0, V) -> ids.shape + (C,)
 Tensor embedding(const Tensor& weight, const Tensor& ids);

@@ -77,8 +77,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   std::vector<Tensor> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
   // saves: x (as bf16 under bf16 products: it is only dW's operand, tensor/kernels/kept_operand.h), w
-  kernel::KeptOperand saved_x;
-  if (autograd::needs_grad(inputs)) saved_x = kernel::KeptOperand(x);
+  kernel::KeptOperand saved_x;  // dW's operand only: not kept for a frozen weight (LoRA's base)
+  if (autograd::needs_grad({w})) saved_x = kernel::KeptOperand(x);
   autograd::record("linear", inputs, out,
                    [saved_x, w = w.detach(), has_b = b.defined()](const Tensor& g, const Needs& n) {
                      const int64_t in = w.size(1), outs = w.size(0);

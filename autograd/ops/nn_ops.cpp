@@ -164,23 +164,23 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targ
     const int64_t fit = (int64_t{1} << 24) / std::max<int64_t>(V, 1);
     chunk_rows = N <= fit ? std::max<int64_t>(N, 1) : std::max<int64_t>(256, fit / 256 * 256);
   }
-  const bool grads = autograd::needs_grad({flat, w});
-  auto r = kernel::linear_cross_entropy(flat, w, kernel::reshape(targets, {-1}), ignore_index,
-                                        grads, chunk_rows);
+  const bool gx = autograd::needs_grad({flat}), gw = autograd::needs_grad({w}), grads = gx || gw;
+  auto r = kernel::linear_cross_entropy(flat, w, kernel::reshape(targets, {-1}), ignore_index, gx,
+                                        gw, chunk_rows);
   if (!grads) return r.loss;
   // saves: the two gradients (formed in the forward), handed out by the one backward
   auto state = std::make_shared<std::pair<Tensor, Tensor>>(r.dx, r.dw);
   autograd::record("linear_cross_entropy", {flat, w}, r.loss,
                    [state](const Tensor& g, const Needs&) {
-                     ATTEND_CHECK(state->first.defined(),
+                     ATTEND_CHECK(state->first.defined() || state->second.defined(),
                                   "linear_cross_entropy: backward ran twice (retain_graph is not "
                                   "supported: the gradients are handed out once)");
                      Tensor dx = std::move(state->first), dw = std::move(state->second);
                      const double s = g.item();
                      if (s != 1.0) {  // e.g. 1/M under gradient accumulation
-                       const Tensor k = scalar_tensor(s, dx.dtype());
-                       dx = kernel::binary(kernel::Binary::Mul, dx, k);
-                       dw = kernel::binary(kernel::Binary::Mul, dw, k);
+                       const Tensor k = scalar_tensor(s, g.dtype());
+                       if (dx.defined()) dx = kernel::binary(kernel::Binary::Mul, dx, k);
+                       if (dw.defined()) dw = kernel::binary(kernel::Binary::Mul, dw, k);
                      }
                      return std::vector<Tensor>{dx, dw};
                    });

@@ -312,7 +312,9 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
 }
 
 LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
-                                           int64_t ignore_index, bool grads, int64_t chunk_rows) {
+                                           int64_t ignore_index, bool grad_x, bool grad_w,
+                                           int64_t chunk_rows) {
+  const bool grads = grad_x || grad_w;
   ATTEND_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
                "linear_cross_entropy: expected x (N, C) and w (V, C), got ", shape_str(x.shape()),
                " and ", shape_str(w.shape()));
@@ -327,10 +329,8 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
   Tensor xc = contiguous(x), wc = contiguous(w), tc = contiguous(targets);
   const int64_t count = count_targets(tc, N, V, ignore_index);
   LinearCrossEntropyOut o{empty({}, x.dtype()), Tensor(), Tensor(), count};
-  if (grads) {
-    o.dx = empty({N, C}, x.dtype());
-    o.dw = empty({V, C}, x.dtype());
-  }
+  if (grad_x) o.dx = empty({N, C}, x.dtype());
+  if (grad_w) o.dw = empty({V, C}, x.dtype());
   dispatch_float(x.dtype(), "linear_cross_entropy", [&]<typename T>() {
     const T *xp = xc.data<T>(), *wp = wc.data<T>();
     const int64_t rows_max = std::min(N, chunk_rows);
@@ -357,9 +357,10 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
         else
           row_ce_grad(row, row, V, lse[static_cast<size_t>(i)], t, scale);
       });
-      T *dx = o.dx.data<T>(), *dw = o.dw.data<T>();
-      gemm<T>(rows, C, V, {L, V, 1}, {wp, C, 1}, dx + r0 * C, C, true);          // dL w
-      gemm<T>(V, C, rows, {L, 1, V}, {xp + r0 * C, C, 1}, dw, C, true, r0 > 0);  // dL^T x
+      if (grad_x)  // dL w
+        gemm<T>(rows, C, V, {L, V, 1}, {wp, C, 1}, o.dx.data<T>() + r0 * C, C, true);
+      if (grad_w)  // dL^T x
+        gemm<T>(V, C, rows, {L, 1, V}, {xp + r0 * C, C, 1}, o.dw.data<T>(), C, true, r0 > 0);
     }
     // All rows ignored: 0/0 = NaN, as PyTorch.
     o.loss.data<T>()[0] = static_cast<T>(total / static_cast<double>(count));
