@@ -5,13 +5,17 @@
 // figure would understate the peak (and overstate MFU) by 2x there; the 256-bit rate is
 // printed beside it. GFLOP/s counts 2 per lane per FMA. The MFU figures of
 // bench/bench_vs_torch.sh divide by the first number. Where the CPU has AVX512_BF16, the
-// same chains of vdpbf16ps give the bf16 peak (the MFU of --precision bf16 divides by it).
+// same chains of vdpbf16ps give the bf16 peak (the MFU of --precision bf16 divides by it);
+// where it has AMX, chains of TDPBF16PS give the AMX bf16 peak (which no kernel uses yet).
 //   bench_peak [THREADS]      (default: OpenMP's)
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -65,19 +69,63 @@ float chains_bf16(int64_t iters, float seed) {
 }
 #endif
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#define ATTEND_PEAK_AMX 1
+// AMX (Intel Xeon 4th generation and later): TDPBF16PS multiplies a 16 x 32 bf16 tile by a
+// 32 x 16 one into 16 x 16 f32 sums, 16384 FLOP an instruction. Four independent
+// accumulator tiles, A and B loaded once; the kernel must first grant the process the
+// tile state (arch_prctl ARCH_REQ_XCOMP_PERM), and each thread configures its tiles.
+bool amx_permitted() {
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+float chains_amx(int64_t iters, float) {
+  struct alignas(64) {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } cfg;
+  for (int t = 0; t < 6; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+  alignas(64) uint16_t ab[16 * 32];
+  std::fill(ab, ab + 16 * 32, uint16_t{0x3580});  // 2^-20: the sums stay small
+  alignas(64) float c[16 * 16] = {};
+  _tile_zero(0);  // tile numbers are immediates: no loop
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  for (int64_t k = 0; k < iters; ++k) {
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 5);
+    _tile_dpbf16ps(2, 4, 5);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+#endif
+
 // Median and best of 5 runs on every thread, GFLOP/s.
 struct Rate {
   double median, best;
 };
-// lanes 32: the bf16 dot-product chains (16 f32 lanes, two products each).
+// lanes 32: the bf16 dot-product chains (16 f32 lanes, two products each); lanes 8192: AMX
+// (4 tiles of 16384 FLOP a step, counted as 12 chains of 8192 lanes x 2 over 3 steps).
 Rate measure(int lanes, int threads, float& sink) {
-  const int64_t iters = 400'000'000 / 12 / lanes;
+  const int64_t iters = lanes == 8192 ? 400'000'000 / 1024 : 400'000'000 / 12 / lanes;
   std::vector<double> rates;
   for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel reduction(+ : sink)
     {
       const auto seed = static_cast<float>(omp_get_thread_num());
+#if defined(ATTEND_PEAK_AMX)
+      if (lanes == 8192) sink += chains_amx(iters, seed);
+      else
+#endif
 #if defined(__AVX512BF16__)
       sink += lanes == 32   ? chains_bf16(iters, seed)
               : lanes == 16 ? chains512(iters, seed)
@@ -89,8 +137,8 @@ Rate measure(int lanes, int threads, float& sink) {
 #endif
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back(static_cast<double>(threads) * static_cast<double>(iters) * 12 * lanes * 2 / s /
-                    1e9);
+    const double flop = lanes == 8192 ? 4.0 * 16384 : 12.0 * lanes * 2;  // a loop step
+    rates.push_back(static_cast<double>(threads) * static_cast<double>(iters) * flop / s / 1e9);
   }
   std::sort(rates.begin(), rates.end());
   return {rates[2], rates[4]};
@@ -119,6 +167,14 @@ int main(int argc, char** argv) {
     std::printf("bf16 peak: %.1f GFLOP/s on %d threads (median of 5; best %.1f) [AVX512_BF16 "
                 "vdpbf16ps, %.2fx the f32 FMA peak]\n",
                 bf16.median, threads, bf16.best, bf16.median / peak.median);
+  }
+#endif
+#if defined(ATTEND_PEAK_AMX)
+  if (__builtin_cpu_supports("amx-bf16") && amx_permitted()) {
+    const Rate amx = measure(8192, threads, sink);
+    std::printf("AMX bf16 peak: %.1f GFLOP/s on %d threads (median of 5; best %.1f) [TDPBF16PS, "
+                "%.2fx the f32 FMA peak; attend's kernels do not use AMX yet]\n",
+                amx.median, threads, amx.best, amx.median / peak.median);
   }
 #endif
   if (sink != sink) std::printf("(the chains overflowed)\n");  // uses sink

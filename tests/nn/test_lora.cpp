@@ -59,7 +59,7 @@ TEST_CASE("LoRA: a fresh adapter (B zero) gives the base model's logits and loss
   }
 }
 
-TEST_CASE("LoRA: only the adapters train; the base is frozen and gets no gradient") {
+TEST_CASE("LoRA: only the adapters train, the base is frozen and gets no gradient") {
   GPTConfig c = tiny("llama");
   c.lora_rank = 2;  // q,v by default
   GPT m(c, 3);
