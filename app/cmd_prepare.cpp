@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "app/commands.h"
+#include "data/instructions.h"
 #include "data/prepare.h"
 #include "tensor/error.h"
 
@@ -22,6 +23,10 @@ int run_prepare(const data::PrepareOptions& o) {
   std::printf("train.bin %lld tokens, val.bin %lld tokens, in %s\n",
               static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
               o.out.c_str());
+  if (o.format != "text")
+    std::printf("%lld train and %lld val examples (template %s; the loss counts responses only)\n",
+                static_cast<long long>(r.train_examples), static_cast<long long>(r.val_examples),
+                o.template_name.c_str());
   return 0;
 }
 
@@ -39,6 +44,15 @@ void add_prepare(CLI::App& app, int& rc) {
   cmd->add_option("--out", o->out, "output folder")->required();
   cmd->add_option(flag_names("val_fraction"), o->val_fraction,
                   "the last fraction of tokens kept for validation")
+      ->capture_default_str();
+  cmd->add_option("--format", o->format,
+                  "text: a corpus; alpaca: a JSON array of {instruction, input, output} "
+                  "examples, the loss on the responses only (docs/finetune.md)")
+      ->check(CLI::IsMember({"text", "alpaca"}))
+      ->capture_default_str();
+  cmd->add_option("--template", o->template_name,
+                  "--format alpaca: the prompt template the examples are rendered through")
+      ->check(CLI::IsMember(data::instruction_templates()))
       ->capture_default_str();
   cmd->callback([o, &rc] { rc = run_prepare(*o); });
 }

@@ -10,10 +10,20 @@
 //
 // Sequential windows (a full evaluation pass): window k has x = t[kT .. kT + T),
 // y = t[kT + 1 .. kT + T], for k = 0 .. (N - 1) / T - 1: every target counted once.
+//
+// Instruction data (an examples file beside the token file, data/instructions.h): a row is
+// one whole example instead, the one the same Philox draw picks (r mod E), cut to T + 1
+// tokens: x = its tokens, y = the next ones where they are the response's (position + 1 >=
+// its prompt length), else -100 (ignored by the loss), and the batch as wide as its longest
+// row (shorter rows padded: x with id 0, which only later positions could see, y with -100).
+// An example whose prompt is longer than T has no target and is left out (counted, for the
+// caller to say); windows are then the examples in order.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "data/token_file.h"
 #include "tensor/random.h"
@@ -23,7 +33,7 @@
 namespace attend::data {
 
 struct Batch {
-  Tensor x, y;  // (B, T) i64
+  Tensor x, y;  // (B, T) i64; y -100 where a position is not scored
 };
 
 class TokenDataset {
@@ -32,15 +42,32 @@ class TokenDataset {
   TokenDataset(const std::filesystem::path& path, int64_t block_size);
   Batch random_batch(uint64_t seed, uint64_t step, uint32_t micro_step, int64_t batch_size,
                      Stream stream = Stream::Batch) const;
-  int64_t num_windows() const { return (file_->size() - 1) / block_size_; }
+  int64_t num_windows() const {
+    return examples_.empty() ? (file_->size() - 1) / block_size_
+                             : static_cast<int64_t>(examples_.size());
+  }
+  bool instructions() const { return !examples_.empty(); }
+  // Instruction data: the examples left out, their prompt longer than block_size.
+  int64_t dropped_examples() const { return dropped_; }
   // Windows [first, first + count) as one batch.
   Batch windows(int64_t first, int64_t count) const;
   const TokenFile& file() const { return *file_; }
+  // The token file's content hash, continued over the examples file when there is one: what
+  // a resumed run checks its data against.
+  uint64_t content_hash() const;
   int64_t block_size() const { return block_size_; }
 
  private:
+  // Rows of whole examples, [start, start + length) with the response from start + prompt.
+  struct Example {
+    int64_t start, prompt, length;
+  };
+  Batch example_rows(const std::vector<const Example*>& rows) const;
   std::unique_ptr<TokenFile> file_;
   int64_t block_size_;
+  std::vector<Example> examples_;  // instruction data: the usable examples
+  int64_t dropped_ = 0;
+  std::string index_bytes_;  // the examples file, for content_hash
 };
 
 }  // namespace attend::data

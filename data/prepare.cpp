@@ -1,5 +1,7 @@
 #include "data/prepare.h"
 
+#include "data/instructions.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -72,7 +74,68 @@ namespace {
 // What prepare writes; an --out folder holding anything else is not prepare's to replace.
 bool prepare_owns(const std::string& name) {
   return name == "train.bin" || name == "val.bin" || name == "tokenizer.json" ||
-         name == "encoder.json" || name == "vocab.bpe";
+         name == "encoder.json" || name == "vocab.bpe" || name == "train.examples" ||
+         name == "val.examples";
+}
+
+// Instruction examples: each encoded prompt, response and end token; the last val_fraction
+// of the examples for validation.
+PrepareResult prepare_examples(const PrepareOptions& o) {
+  const std::vector<RenderedExample> examples = read_instruction_file(o.data, o.template_name);
+  std::unique_ptr<Tokenizer> tok;
+  if (o.use) {
+    tok = make_tokenizer(*o.use);
+  } else {
+    ATTEND_CHECK(o.tokenizer.rfind("char", 0) != 0 && o.tokenizer.rfind("bpe:", 0) != 0,
+                 "prepare --format alpaca: --tokenizer ", o.tokenizer,
+                 " has no end-of-text token to end each response; use gpt2, hf:PATH or a "
+                 "saved tokenizer that has one");
+    tok = tokenizer_from_arg(o.tokenizer);
+  }
+  const int32_t end = end_of_text_id(tok->spec());
+  ATTEND_CHECK(end >= 0, "prepare --format alpaca: tokenizer ", tok->spec().name,
+               " has no end-of-text token (<|endoftext|> or <|end_of_text|>) to end each "
+               "response");
+  const int64_t E = static_cast<int64_t>(examples.size());
+  const int64_t e_train = E - static_cast<int64_t>(static_cast<double>(E) * o.val_fraction);
+  ATTEND_CHECK(e_train >= 1 && E - e_train >= 1, "prepare: ", o.data.string(), " holds ", E,
+               " examples: ", e_train, " for training and ", E - e_train,
+               " for validation at --val_fraction ", o.val_fraction, "; each needs at least 1");
+  TokenIds ids[2];
+  std::vector<ExampleSpan> spans[2];
+  int64_t bytes = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int split = e < e_train ? 0 : 1;
+    const TokenIds prompt = tok->encode(examples[e].prompt),
+                   response = tok->encode(examples[e].response);
+    ATTEND_CHECK(!prompt.empty() && !response.empty(), "prepare: ", o.data.string(), ": example ",
+                 e, " encodes to no tokens");
+    ids[split].insert(ids[split].end(), prompt.begin(), prompt.end());
+    ids[split].insert(ids[split].end(), response.begin(), response.end());
+    ids[split].push_back(end);
+    spans[split].push_back({static_cast<int64_t>(prompt.size()),
+                            static_cast<int64_t>(prompt.size() + response.size() + 1)});
+    bytes += static_cast<int64_t>(examples[e].prompt.size() + examples[e].response.size());
+  }
+  StagedFolder stage(o.out, "prepare", prepare_owns);
+  const uint64_t th = tokenizer_hash(tok->spec());
+  const char* names[2] = {"train", "val"};
+  for (int split = 0; split < 2; ++split) {
+    write_token_file(stage.path() / (std::string(names[split]) + ".bin"), ids[split],
+                     tok->vocab_size(), th);
+    write_examples_file(stage.path() / (std::string(names[split]) + ".examples"), spans[split],
+                        static_cast<int64_t>(ids[split].size()));
+  }
+  tok->save(stage.path());
+  stage.commit();
+  PrepareResult r;
+  r.files = 1, r.bytes = bytes;
+  r.train_tokens = static_cast<int64_t>(ids[0].size());
+  r.val_tokens = static_cast<int64_t>(ids[1].size());
+  r.train_examples = e_train, r.val_examples = E - e_train;
+  r.vocab_size = tok->vocab_size();
+  r.tokenizer = tok->spec().name;
+  return r;
 }
 
 void check_out_folder(const fs::path& out, const fs::path& data) {
@@ -97,6 +160,11 @@ PrepareResult prepare(const PrepareOptions& o) {
                "got ",
                o.val_fraction);
   check_out_folder(o.out, o.data);
+  if (o.format != "text") {
+    ATTEND_CHECK(o.format == "alpaca", "prepare: --format '", printable(o.format, 40),
+                 "' is not text or alpaca");
+    return prepare_examples(o);
+  }
   Corpus corpus = read_corpus(o.data);
   auto tok = o.use ? make_tokenizer(*o.use) : tokenizer_for_corpus(o.tokenizer, corpus.text);
   TokenIds ids = tok->encode(corpus.text);

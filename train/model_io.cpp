@@ -77,6 +77,7 @@ EvalResult evaluate_windows(const nn::GPT& model, const fs::path& token_file, in
   NoGradGuard no_grad;
   const int64_t n = ds.num_windows();
   double total = 0;
+  int64_t scored = 0;  // targets the loss counted (instruction data: the responses')
   auto last = std::chrono::steady_clock::now();
   std::optional<ThreadTuner> tuner = command_tuner();  // Note [Threads on a busy machine]
   for (int64_t first = 0; first < n; first += batch_size) {
@@ -87,11 +88,15 @@ EvalResult evaluate_windows(const nn::GPT& model, const fs::path& token_file, in
     }
     const int64_t count = std::min(batch_size, n - first);
     data::Batch b = ds.windows(first, count);
-    // Every window has T targets, so the mean over all targets is the count-weighted
-    // mean of the batch means.
-    total += model.forward(b.x, b.y).loss.item() * static_cast<double>(count);
+    // The mean over all targets is the mean of the batch means weighted by the targets
+    // each counted: T per window of text, the responses' of instruction examples.
+    int64_t counted = 0;
+    const int64_t* y = b.y.data<int64_t>();
+    for (int64_t i = 0; i < b.y.numel(); ++i) counted += y[i] != -100;
+    total += model.forward(b.x, b.y).loss.item() * static_cast<double>(counted);
+    scored += counted;
   }
-  return {total / static_cast<double>(n), n * model.config.block_size};
+  return {total / static_cast<double>(scored), scored};
 }
 
 double estimate_loss(nn::GPT& model, const data::TokenDataset& ds, uint64_t seed, int64_t step,

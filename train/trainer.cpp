@@ -168,8 +168,8 @@ TrainData open_data_root(const TrainRequest& req, const RunStart& s) {
       s.resumed ? data::make_tokenizer(s.resumed->data.tokenizer) : data::load_tokenizer(d.dir);
   d.train = std::make_unique<data::TokenDataset>(d.dir / "train.bin", c.model.block_size);
   d.val = std::make_unique<data::TokenDataset>(d.dir / "val.bin", c.model.block_size);
-  d.train_hash = d.train->file().content_hash();
-  d.val_hash = d.val->file().content_hash();
+  d.train_hash = d.train->content_hash();
+  d.val_hash = d.val->content_hash();
   if (s.resumed)
     ATTEND_CHECK(d.train_hash == s.resumed->data.data.train_hash &&
                      d.val_hash == s.resumed->data.data.val_hash,
@@ -177,6 +177,10 @@ TrainData open_data_root(const TrainRequest& req, const RunStart& s) {
                  ": train.bin or val.bin differs from the data the checkpoint was trained on");
   check_made_by(d.train->file(), d.tokenizer->spec());
   check_made_by(d.val->file(), d.tokenizer->spec());
+  for (const auto* ds : {d.train.get(), d.val.get()})
+    if (ds->dropped_examples() > 0)
+      spdlog::warn("{}: {} examples have a prompt longer than block_size {} and are left out",
+                   ds->file().path().string(), ds->dropped_examples(), c.model.block_size);
   ATTEND_CHECK(d.train->file().vocab_size() == d.tokenizer->vocab_size(), d.dir.string(),
                ": train.bin has vocab_size ", d.train->file().vocab_size(),
                " but the tokenizer has ", d.tokenizer->vocab_size());
@@ -194,8 +198,8 @@ TrainData open_data_copy(const TrainConfig& c, Dist& dist) {
   d.tokenizer = data::load_tokenizer(d.dir);
   d.train = std::make_unique<data::TokenDataset>(d.dir / "train.bin", c.model.block_size);
   d.val = std::make_unique<data::TokenDataset>(d.dir / "val.bin", c.model.block_size);
-  d.train_hash = d.train->file().content_hash();
-  d.val_hash = d.val->file().content_hash();
+  d.train_hash = d.train->content_hash();
+  d.val_hash = d.val->content_hash();
   ATTEND_CHECK(d.train_hash == hashes[0] && d.val_hash == hashes[1] &&
                    data::tokenizer_hash(d.tokenizer->spec()) == hashes[2],
                "rank ", dist.rank(), ": ", dir,

@@ -1,8 +1,11 @@
-// LoRA finetuning from the command line (nn/lora.h): `train --init_from X --lora_rank R`
-// trains the adapters alone, resumes exactly, and `export --merge` writes the merged model.
+// Finetuning from the command line: LoRA (nn/lora.h): `train --init_from X --lora_rank R`
+// trains the adapters alone, resumes exactly, and `export --merge` writes the merged model;
+// instruction data (data/instructions.h): `prepare --format alpaca`, scored on responses.
 #include <filesystem>
 
 #include "cli_fixture.h"
+#include "data/instructions.h"
+#include "data/token_file.h"
 #include "io/checkpoint.h"
 #include "nn/lora.h"
 #include "train/model_io.h"
@@ -126,5 +129,48 @@ TEST_CASE("--init_from a LoRA checkpoint with new adapters is refused: merge fir
                                (dir / "L2").string());
   CHECK(again.code != 0);
   CHECK(again.out.find("has LoRA adapters (rank 4); export it --merge first") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("prepare --format alpaca: the instructions, and eval scores the responses only") {
+  const fs::path gpt2 = test::shared_data("gpt2/encoder.json").parent_path();
+  const fs::path inst = test::shared_data("instructions/instruction-data.json");
+  if (gpt2.empty() || inst.empty()) ATTEND_SKIP("../shared/data/gpt2 or instructions/ not found");
+  const std::string env = "ATTEND_GPT2_DIR=" + gpt2.string() + " ";
+  const fs::path dir = temp_dir("alpaca");
+  const Run p = attend_cmd("prepare --data " + inst.string() + " --format alpaca --template " +
+                               "alpaca --tokenizer gpt2 --out " + (dir / "data").string(),
+                           env);
+  REQUIRE_MESSAGE(p.code == 0, p.out);
+  CHECK(p.out.find("990 train and 110 val examples (template alpaca") != std::string::npos);
+  // A small GPT-2-vocabulary model, trained on the examples, then LoRA on top.
+  const std::string model = " --n_layer 2 --n_head 2 --n_embd 32 --block_size 64 --batch_size 4"
+                            " --eval_iters 2 --eval_interval 5 --log_interval 5";
+  const Run b = attend_cmd("train --data " + (dir / "data").string() + " --out " +
+                           (dir / "base").string() + model + " --max_iters 5");
+  REQUIRE_MESSAGE(b.code == 0, b.out);
+  CHECK(b.out.find("have a prompt longer than block_size 64 and are left out") != std::string::npos);
+  const Run l = attend_cmd("train --data " + (dir / "data").string() + " --init_from " +
+                           (dir / "base").string() + " --out " + (dir / "lora").string() +
+                           " --lora_rank 4 --max_iters 5 --eval_iters 2 --eval_interval 5");
+  REQUIRE_MESSAGE(l.code == 0, l.out);
+  // eval counts each usable val example's scored targets: min(L, T + 1) - P.
+  const data::TokenFile val(dir / "data" / "val.bin");
+  int64_t want = 0;
+  for (const data::ExampleSpan& e : data::read_examples_file(dir / "data" / "val.examples", val.size()))
+    if (e.prompt <= 64) want += std::min<int64_t>(e.length, 65) - e.prompt;
+  const Run ev = attend_cmd("eval --checkpoint " + (dir / "lora").string() + " --data " +
+                            (dir / "data" / "val.bin").string());
+  REQUIRE_MESSAGE(ev.code == 0, ev.out);
+  CHECK(ev.out.find("tokens " + std::to_string(want) + "\n") != std::string::npos);
+  // Tokenizers without an end-of-text token, and templates attend does not know, refused.
+  const Run c = attend_cmd("prepare --data " + inst.string() + " --format alpaca --tokenizer char" +
+                           " --out " + (dir / "c").string());
+  CHECK(c.code != 0);
+  CHECK(c.out.find("--tokenizer char has no end-of-text token") != std::string::npos);
+  const Run t = attend_cmd("prepare --data " + inst.string() + " --format alpaca --template nope" +
+                           " --tokenizer gpt2 --out " + (dir / "t").string(), env);
+  CHECK(t.code != 0);
+  CHECK(t.out.find("nope") != std::string::npos);
   fs::remove_all(dir);
 }

@@ -1,0 +1,143 @@
+#include "data/instructions.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+
+#include "tensor/error.h"
+#include "tensor/util.h"
+
+namespace attend::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kExamplesMagic[8] = {'A', 'T', 'N', 'D', 'E', 'X', 'M', 'P'};
+constexpr uint32_t kExamplesVersion = 1;
+constexpr size_t kExamplesHeader = 32;
+constexpr int64_t kMaxInstructionFile = int64_t{1} << 30;  // 1 GiB of JSON
+
+// Stanford Alpaca's prompt (the book's chapter 7 format_input), input section only when
+// the example has an input.
+RenderedExample render_alpaca(const std::string& instruction, const std::string& input,
+                              const std::string& output) {
+  std::string p =
+      "Below is an instruction that describes a task. Write a response that appropriately "
+      "completes the request.\n\n### Instruction:\n" +
+      instruction;
+  if (!input.empty()) p += "\n\n### Input:\n" + input;
+  p += "\n\n### Response:\n";
+  return {p, output};
+}
+
+}  // namespace
+
+std::vector<std::string> instruction_templates() { return {"alpaca"}; }
+
+std::vector<RenderedExample> read_instruction_file(const fs::path& file,
+                                                   const std::string& template_name) {
+  ATTEND_CHECK(template_name == "alpaca", "prepare: --template '", printable(template_name, 40),
+               "' is not a template attend knows (alpaca)");
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  ATTEND_CHECK(!ec, "prepare: --data ", file.string(), ": cannot read (", ec.message(), ")");
+  ATTEND_CHECK(size <= static_cast<uintmax_t>(kMaxInstructionFile), "prepare: --data ",
+               file.string(), " is ", size, " bytes; instruction files over 1 GiB are refused");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(file));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str("prepare: --data ", file.string(), ": not JSON (", e.what(), ")"));
+  }
+  ATTEND_CHECK(j.is_array(), "prepare: --data ", file.string(),
+               ": expected a JSON array of examples ({\"instruction\", \"input\", \"output\"})");
+  std::vector<RenderedExample> out;
+  out.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& e = j[i];
+    const std::string where = str("prepare: --data ", file.string(), ": example ", i);
+    ATTEND_CHECK(e.is_object(), where, " is not an object");
+    auto text = [&](const char* field, bool required) -> std::string {
+      auto it = e.find(field);
+      if (it == e.end() || it->is_null()) {
+        ATTEND_CHECK(!required, where, " has no \"", field, "\"");
+        return "";
+      }
+      ATTEND_CHECK(it->is_string(), where, ": \"", field, "\" is ", it->type_name(),
+                   ", expected a string");
+      return it->get<std::string>();
+    };
+    const std::string instruction = text("instruction", true), input = text("input", false),
+                      output = text("output", true);
+    ATTEND_CHECK(!instruction.empty(), where, ": \"instruction\" is empty");
+    ATTEND_CHECK(!output.empty(), where, ": \"output\" is empty (an example needs a response)");
+    out.push_back(render_alpaca(instruction, input, output));
+  }
+  ATTEND_CHECK(!out.empty(), "prepare: --data ", file.string(), " holds no examples");
+  return out;
+}
+
+int32_t end_of_text_id(const TokenizerSpec& spec) {
+  for (size_t id = 0; id < spec.tokens.size(); ++id)
+    if (spec.tokens[id] == "<|endoftext|>" || spec.tokens[id] == "<|end_of_text|>")
+      return static_cast<int32_t>(id);
+  return -1;
+}
+
+void write_examples_file(const fs::path& path, const std::vector<ExampleSpan>& spans,
+                         int64_t tokens) {
+  std::string buf(kExamplesHeader + spans.size() * 16, '\0');
+  const uint64_t count = spans.size(), n = static_cast<uint64_t>(tokens);
+  std::memcpy(buf.data(), kExamplesMagic, 8);
+  std::memcpy(buf.data() + 8, &kExamplesVersion, 4);
+  std::memcpy(buf.data() + 16, &count, 8);
+  std::memcpy(buf.data() + 24, &n, 8);
+  int64_t sum = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    ATTEND_CHECK(spans[i].prompt >= 1 && spans[i].prompt < spans[i].length,
+                 "examples file: example ", i, " has prompt ", spans[i].prompt, " of length ",
+                 spans[i].length);
+    const uint64_t p = static_cast<uint64_t>(spans[i].prompt),
+                   l = static_cast<uint64_t>(spans[i].length);
+    std::memcpy(buf.data() + kExamplesHeader + 16 * i, &p, 8);
+    std::memcpy(buf.data() + kExamplesHeader + 16 * i + 8, &l, 8);
+    sum += spans[i].length;
+  }
+  ATTEND_CHECK(sum == tokens, "examples file: the lengths sum to ", sum, ", not ", tokens);
+  write_file_atomic(path, std::string_view(buf.data(), buf.size()));
+}
+
+std::vector<ExampleSpan> read_examples_file(const fs::path& path, int64_t tokens) {
+  const std::string bytes = read_file(path);
+  const std::string p = path.string();
+  ATTEND_CHECK(bytes.size() >= kExamplesHeader && std::memcmp(bytes.data(), kExamplesMagic, 8) == 0,
+               p, ": not an examples file (magic ATNDEXMP)");
+  uint32_t version = 0;
+  uint64_t count = 0, n = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&count, bytes.data() + 16, 8);
+  std::memcpy(&n, bytes.data() + 24, 8);
+  ATTEND_CHECK(version == kExamplesVersion, p, ": examples file version ", version,
+               "; this attend reads version ", kExamplesVersion);
+  ATTEND_CHECK(count >= 1 && count <= (bytes.size() - kExamplesHeader) / 16 &&
+                   bytes.size() == kExamplesHeader + 16 * count,
+               p, ": example count ", count, " does not fit the file's ", bytes.size(), " bytes");
+  ATTEND_CHECK(n == static_cast<uint64_t>(tokens), p, ": indexes ", n,
+               " tokens, but its token file holds ", tokens);
+  std::vector<ExampleSpan> spans(count);
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t pl = 0, l = 0;
+    std::memcpy(&pl, bytes.data() + kExamplesHeader + 16 * i, 8);
+    std::memcpy(&l, bytes.data() + kExamplesHeader + 16 * i + 8, 8);
+    ATTEND_CHECK(pl >= 1 && pl < l && l <= n - sum, p, ": example ", i, " (prompt ", pl,
+                 ", length ", l, ") does not fit the ", n - sum, " tokens left");
+    spans[i] = {static_cast<int64_t>(pl), static_cast<int64_t>(l)};
+    sum += l;
+  }
+  ATTEND_CHECK(sum == n, p, ": the examples cover ", sum, " of the ", n, " tokens");
+  return spans;
+}
+
+}  // namespace attend::data

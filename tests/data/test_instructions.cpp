@@ -1,0 +1,173 @@
+// Instruction data (data/instructions.h): the Alpaca template's exact text, the refusals
+// naming entry and field, the examples file, and batches whose targets are the responses
+// only.
+#include <filesystem>
+#include <fstream>
+
+#include "data/dataset.h"
+#include "data/instructions.h"
+#include "data/token_file.h"
+#include "fuzz.h"
+#include "test_util.h"
+
+using namespace attend;
+using namespace attend::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path write_text(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("instructions: the alpaca template renders as the book's chapter 7 does") {
+  const fs::path dir = test::temp_dir("inst_render");
+  const fs::path f = write_text(
+      dir / "i.json",
+      R"([{"instruction": "Edit the sentence.", "input": "He go home.", "output": "He goes home."},
+          {"instruction": "Name a colour.", "input": "", "output": "Blue."},
+          {"instruction": "Say hi.", "output": "Hi.", "other": 1}])");
+  const std::vector<RenderedExample> e = read_instruction_file(f, "alpaca");
+  REQUIRE(e.size() == 3);
+  const std::string head =
+      "Below is an instruction that describes a task. Write a response that appropriately "
+      "completes the request.\n\n### Instruction:\n";
+  CHECK(e[0].prompt == head + "Edit the sentence.\n\n### Input:\nHe go home.\n\n### Response:\n");
+  CHECK(e[0].response == "He goes home.");
+  CHECK(e[1].prompt == head + "Name a colour.\n\n### Response:\n");  // no input: no section
+  CHECK(e[2].prompt == head + "Say hi.\n\n### Response:\n");         // unknown fields ignored
+  fs::remove_all(dir);
+}
+
+TEST_CASE("instructions: a bad file or entry is refused naming the entry and the field") {
+  const fs::path dir = test::temp_dir("inst_bad");
+  struct Row {
+    std::string json, error;
+  };
+  const std::vector<Row> rows = {
+      {R"({"instruction": "a"})", "expected a JSON array"},
+      {"[1]", "example 0 is not an object"},
+      {R"([{"instruction": "a", "output": "b"}, {"output": "b"}])", "example 1 has no \"instruction\""},
+      {R"([{"instruction": "a", "output": 3}])", "example 0: \"output\" is number"},
+      {R"([{"instruction": "a", "input": ["x"], "output": "b"}])", "\"input\" is array"},
+      {R"([{"instruction": "a", "output": ""}])", "\"output\" is empty (an example needs a response)"},
+      {R"([{"instruction": "", "output": "b"}])", "\"instruction\" is empty"},
+      {"[]", "holds no examples"},
+      {"[{", "not JSON"},
+  };
+  for (const Row& r : rows) {
+    INFO(r.json);
+    const fs::path f = write_text(dir / "i.json", r.json);
+    CHECK_THROWS_WITH(read_instruction_file(f, "alpaca"), doctest::Contains(r.error.c_str()));
+  }
+  CHECK_THROWS_WITH(read_instruction_file(dir / "i.json", "chatgpt"),
+                    doctest::Contains("--template 'chatgpt' is not a template attend knows"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("instructions: examples files round-trip and a damaged one is refused") {
+  const fs::path dir = test::temp_dir("inst_idx");
+  const std::vector<ExampleSpan> spans = {{3, 7}, {1, 2}, {4, 10}};
+  write_examples_file(dir / "t.examples", spans, 19);
+  const std::vector<ExampleSpan> back = read_examples_file(dir / "t.examples", 19);
+  REQUIRE(back.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(back[i].prompt == spans[i].prompt);
+    CHECK(back[i].length == spans[i].length);
+  }
+  CHECK_THROWS_WITH(read_examples_file(dir / "t.examples", 20),
+                    doctest::Contains("indexes 19 tokens, but its token file holds 20"));
+  CHECK_THROWS_WITH(write_examples_file(dir / "u.examples", {{2, 2}}, 2),
+                    doctest::Contains("example 0 has prompt 2 of length 2"));
+  CHECK_THROWS_WITH(write_examples_file(dir / "u.examples", {{1, 2}}, 3),
+                    doctest::Contains("the lengths sum to 2, not 3"));
+  std::string bytes = read_file(dir / "t.examples");
+  std::string bad = bytes;
+  bad[16] = 4;  // count 4: one more than the file holds
+  write_text(dir / "b.examples", bad);
+  CHECK_THROWS_WITH(read_examples_file(dir / "b.examples", 19),
+                    doctest::Contains("example count 4 does not fit"));
+  bad = bytes;
+  bad[32 + 16 + 8] = 30;  // example 1 of length 30
+  write_text(dir / "b.examples", bad);
+  CHECK_THROWS_WITH(read_examples_file(dir / "b.examples", 19),
+                    doctest::Contains("example 1 (prompt 1, length 30) does not fit"));
+  bad = bytes;
+  bad[0] = 'X';
+  write_text(dir / "b.examples", bad);
+  CHECK_THROWS_WITH(read_examples_file(dir / "b.examples", 19), doctest::Contains("magic"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("instructions: a batch's targets are the responses and end markers, nothing else") {
+  const fs::path dir = test::temp_dir("inst_batch");
+  // Three examples: tokens 100 + k per position; prompts of 3, 1 and 6 tokens.
+  const std::vector<ExampleSpan> spans = {{3, 7}, {1, 2}, {6, 10}};
+  TokenIds ids;
+  for (int i = 0; i < 19; ++i) ids.push_back(100 + i);
+  write_token_file(dir / "train.bin", ids, 200);
+  write_examples_file(dir / "train.examples", spans, 19);
+  const TokenDataset ds(dir / "train.bin", 5);  // T 5: example 2's prompt (6) is too long
+  CHECK(ds.instructions());
+  CHECK(ds.dropped_examples() == 1);
+  REQUIRE(ds.num_windows() == 2);
+  const Batch w = ds.windows(0, 2);
+  // Example 0: tokens 100..106, prompt 3; cut to T + 1 = 6 tokens: x 100..104, targets from
+  // position 2 (predicting token 3, the response's first).
+  REQUIRE(w.x.shape() == Shape{2, 5});
+  CHECK(w.x.to_vector<int64_t>() == std::vector<int64_t>{100, 101, 102, 103, 104, 107, 0, 0, 0, 0});
+  CHECK(w.y.to_vector<int64_t>() ==
+        std::vector<int64_t>{-100, -100, 103, 104, 105, 108, -100, -100, -100, -100});
+  // Random batches draw only usable examples, every row scoring at least one target.
+  for (uint64_t step = 0; step < 20; ++step) {
+    const Batch b = ds.random_batch(1, step, 0, 3);
+    const auto x = b.x.to_vector<int64_t>(), y = b.y.to_vector<int64_t>();
+    const int64_t W = b.x.size(1);
+    for (int64_t r = 0; r < 3; ++r) {
+      const bool first = x[r * W] == 100;
+      CHECK((first || x[r * W] == 107));
+      int64_t scored = 0;
+      for (int64_t t = 0; t < W; ++t) {
+        const int64_t want = first ? (t >= 2 && t < 5 ? 101 + t : -100) : (t == 0 ? 108 : -100);
+        CHECK(y[r * W + t] == want);
+        scored += y[r * W + t] != -100;
+      }
+      CHECK(scored >= 1);
+    }
+  }
+  // the batch stream is a function of (seed, step, micro-step)
+  CHECK(test::bit_identical(ds.random_batch(1, 3, 1, 3).x, ds.random_batch(1, 3, 1, 3).x));
+  // content_hash covers the examples file
+  const uint64_t h = ds.content_hash();
+  write_examples_file(dir / "train.examples", {{3, 7}, {1, 12}}, 19);
+  CHECK(TokenDataset(dir / "train.bin", 5).content_hash() != h);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("fuzz: examples files are refused cleanly or read consistently") {
+  const fs::path dir = test::temp_dir("fuzz_examples");
+  std::vector<ExampleSpan> spans;
+  int64_t n = 0;
+  for (int i = 0; i < 40; ++i) {
+    spans.push_back({1 + i % 5, 6 + i % 7});
+    n += spans.back().length;
+  }
+  write_examples_file(dir / "good.examples", spans, n);
+  const std::string good = read_file(dir / "good.examples");
+  const auto r = test::fuzz_file(
+      "examples file", good, dir / "e.examples", 1, test::fuzz_cases(2000),
+      [n](const fs::path& p) { read_examples_file(p, n); },
+      [n](const fs::path& p) -> std::string {
+        int64_t sum = 0;
+        for (const ExampleSpan& e : read_examples_file(p, n)) {
+          if (e.prompt < 1 || e.prompt >= e.length) return "a prompt not inside its example";
+          sum += e.length;
+        }
+        return sum == n ? "" : "the examples do not tile the tokens";
+      });
+  CHECK(r.refused > 0);
+  fs::remove_all(dir);
+}
