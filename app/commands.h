@@ -18,6 +18,7 @@ void add_tokenize(CLI::App& app, int& rc);
 void add_prepare(CLI::App& app, int& rc);
 void add_train(CLI::App& app, int& rc);
 void add_sample(CLI::App& app, int& rc);
+void add_chat(CLI::App& app, int& rc);
 void add_eval(CLI::App& app, int& rc);
 void add_plot(CLI::App& app, int& rc);
 void add_summary(CLI::App& app, int& rc);

@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
       ->default_str("600");
   int rc = 0;
   for (auto add : {attend::cli::add_gradcheck, attend::cli::add_tokenize, attend::cli::add_prepare,
-                   attend::cli::add_train, attend::cli::add_sample, attend::cli::add_eval,
+                   attend::cli::add_train, attend::cli::add_sample, attend::cli::add_chat,
+                   attend::cli::add_eval,
                    attend::cli::add_plot, attend::cli::add_summary, attend::cli::add_attention,
                    attend::cli::add_import, attend::cli::add_export, attend::cli::add_heads,
                    attend::cli::add_diagram})

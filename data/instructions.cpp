@@ -20,25 +20,29 @@ constexpr int64_t kMaxInstructionFile = int64_t{1} << 30;  // 1 GiB of JSON
 
 // Stanford Alpaca's prompt (the book's chapter 7 format_input), input section only when
 // the example has an input.
-RenderedExample render_alpaca(const std::string& instruction, const std::string& input,
-                              const std::string& output) {
+std::string render_alpaca(const std::string& instruction, const std::string& input) {
   std::string p =
       "Below is an instruction that describes a task. Write a response that appropriately "
       "completes the request.\n\n### Instruction:\n" +
       instruction;
   if (!input.empty()) p += "\n\n### Input:\n" + input;
-  p += "\n\n### Response:\n";
-  return {p, output};
+  return p + "\n\n### Response:\n";
 }
 
 }  // namespace
 
 std::vector<std::string> instruction_templates() { return {"alpaca"}; }
 
+std::string instruction_prompt(const std::string& template_name, const std::string& instruction,
+                               const std::string& input) {
+  ATTEND_CHECK(template_name == "alpaca", "--template '", printable(template_name, 40),
+               "' is not a template attend knows (alpaca)");
+  return render_alpaca(instruction, input);
+}
+
 std::vector<RenderedExample> read_instruction_file(const fs::path& file,
                                                    const std::string& template_name) {
-  ATTEND_CHECK(template_name == "alpaca", "prepare: --template '", printable(template_name, 40),
-               "' is not a template attend knows (alpaca)");
+  instruction_prompt(template_name, "");  // a template attend knows, before reading
   std::error_code ec;
   const auto size = fs::file_size(file, ec);
   ATTEND_CHECK(!ec, "prepare: --data ", file.string(), ": cannot read (", ec.message(), ")");
@@ -72,7 +76,7 @@ std::vector<RenderedExample> read_instruction_file(const fs::path& file,
                       output = text("output", true);
     ATTEND_CHECK(!instruction.empty(), where, ": \"instruction\" is empty");
     ATTEND_CHECK(!output.empty(), where, ": \"output\" is empty (an example needs a response)");
-    out.push_back(render_alpaca(instruction, input, output));
+    out.push_back({instruction_prompt(template_name, instruction, input), output});
   }
   ATTEND_CHECK(!out.empty(), "prepare: --data ", file.string(), " holds no examples");
   return out;

@@ -41,6 +41,11 @@ struct RenderedExample {
   std::string prompt, response;
 };
 
+// The prompt an instruction (and an optional input) renders to: what the model then
+// continues with a response. Throws naming the template if attend does not know it.
+std::string instruction_prompt(const std::string& template_name, const std::string& instruction,
+                               const std::string& input = "");
+
 // The examples of an Alpaca-style JSON file (an array of objects with string "instruction"
 // and "output", optional string "input"), rendered through `template_name`. Refused, naming
 // the file, the entry's index and the field: a missing or non-string field, an empty

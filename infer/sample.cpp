@@ -100,6 +100,7 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
         kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
     const PhiloxCounter r = philox4x32(sample_counter(static_cast<uint64_t>(i), index), key);
     const int32_t next = choose_token(last.data<float>(), V, o, u64_to_unit_double(r[0], r[1]));
+    if (next == o.stop_token) break;  // the end of a reply: not emitted
     seq.push_back(next);
     out.push_back(next);
     const std::string piece = tok.decode({next});

@@ -32,6 +32,7 @@ struct SampleOptions {
   double top_p = 1.0;
   uint64_t seed = 1337;
   std::string stop;         // end a sample once its text contains this (it is kept)
+  int32_t stop_token = -1;  // end a sample at this token, not emitted (chat: end-of-text)
   int64_t num_samples = 1;  // sample k draws from its own numbers: (seed, k, token i)
   // The weights' format while sampling (infer/decoding.h); none: what the products read
   // fastest (bf16 under bf16 products, else f32; both the model's own bits).

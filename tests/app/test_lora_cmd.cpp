@@ -2,6 +2,7 @@
 // trains the adapters alone, resumes exactly, and `export --merge` writes the merged model;
 // instruction data (data/instructions.h): `prepare --format alpaca`, scored on responses.
 #include <filesystem>
+#include <fstream>
 
 #include "cli_fixture.h"
 #include "data/instructions.h"
@@ -163,6 +164,21 @@ TEST_CASE("prepare --format alpaca: the instructions, and eval scores the respon
                             (dir / "data" / "val.bin").string());
   REQUIRE_MESSAGE(ev.code == 0, ev.out);
   CHECK(ev.out.find("tokens " + std::to_string(want) + "\n") != std::string::npos);
+  // chat --prompt: the template's prompt continued greedily to the end-of-text token, which
+  // ends the reply unprinted: the same tokens sample draws from that prompt.
+  const Run ch = attend_cmd("chat --checkpoint " + (dir / "lora").string() +
+                            " --prompt 'Name a colour.' --max_new_tokens 40");
+  REQUIRE_MESSAGE(ch.code == 0, ch.out);
+  const std::string reply = test::attend_stdout("chat --checkpoint " + (dir / "lora").string() +
+                                                " --prompt 'Name a colour.' --max_new_tokens 40");
+  const std::string prompt = data::instruction_prompt("alpaca", "Name a colour.");
+  std::ofstream(dir / "prompt.txt", std::ios::binary) << prompt;
+  const std::string sampled = test::attend_stdout(
+      "sample --checkpoint " + (dir / "lora").string() + " --prompt_file " +
+      (dir / "prompt.txt").string() + " --temperature 0 --max_new_tokens 41");
+  REQUIRE(!reply.empty());
+  CHECK(reply.find("<|endoftext|>") == std::string::npos);
+  CHECK(sampled.rfind(prompt + reply.substr(0, reply.size() - 1), 0) == 0);
   // Tokenizers without an end-of-text token, and templates attend does not know, refused.
   const Run c = attend_cmd("prepare --data " + inst.string() + " --format alpaca --tokenizer char" +
                            " --out " + (dir / "c").string());

@@ -1,0 +1,102 @@
+// `attend chat`: talk to an instruction-tuned checkpoint. Each line you type is an
+// instruction rendered through the template (data/instructions.h) and the reply is drawn
+// until the tokenizer's end-of-text token (or --max_new_tokens), streamed to stdout.
+// --prompt gives one turn without a terminal (what tests and scripts use).
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "app/commands.h"
+#include "data/instructions.h"
+#include "infer/sample.h"
+#include "tensor/error.h"
+#include "train/model_io.h"
+
+namespace attend::cli {
+
+namespace {
+
+struct ChatArgs {
+  std::string checkpoint, template_name = "alpaca", prompt;
+  infer::SampleOptions options;
+};
+
+int run_chat(ChatArgs a) {
+  train::LoadedModel m = train::load_model(a.checkpoint);
+  const kernel::PrecisionScope precision =
+      use_precision(weights_precision("", "", m.config.precision), "--precision");
+  infer::SampleOptions o = a.options;
+  o.stop_token = data::end_of_text_id(m.tokenizer->spec());
+  ATTEND_CHECK(o.stop_token >= 0, "chat: ", m.checkpoint.string(), ": its tokenizer ",
+               m.tokenizer->spec().name,
+               " has no end-of-text token to end a reply; chat needs a model finetuned on "
+               "instruction data (attend prepare --format alpaca)");
+  data::instruction_prompt(a.template_name, "");  // a known template, before the first turn
+  auto turn = [&](const std::string& line, uint32_t k) {
+    o.prompt = data::instruction_prompt(a.template_name, line);
+    m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails here
+    infer::sample(
+        *m.model, *m.tokenizer, o,
+        [](const std::string& piece) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        },
+        k);
+    std::printf("\n");
+    std::fflush(stdout);
+  };
+  if (!a.prompt.empty()) {
+    turn(a.prompt, 0);
+    return 0;
+  }
+  // Each line is one turn: the Alpaca template is single-turn, so a reply does not see the
+  // turns before it. Ctrl-D (end of input) ends the chat.
+  const bool tty = isatty(STDIN_FILENO);
+  if (tty) std::fprintf(stderr, "chat with %s (template %s); Ctrl-D ends\n",
+                        m.checkpoint.string().c_str(), a.template_name.c_str());
+  std::string line;
+  for (uint32_t k = 0;; ++k) {
+    if (tty) std::fputs("> ", stderr);
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    turn(line, k);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_chat(CLI::App& app, int& rc) {
+  auto a = std::make_shared<ChatArgs>();
+  infer::SampleOptions& o = a->options;
+  o.max_new_tokens = 256;
+  o.temperature = 0.0;
+  CLI::App* cmd = app.add_subcommand(
+      "chat", "talk to an instruction-tuned checkpoint: each line an instruction, the reply to "
+              "its end-of-text token");
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "checkpoint file (.h5), or a run folder (its newest)")
+      ->required();
+  cmd->add_option("--template", a->template_name, "the prompt template it was finetuned with")
+      ->check(CLI::IsMember(data::instruction_templates()))
+      ->capture_default_str();
+  cmd->add_option("--prompt", a->prompt, "one instruction, answered without a terminal");
+  cmd->add_option(flag_names("max_new_tokens"), o.max_new_tokens, "longest reply, in tokens")
+      ->capture_default_str();
+  cmd->add_option("--temperature", o.temperature, "softmax temperature; 0 is greedy")
+      ->capture_default_str();
+  cmd->add_option(flag_names("top_k"), o.top_k, "keep the k most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option(flag_names("top_p"), o.top_p, "keep the smallest set reaching this probability")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "same seed, same replies")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 63))
+      ->capture_default_str();
+  cmd->callback([a, &rc] { rc = run_chat(*a); });
+}
+
+}  // namespace attend::cli
