@@ -74,7 +74,7 @@ viz::AttentionMap toy_map(const AttentionArgs& a) {
 // --position: each head's change to the residual stream, their sum, and concat -> c_proj.
 int run_head_sum(const AttentionArgs& a) {
   ATTEND_CHECK(a.layer >= 0, "attention: --position needs --layer (the layer to look at)");
-  train::LoadedModel m = train::load_model(a.checkpoint);
+  train::LoadedModel m = train::load_model_merged(a.checkpoint);
   std::fputs(
       viz::head_sum_text(viz::head_sum(*m.model, *m.tokenizer, a.prompt, a.layer, a.position))
           .c_str(),
@@ -99,7 +99,7 @@ int run_attention(const AttentionArgs& a) {
   if (!a.toy.empty()) {
     map = toy_map(a);
   } else {
-    train::LoadedModel m = train::load_model(a.checkpoint);
+    train::LoadedModel m = train::load_model_merged(a.checkpoint);
     map = viz::compute_attention(*m.model, *m.tokenizer, a.prompt);
     if (ext == ".html") {
       const viz::DiagramActivations acts =

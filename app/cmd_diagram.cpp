@@ -30,7 +30,7 @@ int run_diagram(const ModelArgs& a) {
   std::unique_ptr<viz::DiagramActivations> acts;
   if (!a.prompt.empty()) {
     ATTEND_CHECK(!a.checkpoint.empty(), "diagram: --prompt needs --checkpoint (the weights)");
-    train::LoadedModel m = train::load_model(a.checkpoint);
+    train::LoadedModel m = train::load_model_merged(a.checkpoint);
     ATTEND_CHECK(m.model->config == c,
                  "diagram: --prompt shows the checkpoint's own model; drop the model flags");
     acts = std::make_unique<viz::DiagramActivations>(

@@ -22,7 +22,7 @@ struct HeadsArgs {
 };
 
 int run_heads(const HeadsArgs& a) {
-  train::LoadedModel m = train::load_model(a.checkpoint);
+  train::LoadedModel m = train::load_model_merged(a.checkpoint);
   train::check_made_by(data::TokenFile(a.data), m.tokenizer->spec());
   const data::TokenDataset ds(a.data, m.model->config.block_size);
   const viz::HeadAblation r = viz::ablate_heads(*m.model, ds, a.batches, a.batch_size);

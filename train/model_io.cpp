@@ -1,5 +1,7 @@
 #include "train/model_io.h"
 
+#include "nn/lora.h"
+
 #include <spdlog/fmt/fmt.h>
 
 #include <spdlog/spdlog.h>
@@ -57,6 +59,17 @@ void check_config_matches_model(const LoadedCheckpoint& ck, const nn::GPTConfig&
 
 LoadedModel load_model(const std::string& file_or_run_dir) {
   return load_model(load_checkpoint_or_run(file_or_run_dir));
+}
+
+LoadedModel load_model_merged(const std::string& file_or_run_dir) {
+  LoadedModel m = load_model(file_or_run_dir);
+  if (m.config.model.lora_rank > 0) {
+    m.model = nn::merge_lora(*m.model);
+    m.model->eval();
+    m.config.model = m.model->config;
+    spdlog::info("{}: LoRA adapters merged into the weights for this view", m.checkpoint.string());
+  }
+  return m;
 }
 
 void check_made_by(const data::TokenFile& file, const data::TokenizerSpec& tokenizer) {

@@ -26,6 +26,9 @@ struct LoadedModel {
 LoadedModel load_model(const LoadedCheckpoint& checkpoint);
 // A checkpoint file, or a run folder's newest valid checkpoint.
 LoadedModel load_model(const std::string& file_or_run_dir);
+// The same, LoRA adapters merged into the weights (nn::merge_lora): for the views, which read
+// weights (W_o's slices, W_q's rows) as well as activations. sample and eval keep them apart.
+LoadedModel load_model_merged(const std::string& file_or_run_dir);
 
 // Checks a checkpoint's /config against its /model before anything is built from it:
 // the config is valid and implies exactly the parameters the file stores (so a crafted

@@ -30,7 +30,7 @@ fs::path base_run(const fs::path& dir) {
 std::string lora_train(const fs::path& dir, const fs::path& base) {
   // Dropout on the adapters, warmup and cosine, gradient accumulation: what could drift.
   return "train --data " + (dir / "corpus.txt").string() + " --init_from " + base.string() +
-         " --lora_rank 4 --lora_alpha 8 --lora_targets q,v,down --lora_dropout 0.1"
+         " --lora_rank 4 --lora_alpha 8 --lora_targets q,v,o,down --lora_dropout 0.1"
          " --batch_size 4 --eval_iters 2 --learning_rate 1e-2 --warmup_iters 2"
          " --lr_decay_iters 8 --gradient_accumulation_steps 2 --eval_interval 4"
          " --log_interval 1 --checkpoint_interval 100";
@@ -43,7 +43,7 @@ TEST_CASE("train --lora_rank: only the adapters move, and resume is exact") {
   const fs::path base = base_run(dir);
   const Run a = attend_cmd(lora_train(dir, base) + " --max_iters 8 --out " + (dir / "A").string());
   REQUIRE_MESSAGE(a.code == 0, a.out);
-  CHECK(a.out.find("LoRA rank 4 on q,v,down") != std::string::npos);
+  CHECK(a.out.find("LoRA rank 4 on q,v,o,down") != std::string::npos);
   const Run b1 = attend_cmd(lora_train(dir, base) + " --max_iters 3 --out " + (dir / "B").string());
   REQUIRE_MESSAGE(b1.code == 0, b1.out);
   const Run b2 = attend_cmd("train --resume " + (dir / "B").string() + " --max_iters 8");
@@ -57,10 +57,10 @@ TEST_CASE("train --lora_rank: only the adapters move, and resume is exact") {
   for (size_t i = 0; i < ca.optimizer.tensors.size(); ++i) {
     INFO(ca.optimizer.tensors[i].first);
     CHECK(test::bit_identical(ca.optimizer.tensors[i].second, cb.optimizer.tensors[i].second));
-    // optimizer state for the adapters only: 2 layers x 3 targets x (A, B) x (m, v)
+    // optimizer state for the adapters only: 2 layers x 4 targets x (A, B) x (m, v)
     CHECK(ca.optimizer.tensors[i].first.find(".lora_") != std::string::npos);
   }
-  CHECK(ca.optimizer.tensors.size() == 2 * 3 * 2 * 2);
+  CHECK(ca.optimizer.tensors.size() == 2 * 4 * 2 * 2);
   // The base's tensors are the base checkpoint's, bit for bit; every adapter's B has moved.
   const auto base_w = by_name(c0.model);
   int adapters = 0;
@@ -75,7 +75,7 @@ TEST_CASE("train --lora_rank: only the adapters move, and resume is exact") {
       CHECK(s > 0);
     }
   }
-  CHECK(adapters == 6);
+  CHECK(adapters == 8);
   fs::remove_all(dir);
 }
 
@@ -88,7 +88,7 @@ TEST_CASE("export of a LoRA checkpoint: --merge writes the merged model, plain r
   const Run plain = attend_cmd("export --checkpoint " + ck + " --format gguf --out " +
                                (dir / "x.gguf").string());
   CHECK(plain.code != 0);
-  CHECK(plain.out.find("holds LoRA adapters (rank 4 on q,v,down); --merge") != std::string::npos);
+  CHECK(plain.out.find("holds LoRA adapters (rank 4 on q,v,o,down); --merge") != std::string::npos);
   CHECK(!fs::exists(dir / "x.gguf"));
   const Run no_adapters = attend_cmd("export --merge --checkpoint " + base.string() +
                                      " --out " + (dir / "y").string());
@@ -106,7 +106,7 @@ TEST_CASE("export of a LoRA checkpoint: --merge writes the merged model, plain r
   const auto want = by_name(nn::merged_state(*lora.model));
   const auto got = back.model->named_parameters();
   CHECK(back.config.model.lora_rank == 0);
-  REQUIRE(got.size() == lora.model->named_parameters().size() - 2 * 3 * 2);
+  REQUIRE(got.size() == lora.model->named_parameters().size() - 2 * 4 * 2);
   for (const auto& [name, w] : got) {
     INFO(name);
     CHECK(test::bit_identical(w, want.at(name)));
@@ -114,6 +114,14 @@ TEST_CASE("export of a LoRA checkpoint: --merge writes the merged model, plain r
   // The Hugging Face layout too.
   const Run hf = attend_cmd("export --merge --checkpoint " + ck + " --out " + (dir / "hf").string());
   CHECK_MESSAGE(hf.code == 0, hf.out);
+  // The views read weights too (W_o's slices per head): they see the merged model, so what
+  // each head adds still sums to the attention's output (with an adapter on o).
+  const Run v = attend_cmd("attention --checkpoint " + ck + " --prompt 'Now is the' --layer 0" +
+                           " --position 4");
+  REQUIRE_MESSAGE(v.code == 0, v.out);
+  const size_t at = v.out.find("largest difference between the two: ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(v.out.substr(at + 36)) < 1e-5);
   // sample reads a LoRA checkpoint as it is (adapters applied).
   const Run s = attend_cmd("sample --checkpoint " + ck + " --max_new_tokens 8 --temperature 0");
   CHECK_MESSAGE(s.code == 0, s.out);
