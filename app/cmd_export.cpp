@@ -17,6 +17,7 @@
 #include "convert/gpt2_io.h"
 #include "convert/hf_llama_io.h"
 #include "convert/llama2c_io.h"
+#include "convert/peft_io.h"
 #include "nn/lora.h"
 #include "train/model_io.h"
 #include "train/run_dir.h"
@@ -41,8 +42,10 @@ void add_export(CLI::App& app, int& rc) {
   cmd->add_option("--out", a->out, "the folder to write (gguf: the file)")->required();
   cmd->add_option("--format", a->format,
                   "hf: Hugging Face's layout; llama2c: a Llama as llama2.c's model.bin and "
-                  "tokenizer.bin; gguf: one GGUF file for llama.cpp (GPT-2, Llama, Mistral)")
-      ->check(CLI::IsMember({"hf", "llama2c", "gguf"}));
+                  "tokenizer.bin; gguf: one GGUF file for llama.cpp (GPT-2, Llama, Mistral); "
+                  "peft: a LoRA checkpoint's adapters as Hugging Face PEFT's "
+                  "adapter_model.safetensors and adapter_config.json")
+      ->check(CLI::IsMember({"hf", "llama2c", "gguf", "peft"}));
   cmd->add_option("--dtype", a->dtype,
                   "hf: a Llama's tensors as f32, bf16 or f16 (GPT-2: f32); gguf: the matrices as "
                   "f32, f16, bf16 or q8_0")
@@ -58,9 +61,22 @@ void add_export(CLI::App& app, int& rc) {
     const train::LoadedModel loaded = train::load_model(a->checkpoint);
     const train::TrainConfig& c = loaded.config;
     const std::string name = loaded.checkpoint.string();
+    if (a->format == "peft") {
+      ATTEND_CHECK(!a->merge && a->dtype == "f32" && a->max_shard_mb == 0,
+                   "export --format peft: the adapters alone, in f32 (no --merge, --dtype or "
+                   "--max_shard_mb)");
+      const convert::ExportResult r =
+          convert::export_peft({*loaded.model, *loaded.tokenizer, name}, a->out,
+                               c.init_from.empty() ? name : c.init_from);
+      std::printf("wrote %lld tensors to %s (PEFT: adapter_model.safetensors, "
+                  "adapter_config.json)\n",
+                  static_cast<long long>(r.tensors), r.dir.c_str());
+      rc = 0;
+      return;
+    }
     ATTEND_CHECK(c.model.lora_rank == 0 || a->merge, "export: ", name, " holds LoRA adapters (rank ",
                  c.model.lora_rank, " on ", c.model.lora_targets,
-                 "); --merge writes the model with them merged in");
+                 "); --merge writes the model with them merged in, --format peft the adapters");
     ATTEND_CHECK(c.model.lora_rank > 0 || !a->merge, "export --merge: ", name,
                  " has no LoRA adapters to merge");
     const std::unique_ptr<nn::GPT> merged = a->merge ? nn::merge_lora(*loaded.model) : nullptr;

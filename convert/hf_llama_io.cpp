@@ -17,10 +17,6 @@ namespace attend::convert {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Rows of one projection (H heads of HS rows) from attend's pair order to Hugging Face's
-// (to_hf) or back: within each head, attend row 2i + r is Hugging Face row r HS/2 + i.
 Tensor permute_rope_rows(const Tensor& w, int64_t heads, int64_t HS, bool to_hf) {
   const Tensor c = kernel::contiguous(w);
   const int64_t cols = c.size(1);
@@ -36,6 +32,8 @@ Tensor permute_rope_rows(const Tensor& w, int64_t heads, int64_t HS, bool to_hf)
       }
   return out;
 }
+
+namespace {
 
 std::string layer(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
 

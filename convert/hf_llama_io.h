@@ -53,5 +53,10 @@ Imported import_hf_llama(const ImportOptions& options);
 // any other model_type is refused, naming it and the three supported.
 bool is_hf_llama_folder(const std::filesystem::path& config_json);
 
+// Rows of one projection (heads of HS rows) from attend's RoPE pair order to Hugging Face's
+// (to_hf) or back: within each head, attend row 2i + r is Hugging Face row r HS/2 + i
+// (Note [RoPE]). Any number of columns: a weight, or a LoRA adapter's B.
+Tensor permute_rope_rows(const Tensor& w, int64_t heads, int64_t HS, bool to_hf);
+
 }  // namespace attend::convert
 #pragma GCC visibility pop

@@ -4,7 +4,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
 #include "cli_fixture.h"
+#include "convert/peft_io.h"
+#include "io/safetensors.h"
+#include "tensor/kernels.h"
 #include "data/instructions.h"
 #include "data/token_file.h"
 #include "io/checkpoint.h"
@@ -196,5 +203,96 @@ TEST_CASE("prepare --format alpaca: the instructions, and eval scores the respon
                            " --tokenizer gpt2 --out " + (dir / "t").string(), env);
   CHECK(t.code != 0);
   CHECK(t.out.find("nope") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("export --format peft: a PyTorch LoRA from PEFT's formula gives the same loss and gradients") {
+  if (test::shell("/usr/bin/python3 -c 'import torch, numpy'").code != 0)
+    ATTEND_SKIP("python3 with torch not found (apt-get install python3-torch)");
+  const fs::path dir = temp_dir("lora_peft");
+  const fs::path base = base_run(dir);
+  // Every Llama target (q and k need RoPE's row order), no dropout, B moved off zero.
+  const Run t = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
+                           base.string() + " --out " + (dir / "L").string() +
+                           " --lora_rank 3 --lora_alpha 5 --lora_targets q,k,v,o,gate,up,down"
+                           " --batch_size 4 --eval_iters 1 --max_iters 4 --learning_rate 3e-2");
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  const Run hf = attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string());
+  REQUIRE_MESSAGE(hf.code == 0, hf.out);
+  const Run pe = attend_cmd("export --checkpoint " + (dir / "L").string() + " --format peft --out " +
+                            (dir / "peft").string());
+  REQUIRE_MESSAGE(pe.code == 0, pe.out);
+  // attend's loss and adapter gradients in f64, then the gradients through the same export.
+  const std::vector<int64_t> ids = {3, 7, 1, 0, 12, 5, 9, 2, 11, 4}, next = {7, 1, 0, 12, 5, 9, 2, 11, 4, 6};
+  Tensor x = empty({1, 10}, DType::I64), y = empty({1, 10}, DType::I64);
+  std::copy(ids.begin(), ids.end(), x.data<int64_t>());
+  std::copy(next.begin(), next.end(), y.data<int64_t>());
+  train::LoadedModel m = train::load_model((dir / "L").string());
+  m.model->to(DType::F64);
+  Tensor loss = m.model->forward(x, y).loss;
+  loss.backward();
+  train::LoadedModel g = train::load_model((dir / "L").string());
+  std::map<std::string, Tensor> grads;
+  for (const auto& [name, p] : m.model->named_trainable_parameters()) grads[name] = p.grad();
+  REQUIRE(grads.size() == 2 * 7 * 2);
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, p] : g.model->named_parameters())
+      if (grads.count(name)) p.set_data(kernel::cast(grads.at(name), DType::F32));
+  }
+  convert::export_peft({*g.model, *g.tokenizer, "grads"}, dir / "grads", "grads");
+  std::ostringstream l;
+  l.precision(17);
+  l << loss.item();
+  const Run py = test::shell("/usr/bin/python3 " + std::string(ATTEND_SOURCE_DIR) +
+                             "/tests/app/peft_torch.py check " + (dir / "hf").string() + " " +
+                             (dir / "peft").string() + " " +
+                             (dir / "grads" / "adapter_model.safetensors").string() +
+                             " 3,7,1,0,12,5,9,2,11,4 7,1,0,12,5,9,2,11,4,6 " + l.str());
+  MESSAGE(py.out);
+  CHECK(py.code == 0);
+  CHECK(py.out.find("torch ok") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("export --format peft of GPT-2: q and v on the fused c_attn become one adapter of rank 2R") {
+  const fs::path dir = temp_dir("lora_peft_gpt2");
+  const fs::path corpus = make_corpus(dir);
+  const fs::path base = tiny_run(corpus, dir / "base", 2);
+  const Run t = attend_cmd("train --data " + corpus.string() + " --init_from " + base.string() +
+                           " --out " + (dir / "L").string() + " --lora_rank 2 --lora_alpha 4" +
+                           " --lora_targets q,v,proj --max_iters 2 --eval_iters 1 --learning_rate 3e-2");
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  const Run pe = attend_cmd("export --checkpoint " + (dir / "L").string() + " --format peft --out " +
+                            (dir / "peft").string());
+  REQUIRE_MESSAGE(pe.code == 0, pe.out);
+  const nlohmann::json cfg = nlohmann::json::parse(file_bytes(dir / "peft" / "adapter_config.json"));
+  CHECK(cfg["fan_in_fan_out"] == true);
+  CHECK(cfg["target_modules"] == nlohmann::json({"attn.c_attn", "mlp.c_proj"}));
+  CHECK(cfg["rank_pattern"]["h.0.attn.c_attn"] == 4);
+  CHECK(cfg["alpha_pattern"]["h.0.attn.c_attn"] == 8.0);
+  CHECK(cfg["base_model_name_or_path"] == fs::absolute(base / "ckpt_00000002.h5").lexically_normal().string());
+  // The combined adapter's B A is the two adapters' B A in their rows, nothing elsewhere.
+  const train::LoadedModel m = train::load_model((dir / "L").string());
+  const io::SafetensorsFile f(dir / "peft" / "adapter_model.safetensors");
+  const Tensor A = f.read("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight");
+  const Tensor B = f.read("base_model.model.transformer.h.0.attn.c_attn.lora_B.weight");
+  REQUIRE(A.shape() == Shape{4, 16});
+  REQUIRE(B.shape() == Shape{16 + 2 * 8, 4});
+  const Tensor ba = kernel::matmul(B, A);  // (rows, C)
+  std::map<std::string, Tensor> p;
+  for (const auto& [n, v] : m.model->named_parameters()) p[n] = v;
+  const Tensor q = kernel::matmul(p.at("transformer.h.0.attn.c_attn.lora_q.B"),
+                                  p.at("transformer.h.0.attn.c_attn.lora_q.A"));
+  const Tensor v = kernel::matmul(p.at("transformer.h.0.attn.c_attn.lora_v.B"),
+                                  p.at("transformer.h.0.attn.c_attn.lora_v.A"));
+  const auto got = ba.to_vector<float>(), wq = q.to_vector<float>(), wv = v.to_vector<float>();
+  double worst = 0;
+  for (int64_t r = 0; r < 32; ++r)
+    for (int64_t col = 0; col < 16; ++col) {
+      const double want = r < 16 ? wq[r * 16 + col] : r < 24 ? 0.0 : wv[(r - 24) * 16 + col];
+      worst = std::max(worst, std::abs(got[r * 16 + col] - want));
+    }
+  CHECK(worst < 1e-6);
   fs::remove_all(dir);
 }
