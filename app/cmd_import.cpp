@@ -12,13 +12,15 @@
 #include "convert/gguf_io.h"
 #include "convert/gpt2_io.h"
 #include "convert/hf_llama_io.h"
+#include "convert/peft_io.h"
 #include "train/model_io.h"
 
 namespace attend::cli {
 
 namespace {
 struct ImportArgs : convert::ImportOptions {
-  std::string out;  // the run folder to create
+  std::string out;      // the run folder to create
+  std::string adapter;  // a PEFT LoRA adapter folder read onto the imported model
 };
 }  // namespace
 
@@ -36,6 +38,9 @@ void add_import(CLI::App& app, int& rc) {
                   "vocab.json + merges.txt, else gpt2 | char:PATH | hf:PATH | a saved tokenizer "
                   "folder");
   cmd->add_option("--out", o->out, "the run folder to create")->required();
+  cmd->add_option("--adapter", o->adapter,
+                  "a Hugging Face PEFT LoRA folder (adapter_config.json, "
+                  "adapter_model.safetensors) read onto the imported model");
   cmd->callback([o, &rc] {
     std::error_code ec;
     const std::filesystem::path config =
@@ -44,9 +49,14 @@ void add_import(CLI::App& app, int& rc) {
             ? std::filesystem::path(o->from) / "config.json"
             : std::filesystem::path(o->from).parent_path() / "config.json";
     ATTEND_CHECK(!o->out.empty(), "import: --out is required (the run folder to create)");
-    const convert::Imported m = convert::is_gguf_file(o->from)        ? convert::import_gguf(*o)
-                                : convert::is_hf_llama_folder(config) ? convert::import_hf_llama(*o)
-                                                                      : convert::import_gpt2(*o);
+    convert::Imported m = convert::is_gguf_file(o->from)        ? convert::import_gguf(*o)
+                          : convert::is_hf_llama_folder(config) ? convert::import_hf_llama(*o)
+                                                                : convert::import_gpt2(*o);
+    if (!o->adapter.empty()) {
+      m.model = convert::import_peft(*m.model, o->adapter);
+      m.source = (m.source.empty() ? std::filesystem::absolute(o->from).string() : m.source) +
+                 " with the PEFT adapter " + std::filesystem::absolute(o->adapter).string();
+    }
     const std::filesystem::path checkpoint =
         train::write_imported(o->out, *m.model, m.tokenizer->spec(),
                               m.source.empty() ? std::filesystem::absolute(o->from).string() : m.source);

@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <string>
 
+#include <memory>
+
 #include "convert/format.h"
 
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
@@ -25,6 +27,16 @@ namespace attend::convert {
 // names as base_model_name_or_path. Throws when the model has no adapters.
 ExportResult export_peft(const ExportSource& m, const std::filesystem::path& out,
                          const std::string& base);
+
+// A PEFT LoRA adapter folder read onto `base` (a plain model): the model with adapters that
+// compute the same update. Every module must be one this family's targets name, on every
+// block alike, with one scale (lora_alpha / r) for all; a rank below the largest is padded
+// with zeros to it (the same update). A and B shapes are checked against the base before
+// anything is read. GPT-2's c_attn adapter (rank r' on all
+// its rows) becomes q, k and v adapters of rank r' sharing its A, each with its rows of B.
+// Refused, naming the file and the field: another peft_type, DoRA, rsLoRA, biases,
+// modules_to_save, a key that is not base_model.model.<module>.lora_{A,B}.weight.
+std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const std::filesystem::path& dir);
 
 }  // namespace attend::convert
 #pragma GCC visibility pop

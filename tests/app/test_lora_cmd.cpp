@@ -252,13 +252,71 @@ TEST_CASE("export --format peft: a PyTorch LoRA from PEFT's formula gives the sa
   MESSAGE(py.out);
   CHECK(py.code == 0);
   CHECK(py.out.find("torch ok") != std::string::npos);
+  // And back in: the Hugging Face base with the PEFT adapter is the LoRA checkpoint, bit for bit.
+  const Run back = attend_cmd("import --from " + (dir / "hf").string() + " --adapter " +
+                              (dir / "peft").string() + " --out " + (dir / "back").string());
+  REQUIRE_MESSAGE(back.code == 0, back.out);
+  const train::LoadedModel b = train::load_model((dir / "back").string());
+  const train::LoadedModel lm = train::load_model((dir / "L").string());
+  CHECK(b.config.model.lora_rank == 3);
+  CHECK(b.config.model.lora_alpha == 5.0);
+  CHECK(b.config.model.lora_targets == "q,k,v,o,gate,up,down");
+  const auto want = by_name(lm.model->named_parameters());
+  const auto have = b.model->named_parameters();
+  REQUIRE(have.size() == want.size());
+  for (const auto& [name, t] : have) {
+    INFO(name);
+    CHECK(test::bit_identical(t, want.at(name)));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("import --adapter refuses what attend's LoRA is not, naming the file and field") {
+  const fs::path dir = temp_dir("lora_peft_bad");
+  const fs::path base = base_run(dir);
+  const Run t = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
+                           base.string() + " --out " + (dir / "L").string() +
+                           " --lora_rank 2 --max_iters 1 --eval_iters 1");
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  REQUIRE(attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string()).code == 0);
+  REQUIRE(attend_cmd("export --checkpoint " + (dir / "L").string() + " --format peft --out " +
+                     (dir / "peft").string()).code == 0);
+  const std::string good = file_bytes(dir / "peft" / "adapter_config.json");
+  struct Row {
+    std::string from, to, error;
+  };
+  const std::vector<Row> rows = {
+      {"\"peft_type\": \"LORA\"", "\"peft_type\": \"IA3\"", "peft_type is \"IA3\""},
+      {"\"bias\": \"none\"", "\"bias\": \"all\"", "bias is \"all\""},
+      {"\"bias\": \"none\"", "\"bias\": \"none\", \"use_dora\": true", "use_dora is true"},
+      {"\"r\": 2", "\"r\": 4", "has rank 2 but adapter_config.json says 4"},
+      {"\"modules_to_save\": null", "\"modules_to_save\": [\"lm_head\"]", "modules_to_save"},
+  };
+  for (const Row& r : rows) {
+    INFO(r.to);
+    std::string bad = good;
+    REQUIRE(bad.find(r.from) != std::string::npos);
+    bad.replace(bad.find(r.from), r.from.size(), r.to);
+    std::ofstream(dir / "peft" / "adapter_config.json", std::ios::binary) << bad;
+    const Run i = attend_cmd("import --from " + (dir / "hf").string() + " --adapter " +
+                             (dir / "peft").string() + " --out " + (dir / "x").string());
+    CHECK(i.code != 0);
+    CHECK(i.out.find(r.error) != std::string::npos);
+    CHECK(i.out.find("adapter_config.json") != std::string::npos);
+    CHECK(!fs::exists(dir / "x"));
+  }
   fs::remove_all(dir);
 }
 
 TEST_CASE("export --format peft of GPT-2: q and v on the fused c_attn become one adapter of rank 2R") {
   const fs::path dir = temp_dir("lora_peft_gpt2");
   const fs::path corpus = make_corpus(dir);
-  const fs::path base = tiny_run(corpus, dir / "base", 2);
+  // MHA: GPT-2's Hugging Face layout has one key/value head per query head.
+  const Run b0 = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "base").string() +
+                            " --n_layer 2 --n_head 2 --n_embd 16 --block_size 16 --batch_size 4" +
+                            " --eval_iters 1 --max_iters 2");
+  REQUIRE_MESSAGE(b0.code == 0, b0.out);
+  const fs::path base = dir / "base";
   const Run t = attend_cmd("train --data " + corpus.string() + " --init_from " + base.string() +
                            " --out " + (dir / "L").string() + " --lora_rank 2 --lora_alpha 4" +
                            " --lora_targets q,v,proj --max_iters 2 --eval_iters 1 --learning_rate 3e-2");
@@ -278,7 +336,7 @@ TEST_CASE("export --format peft of GPT-2: q and v on the fused c_attn become one
   const Tensor A = f.read("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight");
   const Tensor B = f.read("base_model.model.transformer.h.0.attn.c_attn.lora_B.weight");
   REQUIRE(A.shape() == Shape{4, 16});
-  REQUIRE(B.shape() == Shape{16 + 2 * 8, 4});
+  REQUIRE(B.shape() == Shape{3 * 16, 4});
   const Tensor ba = kernel::matmul(B, A);  // (rows, C)
   std::map<std::string, Tensor> p;
   for (const auto& [n, v] : m.model->named_parameters()) p[n] = v;
@@ -288,11 +346,27 @@ TEST_CASE("export --format peft of GPT-2: q and v on the fused c_attn become one
                                   p.at("transformer.h.0.attn.c_attn.lora_v.A"));
   const auto got = ba.to_vector<float>(), wq = q.to_vector<float>(), wv = v.to_vector<float>();
   double worst = 0;
-  for (int64_t r = 0; r < 32; ++r)
+  for (int64_t r = 0; r < 48; ++r)  // rows: q 0-15, k 16-31 (no adapter), v 32-47
     for (int64_t col = 0; col < 16; ++col) {
-      const double want = r < 16 ? wq[r * 16 + col] : r < 24 ? 0.0 : wv[(r - 24) * 16 + col];
+      const double want = r < 16 ? wq[r * 16 + col] : r < 32 ? 0.0 : wv[(r - 32) * 16 + col];
       worst = std::max(worst, std::abs(got[r * 16 + col] - want));
     }
   CHECK(worst < 1e-6);
+  // Back in on GPT-2's Hugging Face base: c_attn's adapter becomes q, k and v adapters of rank
+  // 2R sharing its A; the update is the same (to f32 rounding of the products).
+  REQUIRE(attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string()).code == 0);
+  const Run back = attend_cmd("import --from " + (dir / "hf").string() + " --adapter " +
+                              (dir / "peft").string() + " --out " + (dir / "back").string());
+  REQUIRE_MESSAGE(back.code == 0, back.out);
+  const train::LoadedModel b = train::load_model((dir / "back").string());
+  CHECK(b.config.model.lora_targets == "q,k,v,proj");
+  const auto want = by_name(nn::merged_state(*m.model));
+  const auto have = nn::merged_state(*b.model);
+  double merged_gap = 0;
+  for (const auto& [name, w] : have) {
+    const auto x = w.to_vector<float>(), y = want.at(name).to_vector<float>();
+    for (size_t i = 0; i < x.size(); ++i) merged_gap = std::max(merged_gap, std::abs(double(x[i]) - y[i]));
+  }
+  CHECK(merged_gap < 1e-6);
   fs::remove_all(dir);
 }

@@ -1,6 +1,7 @@
 // Fuzzing the training-side parsers (see tests/fuzz.h): checkpoints (byte mutations of a
 // real HDF5 file, through io::load_checkpoint and load_model), config JSON, metrics.csv, and the model importers (Hugging Face, GGUF).
 #include <filesystem>
+#include <fstream>
 
 #include "fuzz.h"
 #include "nn/gpt.h"
@@ -12,6 +13,7 @@
 #include "convert/gguf_io.h"
 #include "convert/gpt2_io.h"
 #include "convert/hf_llama_io.h"
+#include "convert/peft_io.h"
 #include "tensor/util.h"
 #include "data/tokenizer.h"
 
@@ -214,6 +216,38 @@ TEST_CASE("fuzz: a GGUF model (keys, tokenizer, tensors) is refused cleanly or i
                          m.tokenizer->vocab_size() == m.model->config.vocab_size
                      ? ""
                      : "imported a model its file does not describe";
+        });
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("fuzz: a PEFT adapter (config and tensors) is refused cleanly or read consistently") {
+  const fs::path dir = test::temp_dir("fuzz_peft");
+  // A Llama with adapters on every target (q and k permuted on the way out and back).
+  nn::GPTConfig mc = nn::gpt_preset("llama-char");
+  mc.vocab_size = 11, mc.block_size = 8, mc.n_layer = 2, mc.n_head = 2, mc.n_kv_head = 1;
+  mc.n_embd = 16, mc.hidden_dim = 24;
+  const nn::GPT base(mc, 3);
+  mc.lora_rank = 2, mc.lora_targets = "q,k,v,o,gate,up,down";
+  const nn::GPT lora(mc, 3);
+  auto tok = data::build_char_tokenizer("abcdefghij\n");
+  convert::export_peft({lora, *tok, "l.h5"}, dir / "good", "base.h5");
+  const std::string config = read_file(dir / "good" / "adapter_config.json");
+  const std::string tensors = read_file(dir / "good" / "adapter_model.safetensors");
+  fs::create_directories(dir / "a");
+  // Mutate one file at a time; the other stays good.
+  const std::pair<std::string, std::string> files[] = {{"adapter_config.json", config},
+                                                       {"adapter_model.safetensors", tensors}};
+  uint64_t seed = 31;
+  for (const auto& [name, good] : files) {
+    for (const auto& [other, bytes] : files)
+      if (other != name) std::ofstream(dir / "a" / other, std::ios::binary) << bytes;
+    test::fuzz_file(
+        "peft " + name, good, dir / "a" / name, seed++, test::fuzz_cases(300),
+        [&](const fs::path&) { convert::import_peft(base, dir / "a"); },
+        [&](const fs::path&) -> std::string {
+          const auto m = convert::import_peft(base, dir / "a");
+          return m->config.lora_rank >= 1 && m->config.n_layer == 2 ? "" : "an impossible model";
         });
   }
   fs::remove_all(dir);
