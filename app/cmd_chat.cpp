@@ -87,15 +87,7 @@ void add_chat(CLI::App& app, int& rc) {
   cmd->add_option("--prompt", a->prompt, "one instruction, answered without a terminal");
   cmd->add_option(flag_names("max_new_tokens"), o.max_new_tokens, "longest reply, in tokens")
       ->capture_default_str();
-  cmd->add_option("--temperature", o.temperature, "softmax temperature; 0 is greedy")
-      ->capture_default_str();
-  cmd->add_option(flag_names("top_k"), o.top_k, "keep the k most likely tokens (0: all)")
-      ->capture_default_str();
-  cmd->add_option(flag_names("top_p"), o.top_p, "keep the smallest set reaching this probability")
-      ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "same seed, same replies")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 63))
-      ->capture_default_str();
+  add_draw_options(cmd, o);
   cmd->callback([a, &rc] { rc = run_chat(*a); });
 }
 

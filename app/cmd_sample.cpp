@@ -88,6 +88,11 @@ void add_sample(CLI::App& app, int& rc) {
   cmd->add_option("--stop", o.stop, "end a sample once its text contains this (kept)");
   cmd->add_option(flag_names("max_new_tokens"), o.max_new_tokens, "tokens to generate")
       ->capture_default_str();
+  add_draw_options(cmd, o);
+  cmd->callback([a, prompt, &rc] { rc = run_sample(*a, prompt->count() > 0); });
+}
+
+void add_draw_options(CLI::App* cmd, infer::SampleOptions& o) {
   cmd->add_option("--temperature", o.temperature, "softmax temperature; 0 is greedy")
       ->capture_default_str();
   cmd->add_option(flag_names("top_k"), o.top_k, "keep the k most likely tokens (0: all)")
@@ -97,7 +102,6 @@ void add_sample(CLI::App& app, int& rc) {
   cmd->add_option("--seed", o.seed, "same seed, same text")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 63))
       ->capture_default_str();
-  cmd->callback([a, prompt, &rc] { rc = run_sample(*a, prompt->count() > 0); });
 }
 
 }  // namespace attend::cli

@@ -11,6 +11,10 @@ namespace CLI {
 class App;
 }  // namespace CLI
 
+namespace attend::infer {
+struct SampleOptions;
+}  // namespace attend::infer
+
 namespace attend::cli {
 
 void add_gradcheck(CLI::App& app, int& rc);
@@ -39,6 +43,9 @@ std::string weights_precision(const std::string& weights, const std::string& pre
                               const std::string& checkpoint_precision);
 // --weights on sample and eval: the weights' format while the command runs.
 void add_weights_option(CLI::App* cmd, std::string& weights);
+
+// sample's and chat's draw: --temperature, --top_k, --top_p, --seed into `o`.
+void add_draw_options(CLI::App* cmd, infer::SampleOptions& o);
 
 // "--max_iters,--max-iters" for a field named max_iters: both spellings accepted.
 std::string flag_names(const std::string& name);

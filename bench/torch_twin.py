@@ -8,7 +8,12 @@ same training step as train::train_step: forward, cross-entropy, backward, globa
 clipping at 1.0, AdamW (weight decay 0.1 on matrices and embeddings). Same configs as
 bench_train. Prints ms/step (median of STEPS after two warm-up steps) and tokens/s.
 
-    bench/torch_twin.py [STEPS] [A|B|C|D|E]... [--threads N]
+    bench/torch_twin.py [STEPS] [A|B|B256|C|D|E]... [--threads N] [--lora R]
+
+--lora R: the twin of `attend train --init_from X --lora_rank R` (q and v, alpha 16): every
+weight frozen, adapters y += (16 / R) (x A^T) B^T on the query and value rows (GPT-2's fused
+c_attn: the two deltas in their rows; a Llama's q and v), AdamW and clipping over the
+adapters only. B256 is GPT-2 124M at T 256, B 4: bench/bench_lora.sh's shape.
 """
 import math
 import sys
@@ -28,6 +33,7 @@ CONFIGS = {  # vocab, block (T), layers, heads, channels, dropout, batch
     "C": (65, 64, 2, 4, 128, 0.0, 16),
     "A": (65, 256, 6, 6, 384, 0.2, 8),
     "B": (50304, 64, 12, 12, 768, 0.0, 4),
+    "B256": (50257, 256, 12, 12, 768, 0.0, 4),
 }
 LLAMAS = {  # vocab, block (T), layers, heads, channels, MLP hidden, batch
     "D": (65, 64, 4, 4, 128, 352, 12),  # llama-char
@@ -137,6 +143,43 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+class LoraRows(nn.Module):
+    """A frozen Linear with LoRA adapters on row ranges of its output (PEFT's formula)."""
+
+    def __init__(self, base, ranges, R, alpha=16.0):
+        super().__init__()
+        self.base, self.ranges, self.scale = base, ranges, alpha / R
+        inn = base.in_features
+        self.A = nn.ParameterList(
+            [nn.Parameter(torch.empty(R, inn).uniform_(-1 / math.sqrt(inn), 1 / math.sqrt(inn)))
+             for _ in ranges])
+        self.B = nn.ParameterList([nn.Parameter(torch.zeros(hi - lo, R)) for lo, hi in ranges])
+
+    def forward(self, x):
+        y = self.base(x)
+        parts, at = [], 0
+        for (lo, hi), A, B in zip(self.ranges, self.A, self.B):
+            if lo > at:
+                parts.append(y[..., at:lo])
+            parts.append(y[..., lo:hi] + self.scale * ((x @ A.t()) @ B.t()))
+            at = hi
+        if at < y.shape[-1]:
+            parts.append(y[..., at:])
+        return torch.cat(parts, -1)
+
+
+def add_lora(model, R):
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for b in model.h:
+        if isinstance(b, LlamaBlock):
+            b.q = LoraRows(b.q, [(0, b.q.out_features)], R)
+            b.v = LoraRows(b.v, [(0, b.v.out_features)], R)
+        else:
+            C = b.c_attn.in_features
+            b.c_attn = LoraRows(b.c_attn, [(0, C), (2 * C, 3 * C)], R)
+
+
 def bench(name, steps):
     torch.manual_seed(1)
     if name in LLAMAS:
@@ -146,8 +189,11 @@ def bench(name, steps):
         V, T, L, H, C, p, B = CONFIGS[name]
         model = GPT(V, T, L, H, C, p)
     model.train()
-    decay = [q for q in model.parameters() if q.dim() >= 2]
-    rest = [q for q in model.parameters() if q.dim() < 2]
+    if LORA:
+        add_lora(model, LORA)
+    trained = [q for q in model.parameters() if q.requires_grad]
+    decay = [q for q in trained if q.dim() >= 2]
+    rest = [q for q in trained if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": rest, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95))
     data = torch.randint(0, V, (100000,))
@@ -164,7 +210,7 @@ def bench(name, steps):
             loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         dt = time.perf_counter() - t0
         if s >= 2:
@@ -177,11 +223,16 @@ def bench(name, steps):
 
 
 BF16 = False
+LORA = 0
 
 
 def main():
-    global BF16
+    global BF16, LORA
     args = [a for a in sys.argv[1:]]
+    if "--lora" in args:
+        i = args.index("--lora")
+        LORA = int(args[i + 1])
+        del args[i:i + 2]
     if "--bf16" in args:
         BF16 = True
         args.remove("--bf16")
@@ -195,7 +246,8 @@ def main():
     torch.set_num_threads(threads)
     print("torch %s twin: threads %d, %d timed steps after 2 warm-up, median%s" %
           (torch.__version__, torch.get_num_threads(), steps,
-           ", torch.autocast(cpu, bfloat16)" if BF16 else ""))
+           (", torch.autocast(cpu, bfloat16)" if BF16 else "") +
+          (", LoRA R %d on q and v" % LORA if LORA else "")))
     print("%-4s %12s %4s %5s %10s %12s" % ("cfg", "params", "B", "T", "ms/step", "tokens/s"))
     for n in names:
         bench(n, steps)
