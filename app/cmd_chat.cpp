@@ -2,8 +2,8 @@
 // instruction rendered through the template (data/instructions.h) and the reply is drawn
 // until the tokenizer's end-of-text token (or --max_new_tokens), streamed to stdout.
 // --prompt gives one turn without a terminal (what tests and scripts use).
-#include <CLI/CLI.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
@@ -56,8 +56,9 @@ int run_chat(ChatArgs a) {
   // Each line is one turn: the Alpaca template is single-turn, so a reply does not see the
   // turns before it. Ctrl-D (end of input) ends the chat.
   const bool tty = isatty(STDIN_FILENO);
-  if (tty) std::fprintf(stderr, "chat with %s (template %s); Ctrl-D ends\n",
-                        m.checkpoint.string().c_str(), a.template_name.c_str());
+  if (tty)
+    std::fprintf(stderr, "chat with %s (template %s); Ctrl-D ends\n", m.checkpoint.string().c_str(),
+                 a.template_name.c_str());
   std::string line;
   for (uint32_t k = 0;; ++k) {
     if (tty) std::fputs("> ", stderr);
@@ -76,8 +77,9 @@ void add_chat(CLI::App& app, int& rc) {
   o.max_new_tokens = 256;
   o.temperature = 0.0;
   CLI::App* cmd = app.add_subcommand(
-      "chat", "talk to an instruction-tuned checkpoint: each line an instruction, the reply to "
-              "its end-of-text token");
+      "chat",
+      "talk to an instruction-tuned checkpoint: each line an instruction, the reply to "
+      "its end-of-text token");
   cmd->add_option("--checkpoint", a->checkpoint,
                   "checkpoint file (.h5), or a run folder (its newest)")
       ->required();

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "convert/hf_llama_io.h"
-#include "nn/gpt.h"
 #include "io/safetensors.h"
+#include "nn/gpt.h"
 #include "nn/lora.h"
 #include "tensor/kernels.h"
 #include "tensor/util.h"
@@ -34,8 +34,8 @@ Site site(const nn::GPTConfig& c, int64_t l, const std::string& target) {
   const std::string n = std::to_string(l);
   if (c.gated_mlp()) {
     static const std::map<std::string, std::string> llama = {
-        {"q", "self_attn.q_proj"},  {"k", "self_attn.k_proj"}, {"v", "self_attn.v_proj"},
-        {"o", "self_attn.o_proj"},  {"gate", "mlp.gate_proj"}, {"up", "mlp.up_proj"},
+        {"q", "self_attn.q_proj"}, {"k", "self_attn.k_proj"}, {"v", "self_attn.v_proj"},
+        {"o", "self_attn.o_proj"}, {"gate", "mlp.gate_proj"}, {"up", "mlp.up_proj"},
         {"down", "mlp.down_proj"}};
     const std::string& m = llama.at(target);
     return {"model.layers." + n + "." + m, m.substr(m.find('.') + 1)};
@@ -76,7 +76,8 @@ ExportResult export_peft(const ExportSource& m, const fs::path& out, const std::
       for (const auto& [name, a] : adapters) {
         const std::string tail = ".lora_" + t;
         if (name.rfind("transformer.h." + std::to_string(l) + ".", 0) == 0 &&
-            name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
+            name.size() >= tail.size() &&
+            name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
           ours = name;
       }
       ATTEND_INTERNAL_CHECK(!ours.empty(), "export --format peft: no adapter for ", t, " on block ",
@@ -93,10 +94,10 @@ ExportResult export_peft(const ExportSource& m, const fs::path& out, const std::
   for (const std::string& module : order) {
     const std::vector<Found>& f = by_module.at(module);
     const std::string key = "base_model.model." + module;
-    const int64_t rows = f[0].target == "q" || f[0].target == "k" || f[0].target == "v"
-                             ? (c.gated_mlp() ? f[0].a->hi - f[0].a->lo
-                                              : c.n_embd + 2 * c.n_kv_head * HS)
-                             : f[0].a->hi - f[0].a->lo;
+    const int64_t rows =
+        f[0].target == "q" || f[0].target == "k" || f[0].target == "v"
+            ? (c.gated_mlp() ? f[0].a->hi - f[0].a->lo : c.n_embd + 2 * c.n_kv_head * HS)
+            : f[0].a->hi - f[0].a->lo;
     if (f.size() == 1 && f[0].a->hi - f[0].a->lo == rows) {  // the module's whole output
       Tensor B = kernel::contiguous(f[0].a->B);
       if (c.rotary() && (f[0].target == "q" || f[0].target == "k"))
@@ -180,7 +181,8 @@ double pattern(const nlohmann::json& patterns, const std::string& module, double
 std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
   const nn::GPTConfig& bc = base.config;
   ATTEND_CHECK(bc.lora_rank == 0, "import --adapter: the base already has LoRA adapters");
-  const fs::path cfg_path = dir / "adapter_config.json", st_path = dir / "adapter_model.safetensors";
+  const fs::path cfg_path = dir / "adapter_config.json",
+                 st_path = dir / "adapter_model.safetensors";
   const std::string cp = cfg_path.string();
   nlohmann::json cfg;
   try {
@@ -209,9 +211,10 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
                ": modules_to_save ", save ? save->dump() : "",
                " (whole trained modules) is not read by attend");
   const nlohmann::json *r0 = field("r"), *a0 = field("lora_alpha"), *d0 = field("lora_dropout");
-  ATTEND_CHECK(r0 && r0->is_number_integer() && *r0 >= 1 && *r0 <= (int64_t{1} << 20) &&
-                   a0 && a0->is_number() && a0->get<double>() > 0,
-               "import --adapter: ", cp, ": expected an integer r >= 1 and a number lora_alpha > 0");
+  ATTEND_CHECK(r0 && r0->is_number_integer() && *r0 >= 1 && *r0 <= (int64_t{1} << 20) && a0 &&
+                   a0->is_number() && a0->get<double>() > 0,
+               "import --adapter: ", cp,
+               ": expected an integer r >= 1 and a number lora_alpha > 0");
   const double dropout = d0 && d0->is_number() ? d0->get<double>() : 0.0;
   const nlohmann::json empty_object = nlohmann::json::object();
   const nlohmann::json* ranks = field("rank_pattern");
@@ -228,10 +231,10 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
   };
   std::map<std::string, Module> modules;
   for (const auto& [key, e] : f.entries()) {
-    const bool is_a = key.size() > prefix.size() + 14 &&
-                      key.compare(key.size() - 14, 14, ".lora_A.weight") == 0;
-    const bool is_b = key.size() > prefix.size() + 14 &&
-                      key.compare(key.size() - 14, 14, ".lora_B.weight") == 0;
+    const bool is_a =
+        key.size() > prefix.size() + 14 && key.compare(key.size() - 14, 14, ".lora_A.weight") == 0;
+    const bool is_b =
+        key.size() > prefix.size() + 14 && key.compare(key.size() - 14, 14, ".lora_B.weight") == 0;
     ATTEND_CHECK(key.rfind(prefix, 0) == 0 && (is_a || is_b), "import --adapter: ", sp, ": '",
                  printable(key, 80), "' is not base_model.model.<module>.lora_A/lora_B.weight");
     const std::string module = key.substr(prefix.size(), key.size() - prefix.size() - 14);
@@ -257,14 +260,14 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
     const int64_t C = bc.n_embd, kv = bc.n_kv_head * (C / bc.n_head), H = bc.mlp_hidden();
     const std::string& t = m.targets[0];
     const int64_t in = t == "down" || t == "proj" ? H : C;
-    const int64_t rows = m.targets.size() == 3                               ? C + 2 * kv
+    const int64_t rows = m.targets.size() == 3                                ? C + 2 * kv
                          : t == "q" || t == "o" || t == "down" || t == "proj" ? C
-                         : t == "k" || t == "v"                              ? kv
-                                                                             : H;
-    ATTEND_CHECK(a.size() == 2 && b.size() == 2 && a[1] == in && b[0] == rows && a[0] == b[1] &&
-                     a[0] >= 1,
-                 "import --adapter: ", sp, ": ", module, ": lora_A ", shape_str(a), " and lora_B ",
-                 shape_str(b), " do not fit the base (A (r, ", in, "), B (", rows, ", r))");
+                         : t == "k" || t == "v"                               ? kv
+                                                                              : H;
+    ATTEND_CHECK(
+        a.size() == 2 && b.size() == 2 && a[1] == in && b[0] == rows && a[0] == b[1] && a[0] >= 1,
+        "import --adapter: ", sp, ": ", module, ": lora_A ", shape_str(a), " and lora_B ",
+        shape_str(b), " do not fit the base (A (r, ", in, "), B (", rows, ", r))");
     m.rank = a[0];
     const double r_m = pattern(ranks ? *ranks : empty_object, module, r0->get<double>());
     const double alpha_m = pattern(alphas ? *alphas : empty_object, module, a0->get<double>());
@@ -272,8 +275,8 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
                  " has rank ", m.rank, " but adapter_config.json says ", r_m);
     if (R < 0) scale = alpha_m / r_m;
     R = std::max(R, m.rank);
-    ATTEND_CHECK(std::abs(alpha_m / r_m - scale) <= 1e-12 * scale, "import --adapter: ", cp,
-                 ": ", module, " has scale lora_alpha / r = ", alpha_m / r_m, ", others ", scale,
+    ATTEND_CHECK(std::abs(alpha_m / r_m - scale) <= 1e-12 * scale, "import --adapter: ", cp, ": ",
+                 module, " has scale lora_alpha / r = ", alpha_m / r_m, ", others ", scale,
                  "; attend's adapters share one scale");
     for (const std::string& t : m.targets) per_layer[m.layer].push_back(t);
   }
@@ -285,7 +288,8 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
         per_layer.begin()->second.end())
       targets.push_back(t);
   for (int64_t l = 0; l < bc.n_layer; ++l) {
-    std::vector<std::string> got = per_layer.count(l) ? per_layer.at(l) : std::vector<std::string>{};
+    std::vector<std::string> got =
+        per_layer.count(l) ? per_layer.at(l) : std::vector<std::string>{};
     std::sort(got.begin(), got.end());
     std::vector<std::string> want = targets;
     std::sort(want.begin(), want.end());
@@ -322,7 +326,8 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
             name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
           ours = name.substr(0, name.size() - 2);
       }
-      ATTEND_INTERNAL_CHECK(!ours.empty(), "import --adapter: no adapter ", t, " on block ", m.layer);
+      ATTEND_INTERNAL_CHECK(!ours.empty(), "import --adapter: no adapter ", t, " on block ",
+                            m.layer);
       state[ours + ".A"] = A;
       Tensor b = B;
       if (m.targets.size() == 3) {  // GPT-2's c_attn: this target's rows

@@ -14,7 +14,8 @@ LoraAdapter::LoraAdapter(int64_t in, int64_t lo_, int64_t hi_, int64_t rank, dou
                          double dropout)
     : lo(lo_), hi(hi_), scale(alpha / static_cast<double>(rank)) {
   ATTEND_CHECK(in > 0 && rank > 0 && 0 <= lo && lo < hi, "LoraAdapter: expected in > 0, rank > 0 ",
-               "and rows 0 <= lo < hi, got in ", in, ", rank ", rank, ", rows [", lo, ", ", hi, ")");
+               "and rows 0 <= lo < hi, got in ", in, ", rank ", rank, ", rows [", lo, ", ", hi,
+               ")");
   A = register_parameter("A", zeros({rank, in}));       // (R, in)
   B = register_parameter("B", zeros({hi - lo, rank}));  // (hi - lo, R)
   drop = register_module("dropout", std::make_shared<Dropout>(dropout));
@@ -76,10 +77,14 @@ std::vector<TargetRows> target_rows(const GPTConfig& c) {
 
 Linear& site(Block& b, Site s) {
   switch (s) {
-    case Site::c_attn: return *b.attn->c_attn;
-    case Site::attn_proj: return *b.attn->c_proj;
-    case Site::c_fc: return *b.mlp->c_fc;
-    case Site::mlp_proj: return *b.mlp->c_proj;
+    case Site::c_attn:
+      return *b.attn->c_attn;
+    case Site::attn_proj:
+      return *b.attn->c_proj;
+    case Site::c_fc:
+      return *b.mlp->c_fc;
+    case Site::mlp_proj:
+      return *b.mlp->c_proj;
   }
   ATTEND_INTERNAL_CHECK(false, "LoRA: an unknown site");
   return *b.attn->c_attn;
@@ -114,9 +119,8 @@ std::vector<std::string> parse_lora_targets(const GPTConfig& c, const std::strin
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
-    ATTEND_CHECK(std::find(valid.begin(), valid.end(), item) != valid.end(),
-                 "--lora_targets: '", printable(item, 20), "' is not a target of this ",
-                 describe(c), " (", names, ")");
+    ATTEND_CHECK(std::find(valid.begin(), valid.end(), item) != valid.end(), "--lora_targets: '",
+                 printable(item, 20), "' is not a target of this ", describe(c), " (", names, ")");
     ATTEND_CHECK(std::find(out.begin(), out.end(), item) == out.end(), "--lora_targets: '", item,
                  "' is named twice");
     out.push_back(item);
@@ -138,8 +142,8 @@ void add_lora(GPT& model, Generator* gen) {
     for (const TargetRows& t : target_rows(c)) {
       if (!wanted(names, t.name)) continue;
       const int64_t in = t.in;
-      auto a = std::make_shared<LoraAdapter>(in, t.lo, t.hi, c.lora_rank, c.lora_alpha,
-                                             c.lora_dropout);
+      auto a =
+          std::make_shared<LoraAdapter>(in, t.lo, t.hi, c.lora_rank, c.lora_alpha, c.lora_dropout);
       a->drop->context = model.dropout_context;
       a->drop->index = index++;
       if (gen) {  // PEFT: kaiming_uniform_(A, a=sqrt(5)), a bound of 1/sqrt(in)

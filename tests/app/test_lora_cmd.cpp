@@ -10,12 +10,12 @@
 
 #include "cli_fixture.h"
 #include "convert/peft_io.h"
-#include "io/safetensors.h"
-#include "tensor/kernels.h"
 #include "data/instructions.h"
 #include "data/token_file.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "nn/lora.h"
+#include "tensor/kernels.h"
 #include "train/model_io.h"
 #include "train/run_dir.h"
 
@@ -25,9 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::map<std::string, Tensor> by_name(const nn::NamedTensors& v) {
-  return {v.begin(), v.end()};
-}
+std::map<std::string, Tensor> by_name(const nn::NamedTensors& v) { return {v.begin(), v.end()}; }
 
 // A Llama trained 4 steps: the base the adapters go on.
 fs::path base_run(const fs::path& dir) {
@@ -92,13 +90,13 @@ TEST_CASE("export of a LoRA checkpoint: --merge writes the merged model, plain r
   const Run t = attend_cmd(lora_train(dir, base) + " --max_iters 3 --out " + (dir / "L").string());
   REQUIRE_MESSAGE(t.code == 0, t.out);
   const std::string ck = (dir / "L").string();
-  const Run plain = attend_cmd("export --checkpoint " + ck + " --format gguf --out " +
-                               (dir / "x.gguf").string());
+  const Run plain =
+      attend_cmd("export --checkpoint " + ck + " --format gguf --out " + (dir / "x.gguf").string());
   CHECK(plain.code != 0);
   CHECK(plain.out.find("holds LoRA adapters (rank 4 on q,v,o,down); --merge") != std::string::npos);
   CHECK(!fs::exists(dir / "x.gguf"));
-  const Run no_adapters = attend_cmd("export --merge --checkpoint " + base.string() +
-                                     " --out " + (dir / "y").string());
+  const Run no_adapters =
+      attend_cmd("export --merge --checkpoint " + base.string() + " --out " + (dir / "y").string());
   CHECK(no_adapters.code != 0);
   CHECK(no_adapters.out.find("has no LoRA adapters to merge") != std::string::npos);
 
@@ -109,7 +107,8 @@ TEST_CASE("export of a LoRA checkpoint: --merge writes the merged model, plain r
   const Run i = attend_cmd("import --from " + (dir / "m.gguf").string() + " --out " +
                            (dir / "back").string());
   REQUIRE_MESSAGE(i.code == 0, i.out);
-  const train::LoadedModel lora = train::load_model(ck), back = train::load_model((dir / "back").string());
+  const train::LoadedModel lora = train::load_model(ck),
+                           back = train::load_model((dir / "back").string());
   const auto want = by_name(nn::merged_state(*lora.model));
   const auto got = back.model->named_parameters();
   CHECK(back.config.model.lora_rank == 0);
@@ -119,7 +118,8 @@ TEST_CASE("export of a LoRA checkpoint: --merge writes the merged model, plain r
     CHECK(test::bit_identical(w, want.at(name)));
   }
   // The Hugging Face layout too.
-  const Run hf = attend_cmd("export --merge --checkpoint " + ck + " --out " + (dir / "hf").string());
+  const Run hf =
+      attend_cmd("export --merge --checkpoint " + ck + " --out " + (dir / "hf").string());
   CHECK_MESSAGE(hf.code == 0, hf.out);
   // The views read weights too (W_o's slices per head): they see the merged model, so what
   // each head adds still sums to the attention's output (with an adapter on o).
@@ -160,12 +160,14 @@ TEST_CASE("prepare --format alpaca: the instructions, and eval scores the respon
   REQUIRE_MESSAGE(p.code == 0, p.out);
   CHECK(p.out.find("990 train and 110 val examples (template alpaca") != std::string::npos);
   // A small GPT-2-vocabulary model, trained on the examples, then LoRA on top.
-  const std::string model = " --n_layer 2 --n_head 2 --n_embd 32 --block_size 64 --batch_size 4"
-                            " --eval_iters 2 --eval_interval 5 --log_interval 5";
+  const std::string model =
+      " --n_layer 2 --n_head 2 --n_embd 32 --block_size 64 --batch_size 4"
+      " --eval_iters 2 --eval_interval 5 --log_interval 5";
   const Run b = attend_cmd("train --data " + (dir / "data").string() + " --out " +
                            (dir / "base").string() + model + " --max_iters 5");
   REQUIRE_MESSAGE(b.code == 0, b.out);
-  CHECK(b.out.find("have a prompt longer than block_size 64 and are left out") != std::string::npos);
+  CHECK(b.out.find("have a prompt longer than block_size 64 and are left out") !=
+        std::string::npos);
   const Run l = attend_cmd("train --data " + (dir / "data").string() + " --init_from " +
                            (dir / "base").string() + " --out " + (dir / "lora").string() +
                            " --lora_rank 4 --max_iters 5 --eval_iters 2 --eval_interval 5");
@@ -173,7 +175,8 @@ TEST_CASE("prepare --format alpaca: the instructions, and eval scores the respon
   // eval counts each usable val example's scored targets: min(L, T + 1) - P.
   const data::TokenFile val(dir / "data" / "val.bin");
   int64_t want = 0;
-  for (const data::ExampleSpan& e : data::read_examples_file(dir / "data" / "val.examples", val.size()))
+  for (const data::ExampleSpan& e :
+       data::read_examples_file(dir / "data" / "val.examples", val.size()))
     if (e.prompt <= 64) want += std::min<int64_t>(e.length, 65) - e.prompt;
   const Run ev = attend_cmd("eval --checkpoint " + (dir / "lora").string() + " --data " +
                             (dir / "data" / "val.bin").string());
@@ -188,9 +191,9 @@ TEST_CASE("prepare --format alpaca: the instructions, and eval scores the respon
                                                 " --prompt 'Name a colour.' --max_new_tokens 40");
   const std::string prompt = data::instruction_prompt("alpaca", "Name a colour.");
   std::ofstream(dir / "prompt.txt", std::ios::binary) << prompt;
-  const std::string sampled = test::attend_stdout(
-      "sample --checkpoint " + (dir / "lora").string() + " --prompt_file " +
-      (dir / "prompt.txt").string() + " --temperature 0 --max_new_tokens 41");
+  const std::string sampled =
+      test::attend_stdout("sample --checkpoint " + (dir / "lora").string() + " --prompt_file " +
+                          (dir / "prompt.txt").string() + " --temperature 0 --max_new_tokens 41");
   REQUIRE(!reply.empty());
   CHECK(reply.find("<|endoftext|>") == std::string::npos);
   CHECK(sampled.rfind(prompt + reply.substr(0, reply.size() - 1), 0) == 0);
@@ -200,13 +203,15 @@ TEST_CASE("prepare --format alpaca: the instructions, and eval scores the respon
   CHECK(c.code != 0);
   CHECK(c.out.find("--tokenizer char has no end-of-text token") != std::string::npos);
   const Run t = attend_cmd("prepare --data " + inst.string() + " --format alpaca --template nope" +
-                           " --tokenizer gpt2 --out " + (dir / "t").string(), env);
+                               " --tokenizer gpt2 --out " + (dir / "t").string(),
+                           env);
   CHECK(t.code != 0);
   CHECK(t.out.find("nope") != std::string::npos);
   fs::remove_all(dir);
 }
 
-TEST_CASE("export --format peft: a PyTorch LoRA from PEFT's formula gives the same loss and gradients") {
+TEST_CASE(
+    "export --format peft: a PyTorch LoRA from PEFT's formula gives the same loss and gradients") {
   if (test::shell("/usr/bin/python3 -c 'import torch, numpy'").code != 0)
     ATTEND_SKIP("python3 with torch not found (apt-get install python3-torch)");
   const fs::path dir = temp_dir("lora_peft");
@@ -217,13 +222,15 @@ TEST_CASE("export --format peft: a PyTorch LoRA from PEFT's formula gives the sa
                            " --lora_rank 3 --lora_alpha 5 --lora_targets q,k,v,o,gate,up,down"
                            " --batch_size 4 --eval_iters 1 --max_iters 4 --learning_rate 3e-2");
   REQUIRE_MESSAGE(t.code == 0, t.out);
-  const Run hf = attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string());
+  const Run hf =
+      attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string());
   REQUIRE_MESSAGE(hf.code == 0, hf.out);
-  const Run pe = attend_cmd("export --checkpoint " + (dir / "L").string() + " --format peft --out " +
-                            (dir / "peft").string());
+  const Run pe = attend_cmd("export --checkpoint " + (dir / "L").string() +
+                            " --format peft --out " + (dir / "peft").string());
   REQUIRE_MESSAGE(pe.code == 0, pe.out);
   // attend's loss and adapter gradients in f64, then the gradients through the same export.
-  const std::vector<int64_t> ids = {3, 7, 1, 0, 12, 5, 9, 2, 11, 4}, next = {7, 1, 0, 12, 5, 9, 2, 11, 4, 6};
+  const std::vector<int64_t> ids = {3, 7, 1, 0, 12, 5, 9, 2, 11, 4},
+                             next = {7, 1, 0, 12, 5, 9, 2, 11, 4, 6};
   Tensor x = empty({1, 10}, DType::I64), y = empty({1, 10}, DType::I64);
   std::copy(ids.begin(), ids.end(), x.data<int64_t>());
   std::copy(next.begin(), next.end(), y.data<int64_t>());
@@ -274,13 +281,16 @@ TEST_CASE("export --format peft: a PyTorch LoRA from PEFT's formula gives the sa
 TEST_CASE("import --adapter refuses what attend's LoRA is not, naming the file and field") {
   const fs::path dir = temp_dir("lora_peft_bad");
   const fs::path base = base_run(dir);
-  const Run t = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
-                           base.string() + " --out " + (dir / "L").string() +
-                           " --lora_rank 2 --max_iters 1 --eval_iters 1");
+  const Run t =
+      attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " + base.string() +
+                 " --out " + (dir / "L").string() + " --lora_rank 2 --max_iters 1 --eval_iters 1");
   REQUIRE_MESSAGE(t.code == 0, t.out);
-  REQUIRE(attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string()).code == 0);
+  REQUIRE(
+      attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string()).code ==
+      0);
   REQUIRE(attend_cmd("export --checkpoint " + (dir / "L").string() + " --format peft --out " +
-                     (dir / "peft").string()).code == 0);
+                     (dir / "peft").string())
+              .code == 0);
   const std::string good = file_bytes(dir / "peft" / "adapter_config.json");
   struct Row {
     std::string from, to, error;
@@ -308,28 +318,33 @@ TEST_CASE("import --adapter refuses what attend's LoRA is not, naming the file a
   fs::remove_all(dir);
 }
 
-TEST_CASE("export --format peft of GPT-2: q and v on the fused c_attn become one adapter of rank 2R") {
+TEST_CASE(
+    "export --format peft of GPT-2: q and v on the fused c_attn become one adapter of rank 2R") {
   const fs::path dir = temp_dir("lora_peft_gpt2");
   const fs::path corpus = make_corpus(dir);
   // MHA: GPT-2's Hugging Face layout has one key/value head per query head.
-  const Run b0 = attend_cmd("train --data " + corpus.string() + " --out " + (dir / "base").string() +
-                            " --n_layer 2 --n_head 2 --n_embd 16 --block_size 16 --batch_size 4" +
-                            " --eval_iters 1 --max_iters 2");
+  const Run b0 =
+      attend_cmd("train --data " + corpus.string() + " --out " + (dir / "base").string() +
+                 " --n_layer 2 --n_head 2 --n_embd 16 --block_size 16 --batch_size 4" +
+                 " --eval_iters 1 --max_iters 2");
   REQUIRE_MESSAGE(b0.code == 0, b0.out);
   const fs::path base = dir / "base";
-  const Run t = attend_cmd("train --data " + corpus.string() + " --init_from " + base.string() +
-                           " --out " + (dir / "L").string() + " --lora_rank 2 --lora_alpha 4" +
-                           " --lora_targets q,v,proj --max_iters 2 --eval_iters 1 --learning_rate 3e-2");
+  const Run t =
+      attend_cmd("train --data " + corpus.string() + " --init_from " + base.string() + " --out " +
+                 (dir / "L").string() + " --lora_rank 2 --lora_alpha 4" +
+                 " --lora_targets q,v,proj --max_iters 2 --eval_iters 1 --learning_rate 3e-2");
   REQUIRE_MESSAGE(t.code == 0, t.out);
-  const Run pe = attend_cmd("export --checkpoint " + (dir / "L").string() + " --format peft --out " +
-                            (dir / "peft").string());
+  const Run pe = attend_cmd("export --checkpoint " + (dir / "L").string() +
+                            " --format peft --out " + (dir / "peft").string());
   REQUIRE_MESSAGE(pe.code == 0, pe.out);
-  const nlohmann::json cfg = nlohmann::json::parse(file_bytes(dir / "peft" / "adapter_config.json"));
+  const nlohmann::json cfg =
+      nlohmann::json::parse(file_bytes(dir / "peft" / "adapter_config.json"));
   CHECK(cfg["fan_in_fan_out"] == true);
   CHECK(cfg["target_modules"] == nlohmann::json({"attn.c_attn", "mlp.c_proj"}));
   CHECK(cfg["rank_pattern"]["h.0.attn.c_attn"] == 4);
   CHECK(cfg["alpha_pattern"]["h.0.attn.c_attn"] == 8.0);
-  CHECK(cfg["base_model_name_or_path"] == fs::absolute(base / "ckpt_00000002.h5").lexically_normal().string());
+  CHECK(cfg["base_model_name_or_path"] ==
+        fs::absolute(base / "ckpt_00000002.h5").lexically_normal().string());
   // The combined adapter's B A is the two adapters' B A in their rows, nothing elsewhere.
   const train::LoadedModel m = train::load_model((dir / "L").string());
   const io::SafetensorsFile f(dir / "peft" / "adapter_model.safetensors");
@@ -354,7 +369,9 @@ TEST_CASE("export --format peft of GPT-2: q and v on the fused c_attn become one
   CHECK(worst < 1e-6);
   // Back in on GPT-2's Hugging Face base: c_attn's adapter becomes q, k and v adapters of rank
   // 2R sharing its A; the update is the same (to f32 rounding of the products).
-  REQUIRE(attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string()).code == 0);
+  REQUIRE(
+      attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string()).code ==
+      0);
   const Run back = attend_cmd("import --from " + (dir / "hf").string() + " --adapter " +
                               (dir / "peft").string() + " --out " + (dir / "back").string());
   REQUIRE_MESSAGE(back.code == 0, back.out);
@@ -365,7 +382,8 @@ TEST_CASE("export --format peft of GPT-2: q and v on the fused c_attn become one
   double merged_gap = 0;
   for (const auto& [name, w] : have) {
     const auto x = w.to_vector<float>(), y = want.at(name).to_vector<float>();
-    for (size_t i = 0; i < x.size(); ++i) merged_gap = std::max(merged_gap, std::abs(double(x[i]) - y[i]));
+    for (size_t i = 0; i < x.size(); ++i)
+      merged_gap = std::max(merged_gap, std::abs(double(x[i]) - y[i]));
   }
   CHECK(merged_gap < 1e-6);
   fs::remove_all(dir);

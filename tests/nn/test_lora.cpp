@@ -53,8 +53,7 @@ TEST_CASE("LoRA: a fresh adapter (B zero) gives the base model's logits and loss
     for (const auto& [n, t] : pb) CHECK(test::bit_identical(t, pl.at(n)));
     const Tensor x = ids(2, 16, 1), y = ids(2, 16, 2);
     NoGradGuard no_grad;
-    CHECK(test::bit_identical(base.forward(x).logits,
-                              lora.forward(x).logits));
+    CHECK(test::bit_identical(base.forward(x).logits, lora.forward(x).logits));
     CHECK(base.forward(x, y).loss.item() == lora.forward(x, y).loss.item());
   }
 }
@@ -103,10 +102,8 @@ TEST_CASE("LoRA: the merged weights compute what base plus adapters compute") {
     merged.load_state_dict(std::map<std::string, Tensor>(state.begin(), state.end()));
     const Tensor x = ids(2, 16, 4);
     NoGradGuard no_grad;
-    const std::vector<float> a = lora.forward(x)
-                                     .logits.to_vector<float>(),
-                             b = merged.forward(x)
-                                     .logits.to_vector<float>();
+    const std::vector<float> a = lora.forward(x).logits.to_vector<float>(),
+                             b = merged.forward(x).logits.to_vector<float>();
     // The same sums in another order (W x + B (A x) against (W + B A) x) in f32: logits of
     // size ~1 agree to a few ulps of the products' K (16-24) terms.
     double worst = 0;
@@ -114,8 +111,7 @@ TEST_CASE("LoRA: the merged weights compute what base plus adapters compute") {
     CHECK(worst < 1e-5);
     // and the adapters did change the model
     const GPT base(plain, 5);
-    const std::vector<float> z =
-        base.forward(x).logits.to_vector<float>();
+    const std::vector<float> z = base.forward(x).logits.to_vector<float>();
     double moved = 0;
     for (size_t i = 0; i < a.size(); ++i) moved = std::max(moved, std::abs(double(a[i]) - z[i]));
     CHECK(moved > 1e-2);
