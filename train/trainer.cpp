@@ -69,6 +69,9 @@ void take_init_model(const ResolvedConfig& req, const LoadedCheckpoint& ck, Trai
   const int64_t block =
       req.explicit_fields.count("block_size") ? c.model.block_size : saved.block_size;
   const double dropout = req.explicit_fields.count("dropout") ? c.model.dropout : saved.dropout;
+  for (const char* f : {"lora_alpha", "lora_dropout", "lora_targets"})
+    ATTEND_CHECK(!req.explicit_fields.count(f) || req.explicit_fields.count("lora_rank"), "--", f,
+                 ": LoRA's settings go with --lora_rank (the adapters they describe)");
   ATTEND_CHECK(saved.lora_rank == 0 || !req.explicit_fields.count("lora_rank"), "--init_from ",
                ck.path.string(), ": the checkpoint has LoRA adapters (rank ", saved.lora_rank,
                "); export it --merge first, then add new ones to the merged model");
@@ -93,6 +96,9 @@ RunStart start_run(const TrainRequest& req) {
     if (!s.config.init_from.empty()) {
       s.init = load_checkpoint_or_run(s.config.init_from);
       take_init_model(req.settings, *s.init, s.config);
+    } else if (s.config.model.lora_rank > 0) {
+      spdlog::warn("--lora_rank without --init_from: the adapters train on a random base that "
+                   "stays frozen");
     }
   } else {
     s.resumed = load_checkpoint_or_run(req.resume);

@@ -145,6 +145,12 @@ TEST_CASE("--init_from a LoRA checkpoint with new adapters is refused: merge fir
                                (dir / "L2").string());
   CHECK(again.code != 0);
   CHECK(again.out.find("has LoRA adapters (rank 4); export it --merge first") != std::string::npos);
+  // LoRA's other settings without --lora_rank would be silently unused: refused.
+  const Run alone = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
+                               base.string() + " --lora_alpha 32 --max_iters 1 --out " +
+                               (dir / "L3").string());
+  CHECK(alone.code != 0);
+  CHECK(alone.out.find("--lora_alpha: LoRA's settings go with --lora_rank") != std::string::npos);
   fs::remove_all(dir);
 }
 
