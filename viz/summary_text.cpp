@@ -146,8 +146,11 @@ std::string format_summary(const nn::ModelSummary& s) {
   if (c.rotary()) o += fmt::format(", rope_theta {}", c.rope_theta);
   o += fmt::format(", norm_eps {}, tie_embeddings {}", c.norm_eps, c.tied_head());
   if (c.window() > 0) o += fmt::format(", sliding_window {}", c.window());
-  o += fmt::format(", dropout {}, bias {}\ninput: B {} x T {} token ids\n\n", c.dropout,
-                   c.biases(), s.batch, s.seq);
+  o += fmt::format(", dropout {}, bias {}", c.dropout, c.biases());
+  if (c.lora_rank > 0)
+    o += fmt::format(", lora_rank {}, lora_alpha {}, lora_targets {}", c.lora_rank, c.lora_alpha,
+                     c.lora_targets);
+  o += fmt::format("\ninput: B {} x T {} token ids\n\n", s.batch, s.seq);
   return o + module_table(s) + components(s) + costs(s);
 }
 

@@ -49,6 +49,11 @@ TEST_CASE("train --lora_rank: only the adapters move, and resume is exact") {
   const Run a = attend_cmd(lora_train(dir, base) + " --max_iters 8 --out " + (dir / "A").string());
   REQUIRE_MESSAGE(a.code == 0, a.out);
   CHECK(a.out.find("LoRA rank 4 on q,v,o,down") != std::string::npos);
+  // summary names the adapters and counts them on a line of their own
+  const Run sm = attend_cmd("summary --checkpoint " + (dir / "A").string());
+  REQUIRE_MESSAGE(sm.code == 0, sm.out);
+  CHECK(sm.out.find("lora_rank 4, lora_alpha 8, lora_targets q,v,o,down") != std::string::npos);
+  CHECK(sm.out.find("LoRA adapters, R 4 (they train; the rest is frozen)") != std::string::npos);
   const Run b1 = attend_cmd(lora_train(dir, base) + " --max_iters 3 --out " + (dir / "B").string());
   REQUIRE_MESSAGE(b1.code == 0, b1.out);
   const Run b2 = attend_cmd("train --resume " + (dir / "B").string() + " --max_iters 8");
