@@ -1,10 +1,13 @@
 // `attend chat`: talk to an instruction-tuned checkpoint. Each line you type is an
 // instruction rendered through the template (data/instructions.h) and the reply is drawn
 // until the tokenizer's end-of-text token (or --max_new_tokens), streamed to stdout.
-// --prompt gives one turn without a terminal (what tests and scripts use).
-#include <unistd.h>
+// --prompt gives one turn without a terminal (what tests and scripts use). Ctrl-C stops a
+// reply; Ctrl-D ends the chat (Ctrl-C at the prompt too, as it ends any program).
 #include <CLI/CLI.hpp>
+#include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -19,6 +22,18 @@
 namespace attend::cli {
 
 namespace {
+
+// Ctrl-C during a reply stops that reply (the next line is still read); at the prompt it
+// does what it does by default (ends the program).
+std::atomic<bool> g_interrupted{false}, g_replying{false};
+extern "C" void on_interrupt(int sig) {
+  if (g_replying.load()) {
+    g_interrupted.store(true);
+  } else {  // both async-signal-safe
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
 
 struct ChatArgs {
   std::string checkpoint, template_name = "alpaca", prompt;
@@ -36,7 +51,10 @@ int run_chat(ChatArgs a) {
                " has no end-of-text token to end a reply; chat needs a model finetuned on "
                "instruction data (attend prepare --format alpaca)");
   data::instruction_prompt(a.template_name, "");  // a known template, before the first turn
+  o.cancel = &g_interrupted;
   auto turn = [&](const std::string& line, uint32_t k) {
+    g_interrupted.store(false);
+    g_replying.store(true);
     o.prompt = data::instruction_prompt(a.template_name, line);
     m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails here
     infer::sample(
@@ -46,6 +64,7 @@ int run_chat(ChatArgs a) {
           std::fflush(stdout);
         },
         k);
+    g_replying.store(false);
     std::printf("\n");
     std::fflush(stdout);
   };
@@ -56,6 +75,10 @@ int run_chat(ChatArgs a) {
   // Each line is one turn: the Alpaca template is single-turn, so a reply does not see the
   // turns before it. Ctrl-D (end of input) ends the chat.
   const bool tty = isatty(STDIN_FILENO);
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
   if (tty)
     std::fprintf(stderr, "chat with %s (template %s); Ctrl-D ends\n", m.checkpoint.string().c_str(),
                  a.template_name.c_str());

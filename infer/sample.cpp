@@ -95,6 +95,7 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   std::string text;  // generated so far, for --stop
   std::optional<ThreadTuner> tuner = command_tuner();  // Note [Threads on a busy machine]
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    if (o.cancel && o.cancel->load()) break;
     TunedUnit unit(tuner);
     Tensor last =
         kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));

@@ -11,6 +11,7 @@
 // at any length: its query i never saw keys older than i - W + 1 anyway.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -33,6 +34,8 @@ struct SampleOptions {
   uint64_t seed = 1337;
   std::string stop;         // end a sample once its text contains this (it is kept)
   int32_t stop_token = -1;  // end a sample at this token, not emitted (chat: end-of-text)
+  // When set, checked before each new token: true ends the sample there (chat's Ctrl-C).
+  const std::atomic<bool>* cancel = nullptr;
   int64_t num_samples = 1;  // sample k draws from its own numbers: (seed, k, token i)
   // The weights' format while sampling (infer/decoding.h); none: what the products read
   // fastest (bf16 under bf16 products, else f32; both the model's own bits).

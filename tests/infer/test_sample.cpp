@@ -124,3 +124,32 @@ TEST_CASE("choose_token: ordering only the kept tokens picks what a full stable 
     }
   }
 }
+
+TEST_CASE("sample: stop_token ends a reply unemitted, and cancel stops it where it is") {
+  nn::GPTConfig c;
+  c.vocab_size = 13, c.block_size = 32, c.n_layer = 1, c.n_head = 2, c.n_kv_head = 2, c.n_embd = 16;
+  const nn::GPT model(c, 5);
+  std::string chars;
+  for (int i = 0; i < 13; ++i) chars += static_cast<char>('a' + i);
+  const auto tok = data::build_char_tokenizer(chars);
+  SampleOptions o;
+  o.prompt = "abc", o.max_new_tokens = 20, o.temperature = 0;
+  const data::TokenIds all = sample(model, *tok, o, [](const std::string&) {});
+  REQUIRE(all.size() == 20);
+  // The greedy draw's 6th token as the stop token: the reply is the 5 before it, at most.
+  o.stop_token = all[5];
+  const size_t first = static_cast<size_t>(std::find(all.begin(), all.end(), all[5]) - all.begin());
+  std::string emitted;
+  const data::TokenIds cut = sample(model, *tok, o, [&](const std::string& p) { emitted += p; });
+  CHECK(cut == data::TokenIds(all.begin(), all.begin() + static_cast<int64_t>(first)));
+  CHECK(emitted == tok->decode(cut));
+  // cancel, set by the third piece: three tokens, then nothing more.
+  o.stop_token = -1;
+  std::atomic<bool> cancel{false};
+  o.cancel = &cancel;
+  int pieces = 0;
+  const data::TokenIds three = sample(model, *tok, o, [&](const std::string&) {
+    if (++pieces == 3) cancel.store(true);
+  });
+  CHECK(three == data::TokenIds(all.begin(), all.begin() + 3));
+}
