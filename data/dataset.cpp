@@ -16,8 +16,8 @@ TokenDataset::TokenDataset(const std::filesystem::path& path, int64_t block_size
   std::error_code ec;
   if (std::filesystem::exists(index, ec)) {
     int64_t start = 0;
-    index_bytes_ = read_file(index);
-    for (const ExampleSpan& e : read_examples_file(index, file_->size())) {
+    index_bytes_ = read_file(index);  // read once: parsed here, hashed by content_hash
+    for (const ExampleSpan& e : parse_examples_file(index_bytes_, index, file_->size())) {
       if (e.prompt <= block_size)
         examples_.push_back({start, e.prompt, e.length});
       else

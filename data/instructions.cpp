@@ -113,7 +113,11 @@ void write_examples_file(const fs::path& path, const std::vector<ExampleSpan>& s
 }
 
 std::vector<ExampleSpan> read_examples_file(const fs::path& path, int64_t tokens) {
-  const std::string bytes = read_file(path);
+  return parse_examples_file(read_file(path), path, tokens);
+}
+
+std::vector<ExampleSpan> parse_examples_file(const std::string& bytes, const fs::path& path,
+                                             int64_t tokens) {
   const std::string p = path.string();
   ATTEND_CHECK(bytes.size() >= kExamplesHeader && std::memcmp(bytes.data(), kExamplesMagic, 8) == 0,
                p, ": not an examples file (magic ATNDEXMP)");

@@ -64,6 +64,9 @@ void write_examples_file(const std::filesystem::path& path, const std::vector<Ex
                          int64_t tokens);
 // Reads and checks an examples file against the token count of the file it indexes.
 std::vector<ExampleSpan> read_examples_file(const std::filesystem::path& path, int64_t tokens);
+// The same on the file's bytes, already read (errors name `path`).
+std::vector<ExampleSpan> parse_examples_file(const std::string& bytes,
+                                             const std::filesystem::path& path, int64_t tokens);
 
 }  // namespace attend::data
 #pragma GCC visibility pop

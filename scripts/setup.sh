@@ -10,14 +10,16 @@ packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nloh
 # chromium (the attention explorer's HTML in a headless browser), python3-h5py (our
 # checkpoints read by h5py), python3-numpy (a NumPy GPT-2 reading our exported weights),
 # python3-regex (the regex engine tokenizer patterns are written for, checking ours) and
-# python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/).
+# python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/), and
+# libopenblas0-pthread (without it Debian's torch multiplies with the reference BLAS, 10x
+# slower: the twins' timings would mean nothing; the checkers pass on either).
 # Those tests are reported skipped without them. It also installs node-llama-cpp (npm,
 # pinned), whose prebuilt CPU llama.cpp checks `attend export --format gguf`, into
 # ${XDG_CACHE_HOME:-~/.cache}/attend/node-llama-cpp (only this CPU's build, ~85 MB). (The sanitizer build needs nothing more:
 # g++ brings libasan and libubsan.)
 optional=()
 if [ "${1:-}" = "--test-extras" ]; then
-  optional=(chromium python3-h5py python3-numpy python3-regex python3-torch)
+  optional=(chromium python3-h5py python3-numpy python3-regex python3-torch libopenblas0-pthread)
 fi
 
 missing=()

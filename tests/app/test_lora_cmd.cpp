@@ -41,6 +41,15 @@ std::string lora_train(const fs::path& dir, const fs::path& base) {
          " --log_interval 1 --checkpoint_interval 100";
 }
 
+// A base and lora_train's adapters on it, `iters` steps, in dir/L.
+fs::path lora_run(const fs::path& dir, int iters) {
+  const fs::path base = base_run(dir);
+  const Run t = attend_cmd(lora_train(dir, base) + " --max_iters " + std::to_string(iters) +
+                           " --out " + (dir / "L").string());
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  return dir / "L";
+}
+
 }  // namespace
 
 TEST_CASE("train --lora_rank: only the adapters move, and resume is exact") {
@@ -91,10 +100,8 @@ TEST_CASE("train --lora_rank: only the adapters move, and resume is exact") {
 
 TEST_CASE("export of a LoRA checkpoint: --merge writes the merged model, plain refuses") {
   const fs::path dir = temp_dir("lora_export");
-  const fs::path base = base_run(dir);
-  const Run t = attend_cmd(lora_train(dir, base) + " --max_iters 3 --out " + (dir / "L").string());
-  REQUIRE_MESSAGE(t.code == 0, t.out);
-  const std::string ck = (dir / "L").string();
+  const std::string ck = lora_run(dir, 3).string();
+  const fs::path base = dir / "base";
   const Run plain =
       attend_cmd("export --checkpoint " + ck + " --format gguf --out " + (dir / "x.gguf").string());
   CHECK(plain.code != 0);
@@ -142,9 +149,8 @@ TEST_CASE("export of a LoRA checkpoint: --merge writes the merged model, plain r
 
 TEST_CASE("--init_from a LoRA checkpoint with new adapters is refused: merge first") {
   const fs::path dir = temp_dir("lora_twice");
-  const fs::path base = base_run(dir);
-  const Run t = attend_cmd(lora_train(dir, base) + " --max_iters 2 --out " + (dir / "L").string());
-  REQUIRE_MESSAGE(t.code == 0, t.out);
+  lora_run(dir, 2);
+  const fs::path base = dir / "base";
   const Run again = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
                                (dir / "L").string() + " --lora_rank 2 --max_iters 1 --out " +
                                (dir / "L2").string());
