@@ -44,6 +44,8 @@ std::vector<RenderedExample> read_instruction_file(const fs::path& file,
                                                    const std::string& template_name) {
   instruction_prompt(template_name, "");  // a template attend knows, before reading
   std::error_code ec;
+  ATTEND_CHECK(fs::is_regular_file(file, ec), "prepare: --data ", file.string(),
+               ": not a regular file (--format alpaca reads one JSON file)");
   const auto size = fs::file_size(file, ec);
   ATTEND_CHECK(!ec, "prepare: --data ", file.string(), ": cannot read (", ec.message(), ")");
   ATTEND_CHECK(size <= static_cast<uintmax_t>(kMaxInstructionFile), "prepare: --data ",

@@ -65,6 +65,7 @@ TEST_CASE("instructions: a bad file or entry is refused naming the entry and the
     const fs::path f = write_text(dir / "i.json", r.json);
     CHECK_THROWS_WITH(read_instruction_file(f, "alpaca"), doctest::Contains(r.error.c_str()));
   }
+  CHECK_THROWS_WITH(read_instruction_file(dir, "alpaca"), doctest::Contains("not a regular file"));
   CHECK_THROWS_WITH(read_instruction_file(dir / "i.json", "chatgpt"),
                     doctest::Contains("--template 'chatgpt' is not a template attend knows"));
   fs::remove_all(dir);
