@@ -10,6 +10,7 @@
 
 #include "app/commands.h"
 #include "app/validators.h"
+#include "data/instructions.h"
 #include "tensor/error.h"
 #include "tensor/util.h"
 #include "train/model_io.h"
@@ -24,6 +25,9 @@ namespace {
 
 struct AttentionArgs {
   std::string checkpoint, prompt, out;
+  // An instruction example instead of --prompt: rendered through the template, the
+  // response (and the end-of-text token) after it, the loss's mask shown.
+  std::string instruction, input, response, template_name = "alpaca";
   int64_t layer = -1, head = -1;  // -1: all
   int64_t position = -1;          // --position: what each head adds there (needs --layer)
   int decimals = 2;
@@ -100,10 +104,25 @@ int run_attention(const AttentionArgs& a) {
     map = toy_map(a);
   } else {
     train::LoadedModel m = train::load_model_merged(a.checkpoint);
-    map = viz::compute_attention(*m.model, *m.tokenizer, a.prompt);
+    if (a.instruction.empty()) {
+      map = viz::compute_attention(*m.model, *m.tokenizer, a.prompt);
+    } else {
+      // As prepare --format alpaca encodes an example: prompt and response apart, then the
+      // end-of-text token as its id.
+      const data::TokenIds prompt = m.tokenizer->encode(
+          data::instruction_prompt(a.template_name, a.instruction, a.input));
+      data::TokenIds ids = prompt;
+      const data::TokenIds response = m.tokenizer->encode(a.response);
+      ids.insert(ids.end(), response.begin(), response.end());
+      const int32_t end = data::end_of_text_id(m.tokenizer->spec());
+      if (end >= 0) ids.push_back(end);
+      map = viz::compute_attention(*m.model, *m.tokenizer, ids,
+                                   static_cast<int64_t>(prompt.size()));
+    }
     if (ext == ".html") {
       const viz::DiagramActivations acts =
-          viz::diagram_activations(*m.model, map.ids, a.layer >= 0 ? a.layer : 0, a.prompt);
+          viz::diagram_activations(*m.model, map.ids, a.layer >= 0 ? a.layer : 0,
+                                   a.instruction.empty() ? a.prompt : a.instruction);
       diagram = viz::model_diagram_svg(m.model->config, map.model, &acts);
     }
   }
@@ -134,7 +153,20 @@ void add_attention(CLI::App& app, int& rc) {
       "attention",
       "attention weights of a prompt: .html explorer, .svg heatmaps, .csv or .json data");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint file or run folder");
-  cmd->add_option("--prompt", a->prompt, "the text whose attention to show")->required();
+  CLI::Option* prompt = cmd->add_option("--prompt", a->prompt, "the text whose attention to show");
+  CLI::Option* instruction =
+      cmd->add_option("--instruction", a->instruction,
+                      "instead of --prompt: an instruction example rendered through --template, "
+                      "with --response after it; the response's tokens (what the loss reads) "
+                      "are marked")
+          ->excludes(prompt);
+  CLI::Option* input = cmd->add_option("--input", a->input, "with --instruction: its input");
+  CLI::Option* response =
+      cmd->add_option("--response", a->response, "with --instruction: the response");
+  CLI::Option* tmpl = cmd->add_option("--template", a->template_name,
+                                      "with --instruction: the prompt template")
+                          ->check(CLI::IsMember(data::instruction_templates()))
+                          ->capture_default_str();
   cmd->add_option("--layer", a->layer, "one layer (default: all)")->check(non_negative_int());
   cmd->add_option("--head", a->head, "one head (default: all)")->check(non_negative_int());
   cmd->add_option("--out", a->out, "FILE.html | FILE.svg | FILE.csv | FILE.json");
@@ -168,10 +200,21 @@ void add_attention(CLI::App& app, int& rc) {
       cmd->add_option("--toy_steps", a->toy_steps, "with --toy: training steps")
           ->check(CLI::Range(int64_t{0}, int64_t{100000}))
           ->capture_default_str();
-  cmd->callback([a, &rc, attention, toy_steps] {
+  cmd->callback([a, &rc, attention, toy_steps, prompt, instruction, input, response, tmpl] {
     for (const CLI::Option* o : {attention, toy_steps})
       ATTEND_CHECK(o->count() == 0 || !a->toy.empty(), "attention: ", o->get_name(),
                    " is for --toy models only; add --toy copy|reverse or drop it");
+    ATTEND_CHECK(prompt->count() > 0 || instruction->count() > 0,
+                 "attention: --prompt is required (or --instruction and --response)");
+    ATTEND_CHECK(instruction->count() == 0 || a->position < 0,
+                 "attention: --position reads a --prompt, not an --instruction example");
+    ATTEND_CHECK(instruction->count() == 0 || a->toy.empty(),
+                 "attention: --instruction is for GPT checkpoints, not --toy");
+    ATTEND_CHECK(instruction->count() == 0 || (response->count() > 0 && !a->response.empty()),
+                 "attention: --instruction needs --response (the tokens the loss reads)");
+    for (const CLI::Option* o : {input, response, tmpl})
+      ATTEND_CHECK(o->count() == 0 || instruction->count() > 0, "attention: ", o->get_name(),
+                   " goes with --instruction");
     rc = run_attention(*a);
   });
 }

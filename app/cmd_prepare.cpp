@@ -23,7 +23,11 @@ int run_prepare(const data::PrepareOptions& o) {
   std::printf("train.bin %lld tokens, val.bin %lld tokens, in %s\n",
               static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
               o.out.c_str());
-  if (o.format != "text")
+  if (o.format == "preference")
+    std::printf("%lld train and %lld val preference pairs (template %s; for train --dpo)\n",
+                static_cast<long long>(r.train_examples), static_cast<long long>(r.val_examples),
+                o.template_name.c_str());
+  else if (o.format != "text")
     std::printf("%lld train and %lld val examples (template %s; the loss counts responses only)\n",
                 static_cast<long long>(r.train_examples), static_cast<long long>(r.val_examples),
                 o.template_name.c_str());
@@ -47,11 +51,12 @@ void add_prepare(CLI::App& app, int& rc) {
       ->capture_default_str();
   cmd->add_option("--format", o->format,
                   "text: a corpus; alpaca: a JSON array of {instruction, input, output} "
-                  "examples, the loss on the responses only (docs/finetune.md)")
-      ->check(CLI::IsMember({"text", "alpaca"}))
+                  "examples, the loss on the responses only; preference: the same with "
+                  "{chosen, rejected} responses, for train --dpo (docs/finetune.md)")
+      ->check(CLI::IsMember({"text", "alpaca", "preference"}))
       ->capture_default_str();
   cmd->add_option("--template", o->template_name,
-                  "--format alpaca: the prompt template the examples are rendered through")
+                  "--format alpaca or preference: the prompt template the examples are rendered through")
       ->check(CLI::IsMember(data::instruction_templates()))
       ->capture_default_str();
   cmd->callback([o, &rc] { rc = run_prepare(*o); });

@@ -28,7 +28,10 @@ int run_train(const TrainArgs& t) {
   for (size_t i = 0; i < t.options.size(); ++i) {
     if (!t.options[i] || !t.options[i]->count()) continue;
     const train::ConfigField& f = train::config_fields()[i];
-    flags.values[f.name] = train::parse_value(f, t.values[i], std::string("--") + f.name);
+    // A boolean flag alone (--dpo) means true; --decay_lr false still says false.
+    const bool bare = t.values[i].empty() && std::string(f.type_name()) == "BOOL";
+    flags.values[f.name] =
+        train::parse_value(f, bare ? "true" : t.values[i], std::string("--") + f.name);
   }
   layers.push_back(flags);
   ATTEND_CHECK(t.out.empty() || t.resume.empty(), "train: --out ", t.out, " with --resume ",
@@ -61,9 +64,19 @@ void add_train(CLI::App& app, int& rc) {
   for (size_t i = 0; i < fields.size(); ++i) {
     const train::ConfigField& f = fields[i];
     if (!f.train_flag) continue;
+    const std::string def = train::format_value(f.get(defaults));
+    if (std::string(f.type_name()) == "BOOL") {
+      // Without a value, CLI11 hands over the default text: leave it empty, say it in the help.
+      t->options[i] = cmd->add_option(flag_names(f.name), t->values[i],
+                                      std::string(f.help) + " (default " + def +
+                                          "; the flag alone means true)")
+                          ->type_name(f.type_name())
+                          ->expected(0, 1);
+      continue;
+    }
     t->options[i] = cmd->add_option(flag_names(f.name), t->values[i], f.help)
                         ->type_name(f.type_name())
-                        ->default_str(train::format_value(f.get(defaults)));
+                        ->default_str(def);
   }
   cmd->add_option("--out", t->out, "the run folder: checkpoints, metrics.csv, loss.svg");
   cmd->add_option("--resume", t->resume,

@@ -17,7 +17,8 @@ TokenDataset::TokenDataset(const std::filesystem::path& path, int64_t block_size
   if (std::filesystem::exists(index, ec)) {
     int64_t start = 0;
     index_bytes_ = read_file(index);  // read once: parsed here, hashed by content_hash
-    for (const ExampleSpan& e : parse_examples_file(index_bytes_, index, file_->size())) {
+    // A pair's two examples share their prompt: both are kept or both left out.
+    for (const ExampleSpan& e : parse_examples_file(index_bytes_, index, file_->size(), &pairs_)) {
       if (e.prompt <= block_size)
         examples_.push_back({start, e.prompt, e.length});
       else
@@ -26,6 +27,7 @@ TokenDataset::TokenDataset(const std::filesystem::path& path, int64_t block_size
     }
     ATTEND_CHECK(!examples_.empty(), index.string(), ": every example's prompt is longer than "
                  "block_size ", block_size, "; nothing to train on");
+    if (pairs_) dropped_ /= 2;
     return;
   }
   ATTEND_CHECK(file_->size() >= block_size + 1, path.string(), ": ", file_->size(),
@@ -40,12 +42,15 @@ Batch TokenDataset::random_batch(uint64_t seed, uint64_t step, uint32_t micro_st
   const int64_t T = block_size_;
   if (!examples_.empty()) {
     std::vector<const Example*> rows;
+    const uint64_t per = pairs_ ? 2 : 1, n = examples_.size() / per;
     for (int64_t b = 0; b < B; ++b) {
       PhiloxCounter r = philox4x32(
           batch_counter(stream, static_cast<uint32_t>(b), micro_step, step), philox_key(seed));
       const uint64_t bits = (static_cast<uint64_t>(r[0]) << 32) | r[1];
-      rows.push_back(&examples_[bits % examples_.size()]);
+      rows.push_back(&examples_[per * (bits % n)]);
     }
+    if (pairs_)  // the rejected rows after the chosen ones, in the same order
+      for (int64_t b = 0; b < B; ++b) rows.push_back(rows[static_cast<size_t>(b)] + 1);
     return example_rows(rows);
   }
   const uint64_t range = static_cast<uint64_t>(file_->size() - T);  // offsets 0 .. N-T-1
@@ -72,7 +77,10 @@ Batch TokenDataset::windows(int64_t first, int64_t count) const {
                " windows of ", block_size_);
   if (!examples_.empty()) {
     std::vector<const Example*> rows;
-    for (int64_t k = 0; k < count; ++k) rows.push_back(&examples_[static_cast<size_t>(first + k)]);
+    const size_t per = pairs_ ? 2 : 1;
+    for (size_t side = 0; side < per; ++side)
+      for (int64_t k = 0; k < count; ++k)
+        rows.push_back(&examples_[per * static_cast<size_t>(first + k) + side]);
     return example_rows(rows);
   }
   const int64_t T = block_size_;

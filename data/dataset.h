@@ -18,6 +18,11 @@
 // row (shorter rows padded: x with id 0, which only later positions could see, y with -100).
 // An example whose prompt is longer than T has no target and is left out (counted, for the
 // caller to say); windows are then the examples in order.
+//
+// Preference pairs (the examples file says so): a batch of B pairs is 2B rows, row b the
+// chosen response of the pair the draw b picks (r mod P), row B + b its rejected one;
+// windows are the pairs in order, laid out the same way. A pair whose prompt is longer than
+// T is left out whole.
 #pragma once
 
 #include <memory>
@@ -44,10 +49,11 @@ class TokenDataset {
                      Stream stream = Stream::Batch) const;
   int64_t num_windows() const {
     return examples_.empty() ? (file_->size() - 1) / block_size_
-                             : static_cast<int64_t>(examples_.size());
+                             : static_cast<int64_t>(examples_.size()) / (pairs_ ? 2 : 1);
   }
   bool instructions() const { return !examples_.empty(); }
-  // Instruction data: the examples left out, their prompt longer than block_size.
+  bool pairs() const { return pairs_; }  // preference pairs: batches of 2B rows
+  // Instruction data: the examples (pairs) left out, their prompt longer than block_size.
   int64_t dropped_examples() const { return dropped_; }
   // Windows [first, first + count) as one batch.
   Batch windows(int64_t first, int64_t count) const;
@@ -67,6 +73,7 @@ class TokenDataset {
   int64_t block_size_;
   std::vector<Example> examples_;  // instruction data: the usable examples
   int64_t dropped_ = 0;
+  bool pairs_ = false;
   std::string index_bytes_;  // the examples file, for content_hash
 };
 

@@ -78,36 +78,56 @@ bool prepare_owns(const std::string& name) {
          name == "val.examples";
 }
 
-// Instruction examples: each encoded prompt, response and end token; the last val_fraction
-// of the examples for validation.
-PrepareResult prepare_examples(const PrepareOptions& o) {
-  const std::vector<RenderedExample> examples = read_instruction_file(o.data, o.template_name);
+// The tokenizer instruction data is encoded with, and its end-of-text id.
+std::unique_ptr<Tokenizer> examples_tokenizer(const PrepareOptions& o, int32_t& end) {
   std::unique_ptr<Tokenizer> tok;
   if (o.use) {
     tok = make_tokenizer(*o.use);
   } else {
     ATTEND_CHECK(o.tokenizer.rfind("char", 0) != 0 && o.tokenizer.rfind("bpe:", 0) != 0,
-                 "prepare --format alpaca: --tokenizer ", o.tokenizer,
+                 "prepare --format ", o.format, ": --tokenizer ", o.tokenizer,
                  " has no end-of-text token to end each response; use gpt2, hf:PATH or a "
                  "saved tokenizer that has one");
     tok = tokenizer_from_arg(o.tokenizer);
   }
-  const int32_t end = end_of_text_id(tok->spec());
-  ATTEND_CHECK(end >= 0, "prepare --format alpaca: tokenizer ", tok->spec().name,
+  end = end_of_text_id(tok->spec());
+  ATTEND_CHECK(end >= 0, "prepare --format ", o.format, ": tokenizer ", tok->spec().name,
                " has no end-of-text token (<|endoftext|> or <|end_of_text|>) to end each "
                "response");
-  const int64_t E = static_cast<int64_t>(examples.size());
+  return tok;
+}
+
+// Instruction examples (alpaca): each encoded prompt, response and end token; the last
+// val_fraction of the examples for validation. Preference pairs (preference): each pair as
+// two examples, prompt + chosen + end then prompt + rejected + end, split by pairs.
+PrepareResult prepare_examples(const PrepareOptions& o) {
+  const bool pairs = o.format == "preference";
+  std::vector<RenderedExample> examples;  // pairs: chosen, rejected, chosen, ...
+  if (pairs) {
+    for (const PreferencePair& p : read_preference_file(o.data, o.template_name)) {
+      examples.push_back({p.prompt, p.chosen});
+      examples.push_back({p.prompt, p.rejected});
+    }
+  } else {
+    examples = read_instruction_file(o.data, o.template_name);
+  }
+  int32_t end = -1;
+  const std::unique_ptr<Tokenizer> tok = examples_tokenizer(o, end);
+  const int64_t per = pairs ? 2 : 1;  // examples per entry
+  const int64_t E = static_cast<int64_t>(examples.size()) / per;
   const int64_t e_train = E - static_cast<int64_t>(static_cast<double>(E) * o.val_fraction);
   ATTEND_CHECK(e_train >= 1 && E - e_train >= 1, "prepare: ", o.data.string(), " holds ", E,
-               " examples: ", e_train, " for training and ", E - e_train,
+               pairs ? " pairs: " : " examples: ", e_train, " for training and ", E - e_train,
                " for validation at --val_fraction ", o.val_fraction, "; each needs at least 1");
   TokenIds ids[2];
   std::vector<ExampleSpan> spans[2];
   int64_t bytes = 0;
-  for (int64_t e = 0; e < E; ++e) {
+  TokenIds prompt;
+  for (int64_t k = 0; k < E * per; ++k) {
+    const int64_t e = k / per;
     const int split = e < e_train ? 0 : 1;
-    const TokenIds prompt = tok->encode(examples[e].prompt),
-                   response = tok->encode(examples[e].response);
+    if (k % per == 0) prompt = tok->encode(examples[k].prompt);  // a pair's once
+    const TokenIds response = tok->encode(examples[k].response);
     ATTEND_CHECK(!prompt.empty() && !response.empty(), "prepare: ", o.data.string(), ": example ",
                  e, " encodes to no tokens");
     ids[split].insert(ids[split].end(), prompt.begin(), prompt.end());
@@ -115,7 +135,8 @@ PrepareResult prepare_examples(const PrepareOptions& o) {
     ids[split].push_back(end);
     spans[split].push_back({static_cast<int64_t>(prompt.size()),
                             static_cast<int64_t>(prompt.size() + response.size() + 1)});
-    bytes += static_cast<int64_t>(examples[e].prompt.size() + examples[e].response.size());
+    bytes += static_cast<int64_t>((k % per == 0 ? examples[k].prompt.size() : 0) +
+                                  examples[k].response.size());
   }
   StagedFolder stage(o.out, "prepare", prepare_owns);
   const uint64_t th = tokenizer_hash(tok->spec());
@@ -124,7 +145,7 @@ PrepareResult prepare_examples(const PrepareOptions& o) {
     write_token_file(stage.path() / (std::string(names[split]) + ".bin"), ids[split],
                      tok->vocab_size(), th);
     write_examples_file(stage.path() / (std::string(names[split]) + ".examples"), spans[split],
-                        static_cast<int64_t>(ids[split].size()));
+                        static_cast<int64_t>(ids[split].size()), pairs);
   }
   tok->save(stage.path());
   stage.commit();
@@ -161,8 +182,8 @@ PrepareResult prepare(const PrepareOptions& o) {
                o.val_fraction);
   check_out_folder(o.out, o.data);
   if (o.format != "text") {
-    ATTEND_CHECK(o.format == "alpaca", "prepare: --format '", printable(o.format, 40),
-                 "' is not text or alpaca");
+    ATTEND_CHECK(o.format == "alpaca" || o.format == "preference", "prepare: --format '",
+                 printable(o.format, 40), "' is not text, alpaca or preference");
     return prepare_examples(o);
   }
   Corpus corpus = read_corpus(o.data);

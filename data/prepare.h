@@ -27,14 +27,15 @@ struct PrepareOptions {
   double val_fraction = 0.1;           // the last fraction of the tokens
   const TokenizerSpec* use = nullptr;  // when set, this tokenizer (finetuning) instead
   // text: a corpus; alpaca: a JSON file of instruction examples rendered through
-  // template_name, with train.examples and val.examples (data/instructions.h)
+  // template_name, with train.examples and val.examples (data/instructions.h); preference:
+  // the same with chosen/rejected pairs (DPO), the examples files marking them as pairs
   std::string format = "text";
   std::string template_name = "alpaca";
 };
 
 struct PrepareResult {
   int64_t files = 0, bytes = 0, train_tokens = 0, val_tokens = 0, vocab_size = 0;
-  int64_t train_examples = 0, val_examples = 0;  // format alpaca
+  int64_t train_examples = 0, val_examples = 0;  // format alpaca (preference: pairs)
   std::string tokenizer;
   std::vector<std::filesystem::path> skipped;
 };

@@ -285,12 +285,12 @@ void GPT::init_weights(Generator& gen) {
   }
 }
 
-GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<AttentionTrace>* trace,
-                       std::vector<KVCache>* caches, Taps* taps) const {
+Tensor GPT::hidden(const Tensor& idx, std::vector<AttentionTrace>* trace,
+                   std::vector<KVCache>* caches, Taps* taps) const {
   ATTEND_CHECK(idx.dim() == 2 && is_integer(idx.dtype()),
                "GPT: expected token ids of shape (B, T) and an integer dtype, got ",
                shape_str(idx.shape()), " ", dtype_name(idx.dtype()));
-  const int64_t B = idx.size(0), T = idx.size(1);
+  const int64_t T = idx.size(1);
   const int64_t past = caches && !caches->empty() ? (*caches)[0].position : 0;
   if (config.window() > 0) {
     // The caches roll (W positions); RoPE has no table: any position is fine.
@@ -332,6 +332,13 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
   }
   x = t.ln_f->forward(x);
   if (taps) taps->at["ln_f"] = x;
+  return x;
+}
+
+GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<AttentionTrace>* trace,
+                       std::vector<KVCache>* caches, Taps* taps) const {
+  const Tensor x = hidden(idx, trace, caches, taps);
+  const int64_t B = idx.size(0), T = idx.size(1);
   GPTOutput out;
   if (targets.defined()) {
     ATTEND_CHECK(targets.shape() == Shape({B, T}), "GPT: expected targets of shape ",
@@ -346,6 +353,27 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
   if (taps) taps->at["logits"] = out.logits;
   if (targets.defined()) out.loss = cross_entropy(out.logits, targets);
   return out;
+}
+
+Tensor GPT::sequence_log_probs(const Tensor& idx, const Tensor& targets) const {
+  ATTEND_CHECK(targets.defined() && targets.shape() == idx.shape() && idx.dim() == 2,
+               "GPT::sequence_log_probs: expected ids and targets of one shape (B, T), got ",
+               shape_str(idx.shape()), " and ",
+               targets.defined() ? shape_str(targets.shape()) : std::string("none"));
+  const Tensor y = kernel::cast(targets, DType::I64);
+  const int64_t B = idx.size(0), T = idx.size(1);
+  const Tensor x = hidden(idx);
+  std::vector<Tensor> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t counted = 0;
+    for (int64_t t = 0; t < T; ++t) counted += y.data<int64_t>()[b * T + t] != -100;
+    ATTEND_CHECK(counted > 0, "GPT::sequence_log_probs: row ", b, " has no scored target");
+    // The row's mean -log p times its count: the sum of its targets' log p.
+    const Tensor mean = linear_cross_entropy(narrow(x, 0, b, 1), lm_head->weight,
+                                             narrow(y, 0, b, 1));
+    rows.push_back(reshape(mul(mean, -static_cast<double>(counted)), {1}));
+  }
+  return cat(rows, 0);
 }
 
 }  // namespace attend::nn

@@ -178,6 +178,15 @@ class GPT : public Module {
                     std::vector<AttentionTrace>* trace = nullptr,
                     std::vector<KVCache>* caches = nullptr, Taps* taps = nullptr) const;
 
+  // forward up to the final norm: (B, T, C), what the LM head reads.
+  Tensor hidden(const Tensor& idx, std::vector<AttentionTrace>* trace = nullptr,
+                std::vector<KVCache>* caches = nullptr, Taps* taps = nullptr) const;
+
+  // Per row b of idx (B, T): the sum over its scored positions (targets != -100) of
+  // log p(targets[b, t] | idx[b, ..t]), (B,) f32, differentiable: a response's
+  // log-probability given its prompt (DPO). Every row must score at least one target.
+  Tensor sequence_log_probs(const Tensor& idx, const Tensor& targets) const;
+
   // GPT-2 initialisation (llama2.c's for a Llama too): N(0, 0.02) for Linear and
   // Embedding weights, N(0, 0.02 / sqrt(2 n_layer)) for every c_proj weight, zero biases,
   // norm gains 1.

@@ -27,7 +27,11 @@ Tensor LoraAdapter::delta(const Tensor& x) const {
 }
 
 Tensor add_adapters(const Tensor& y, const Tensor& x,
-                    const std::vector<std::shared_ptr<LoraAdapter>>& adapters) {
+                    const std::vector<std::shared_ptr<LoraAdapter>>& all) {
+  std::vector<std::shared_ptr<LoraAdapter>> adapters;
+  for (const auto& a : all)
+    if (a->enabled) adapters.push_back(a);
+  if (adapters.empty()) return y;  // switched off (AdaptersOff): the base's y itself
   const int64_t out = y.size(-1), last = y.dim() - 1;
   if (adapters.size() == 1 && adapters[0]->lo == 0 && adapters[0]->hi == out)
     return add(y, adapters[0]->delta(x));
@@ -187,6 +191,18 @@ std::unique_ptr<GPT> merge_lora(const GPT& model) {
   const NamedTensors state = merged_state(model);
   out->load_state_dict(std::map<std::string, Tensor>(state.begin(), state.end()));
   return out;
+}
+
+AdaptersOff::AdaptersOff(const GPT& model) {
+  for (auto& [_, m] : const_cast<GPT&>(model).named_modules())
+    if (auto* a = dynamic_cast<LoraAdapter*>(m); a && a->enabled) {
+      a->enabled = false;
+      off_.push_back(a);
+    }
+}
+
+AdaptersOff::~AdaptersOff() {
+  for (LoraAdapter* a : off_) a->enabled = true;
 }
 
 }  // namespace attend::nn

@@ -40,6 +40,20 @@ class LoraAdapter : public Module {
   int64_t lo = 0, hi = 0;
   double scale = 1.0;  // alpha / R
   std::shared_ptr<Dropout> drop;
+  bool enabled = true;  // false: Linear::forward skips it (AdaptersOff)
+};
+
+// While it lives, the model's adapters are switched off: forward is the frozen base's, bit
+// for bit (DPO's reference model, without a second copy of the weights).
+class AdaptersOff {
+ public:
+  explicit AdaptersOff(const GPT& model);
+  ~AdaptersOff();
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+
+ private:
+  std::vector<LoraAdapter*> off_;
 };
 
 // y with every adapter's delta(x) added to its rows (Linear::forward's last step).

@@ -59,6 +59,18 @@ const std::vector<ConfigField>& config_fields() {
        "finetune: start from this checkpoint's (or run folder's newest) weights, with a fresh "
        "optimizer at step 0 and its tokenizer",
        G::Data, R::Refuse, &C::init_from},
+      {"dpo",
+       "preference tuning: the DPO loss on the pairs of a prepare --format preference folder, "
+       "from --init_from's weights",
+       G::Optim, R::Refuse, &C::dpo},
+      {"ref",
+       "DPO: the frozen reference checkpoint (default: the --init_from weights; with LoRA, the "
+       "base under the adapters)",
+       G::Data, R::Refuse, &C::ref},
+      {"beta", "DPO: beta, the scale of the implicit rewards (higher: stay nearer the reference)",
+       G::Optim, R::Refuse, &C::beta},
+      {"ref_hash", "DPO: the reference's content hash (set by train, checked on resume)", G::Data,
+       R::Refuse, &C::ref_hash, false},
       {"preset",
        "model preset (sets the model fields; cpu-char and shakespeare-char also the recipe)",
        G::Model, R::Free, &C::preset},
@@ -221,6 +233,8 @@ void TrainConfig::validate() const {
   check(momentum >= 0 && momentum < 1, "momentum", momentum, "must be in [0, 1)");
   check(grad_clip >= 0, "grad_clip", grad_clip, "must be >= 0 (0: off)");
   check(seed >= 0, "seed", seed, "must be >= 0");
+  check(std::isfinite(beta) && beta > 0 && beta <= 1e4, "beta", beta, "must be in (0, 1e4]");
+  check(dpo || ref.empty(), "ref", ref, "is DPO's reference: give it with --dpo");
   check(precision == "f32" || precision == "bf16", "precision", precision, "must be f32 or bf16");
   check(eval_interval > 0, "eval_interval", eval_interval, "must be positive");
   // Each is a batch scored at every evaluation (and a slot in a vector): 10^6 is days.

@@ -33,6 +33,11 @@ struct TrainConfig {
   std::string data;                // a prepared folder (train.bin, val.bin) or text to prepare
   std::string tokenizer = "char";  // when preparing text: char | gpt2 | bpe:N
   std::string init_from;           // finetuning: the checkpoint the weights came from
+  // preference tuning (train/dpo.h): the DPO loss on pairs against a frozen reference
+  bool dpo = false;
+  std::string ref;       // the reference checkpoint; empty: init_from's weights (LoRA: the base)
+  double beta = 0.1;     // DPO's beta: how far from the reference the rewards may pull
+  std::string ref_hash;  // the reference's content hash, set by the trainer, checked on resume
   // model: the cpu-char preset; vocab_size is the tokenizer's
   std::string preset = "cpu-char";
   nn::GPTConfig model = nn::gpt_preset("cpu-char");

@@ -190,7 +190,8 @@ LoadedCheckpoint load_checkpoint_or_run(const std::string& arg) {
 namespace {
 
 const char* kMetricsHeader =
-    "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,eval_train_loss";
+    "step,train_loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,eval_train_loss,"
+    "reward_margin,reward_accuracy,val_reward_margin,val_reward_accuracy";
 
 std::string csv_number(double v) { return std::isnan(v) ? "" : fmt::format("{:.17g}", v); }
 
@@ -213,11 +214,13 @@ std::vector<MetricsRow> read_metrics(const fs::path& p) {
       v.push_back(cell.empty() ? NAN
                                : parse_double(cell, str(p.string(), ": line ", row, " column ",
                                                         v.size() + 1)));
-    // (Files written before eval_train_loss have 7 columns; they read with it empty.)
-    ATTEND_CHECK(!v.empty() && !std::isnan(v[0]) && v.size() <= 8, p.string(), ": line ", row,
-                 " has ", v.size(), " fields (expected a step and up to 7 more)");
-    v.resize(8, NAN);
-    rows.push_back({static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4], v[5], v[6], v[7]});
+    // (Files written before eval_train_loss have 7 columns, before the DPO columns 8; they
+    // read with the later ones empty.)
+    ATTEND_CHECK(!v.empty() && !std::isnan(v[0]) && v.size() <= 12, p.string(), ": line ", row,
+                 " has ", v.size(), " fields (expected a step and up to 11 more)");
+    v.resize(12, NAN);
+    rows.push_back({static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],
+                    v[9], v[10], v[11]});
   }
   return rows;
 }
@@ -225,10 +228,12 @@ std::vector<MetricsRow> read_metrics(const fs::path& p) {
 void write_metrics(const fs::path& dir, const std::vector<MetricsRow>& rows) {
   std::string text = std::string(kMetricsHeader) + "\n";
   for (const MetricsRow& r : rows)
-    text += fmt::format("{},{},{},{},{},{},{},{}\n", r.step, csv_number(r.train_loss),
+    text += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", r.step, csv_number(r.train_loss),
                         csv_number(r.val_loss), csv_number(r.lr), csv_number(r.grad_norm),
                         csv_number(r.tokens_per_s), csv_number(r.elapsed_s),
-                        csv_number(r.eval_train_loss));
+                        csv_number(r.eval_train_loss), csv_number(r.reward_margin),
+                        csv_number(r.reward_accuracy), csv_number(r.val_reward_margin),
+                        csv_number(r.val_reward_accuracy));
   write_file_atomic(dir / "metrics.csv", text);
 }
 

@@ -80,6 +80,10 @@ struct MetricsRow {
   int64_t step = 0;
   double train_loss = NAN, val_loss = NAN, lr = NAN, grad_norm = NAN, tokens_per_s = NAN,
          elapsed_s = NAN, eval_train_loss = NAN;
+  // DPO (train/dpo.h): the step's mean reward margin and accuracy, and the evaluation's on
+  // the val pairs; empty otherwise.
+  double reward_margin = NAN, reward_accuracy = NAN, val_reward_margin = NAN,
+         val_reward_accuracy = NAN;
 };
 // Throws naming the file, line and column of a cell that is not a number. A missing file
 // reads as no rows.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tensor/kernels.h"
+#include "train/dpo.h"
 
 namespace attend::train {
 
@@ -21,22 +22,39 @@ LrSchedule make_schedule(const TrainConfig& c) {
 
 namespace {
 
+// Each micro-step's loss and, under DPO, its mean reward margin and accuracy.
+struct MicroLog {
+  explicit MicroLog(int64_t M)
+      : loss(static_cast<size_t>(M), 0.0), margin(loss), accuracy(loss) {}
+  std::vector<double> loss, margin, accuracy;
+};
+
 // Micro-step m of `step`: its batch and dropout masks, forward, and backward of loss / M
-// into zeroed gradients. Returns the loss.
-double micro_step(nn::GPT& model, const data::TokenDataset& train_data, const TrainConfig& c,
-                  int64_t step, int64_t m) {
+// into zeroed gradients. Writes its entries of `log`.
+void micro_step(nn::GPT& model, const data::TokenDataset& train_data, const TrainConfig& c,
+                int64_t step, int64_t m, const nn::GPT* reference, MicroLog& log) {
   model.zero_grad();
   model.dropout_context->step = static_cast<uint64_t>(step);
   model.dropout_context->micro_step = static_cast<uint32_t>(m);
   const data::Batch b =
       train_data.random_batch(static_cast<uint64_t>(c.seed), static_cast<uint64_t>(step),
                               static_cast<uint32_t>(m), c.batch_size, Stream::Batch);
+  const size_t i = static_cast<size_t>(m);
+  if (c.dpo) {
+    const DpoStats s = dpo_backward(model, reference, b, c.beta,
+                                    1.0 / static_cast<double>(c.gradient_accumulation_steps));
+    const double n = static_cast<double>(s.pairs);
+    log.loss[i] = s.loss / n, log.margin[i] = s.margin / n, log.accuracy[i] = s.correct / n;
+    ATTEND_CHECK(std::isfinite(log.loss[i]), "step ", step, ": the DPO loss is ", log.loss[i],
+                 " (micro-step ", m, "); stopping before the update");
+    return;
+  }
   Tensor loss = model.forward(b.x, b.y).loss;
   const double lv = loss.item();
   ATTEND_CHECK(std::isfinite(lv), "step ", step, ": the loss is ", lv, " (micro-step ", m,
                "); stopping before the update");
   mul(loss, 1.0 / static_cast<double>(c.gradient_accumulation_steps)).backward();
-  return lv;
+  log.loss[i] = lv;
 }
 
 // The tree sum of Note [Data-parallel training] over micro-steps [lo, hi), as one flat
@@ -45,8 +63,14 @@ template <typename T>
 class GradientTree {
  public:
   GradientTree(nn::GPT& model, const data::TokenDataset& d, const TrainConfig& c, int64_t step,
-               std::vector<double>& losses)
-      : model_(model), data_(d), c_(c), step_(step), losses_(losses), params_(model.trainable_parameters()) {
+               MicroLog& log, const nn::GPT* reference)
+      : model_(model),
+        data_(d),
+        c_(c),
+        step_(step),
+        log_(log),
+        reference_(reference),
+        params_(model.trainable_parameters()) {
     for (const Tensor& p : params_) {
       ATTEND_INTERNAL_CHECK(p.dtype() == params_.front().dtype(),
                    "train_step: the parameters must share one dtype");
@@ -56,7 +80,7 @@ class GradientTree {
 
   std::vector<T> sum(int64_t lo, int64_t hi) {
     if (hi - lo == 1) {
-      losses_[static_cast<size_t>(lo)] = micro_step(model_, data_, c_, step_, lo);
+      micro_step(model_, data_, c_, step_, lo, reference_, log_);
       return take_gradients();
     }
     const int64_t mid = lo + (hi - lo) / 2;
@@ -101,33 +125,55 @@ class GradientTree {
   const data::TokenDataset& data_;
   const TrainConfig& c_;
   int64_t step_;
-  std::vector<double>& losses_;
+  MicroLog& log_;
+  const nn::GPT* reference_;
   std::vector<Tensor> params_;
   int64_t numel_ = 0;
 };
 
 }  // namespace
 
-double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data,
-                            const TrainConfig& c, int64_t step, Dist& dist) {
+namespace {
+
+// accumulate_gradients, with the micro-steps' log (losses, and DPO's margins and accuracies).
+MicroLog accumulate(nn::GPT& model, const data::TokenDataset& train_data, const TrainConfig& c,
+                    int64_t step, Dist& dist, const nn::GPT* reference) {
   const int64_t M = c.gradient_accumulation_steps, W = dist.size();
   check_world_size(dist.size(), M);
-  std::vector<double> losses(static_cast<size_t>(M), 0.0);
+  ATTEND_CHECK(c.dpo == train_data.pairs(), c.dpo ? "--dpo: " : "--data: ",
+               train_data.file().path().string(),
+               c.dpo ? " holds no preference pairs (prepare --format preference)"
+                     : " holds preference pairs: train on them with --dpo");
+  MicroLog log(M);
   if (M == 1) {  // one leaf: the gradient stays where backward put it
-    losses[0] = micro_step(model, train_data, c, step, 0);
+    micro_step(model, train_data, c, step, 0, reference, log);
   } else {
     dispatch_float(model.trainable_parameters().front().dtype(), "accumulate_gradients", [&]<typename T>() {
-      GradientTree<T> tree(model, train_data, c, step, losses);
+      GradientTree<T> tree(model, train_data, c, step, log, reference);
       const int64_t block = M / W, lo = dist.rank() * block;
       std::vector<T> sum = tree.sum(lo, lo + block);
       dist.sum_blocks(sum.data(), tree.numel());
       tree.give(sum);
     });
-    dist.sum_disjoint(losses);
+    dist.sum_disjoint(log.loss);
+    if (c.dpo) dist.sum_disjoint(log.margin), dist.sum_disjoint(log.accuracy);
   }
-  double loss_sum = 0;
-  for (const double l : losses) loss_sum += l;  // in micro-step order, as one process would
-  return loss_sum / static_cast<double>(M);
+  return log;
+}
+
+// In micro-step order, as one process would.
+double mean(const std::vector<double>& v) {
+  double total = 0;
+  for (const double x : v) total += x;
+  return total / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data,
+                            const TrainConfig& c, int64_t step, Dist& dist,
+                            const nn::GPT* reference) {
+  return mean(accumulate(model, train_data, c, step, dist, reference).loss);
 }
 
 double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data,
@@ -137,19 +183,22 @@ double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data
 
 double accumulate_block(nn::GPT& model, const data::TokenDataset& train_data, const TrainConfig& c,
                         int64_t step, int64_t lo, int64_t hi, std::vector<float>& sum) {
-  std::vector<double> losses(static_cast<size_t>(c.gradient_accumulation_steps), 0.0);
-  GradientTree<float> tree(model, train_data, c, step, losses);
+  MicroLog log(c.gradient_accumulation_steps);
+  GradientTree<float> tree(model, train_data, c, step, log, nullptr);
   sum = tree.sum(lo, hi);
   double total = 0;
-  for (const double l : losses) total += l;
+  for (const double l : log.loss) total += l;
   return total;
 }
 
 StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDataset& train_data,
-                      const TrainConfig& c, int64_t step, double lr, Dist& dist) {
+                      const TrainConfig& c, int64_t step, double lr, Dist& dist,
+                      const nn::GPT* reference) {
   StepResult r;
   r.lr = lr;
-  r.loss = accumulate_gradients(model, train_data, c, step, dist);
+  const MicroLog log = accumulate(model, train_data, c, step, dist, reference);
+  r.loss = mean(log.loss);
+  if (c.dpo) r.reward_margin = mean(log.margin), r.reward_accuracy = mean(log.accuracy);
   r.grad_norm = grad_norm(model.trainable_parameters());
   ATTEND_CHECK(std::isfinite(r.grad_norm), "step ", step, ": the gradient norm is ", r.grad_norm,
                "; stopping before the update");

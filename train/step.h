@@ -11,6 +11,7 @@
 // A non-finite loss or norm throws before the update, so the parameters stay as they were.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -28,6 +29,8 @@ struct StepResult {
   double loss = 0;       // mean of the micro-steps' losses
   double grad_norm = 0;  // before clipping
   double lr = 0;         // the learning rate of the update
+  // DPO (train/dpo.h): the mean reward margin and accuracy of the step's pairs; else NaN.
+  double reward_margin = std::nan(""), reward_accuracy = std::nan("");
 };
 
 using nn::first_non_finite;  // nn/module.h
@@ -40,8 +43,11 @@ LrSchedule make_schedule(const TrainConfig& c);
 // micro-steps' gradients of loss_m / M (this rank's block, then summed across `dist`);
 // returns the mean loss, summed in micro-step order. The model must be in training mode.
 // Holds up to log2(M/W) + 2 copies of the gradient while it sums (none when M = 1).
+// With c.dpo the loss is DPO's on batches of pairs (train/dpo.h) against `reference`, or
+// when it is null the model's LoRA base.
 double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data,
-                            const TrainConfig& c, int64_t step, Dist& dist);
+                            const TrainConfig& c, int64_t step, Dist& dist,
+                            const nn::GPT* reference = nullptr);
 double accumulate_gradients(nn::GPT& model, const data::TokenDataset& train_data,
                             const TrainConfig& c, int64_t step);  // Dist::world()
 
@@ -55,7 +61,8 @@ double accumulate_block(nn::GPT& model, const data::TokenDataset& train_data, co
 // every parameter it writes (a diverging update throws naming the parameter, so no
 // non-finite model is ever checkpointed).
 StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDataset& train_data,
-                      const TrainConfig& c, int64_t step, double lr, Dist& dist);
+                      const TrainConfig& c, int64_t step, double lr, Dist& dist,
+                      const nn::GPT* reference = nullptr);
 StepResult train_step(nn::GPT& model, Optimizer& optimizer, const data::TokenDataset& train_data,
                       const TrainConfig& c, int64_t step, double lr);  // Dist::world()
 

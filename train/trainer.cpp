@@ -18,6 +18,7 @@
 #include "io/checkpoint.h"
 #include "nn/summary.h"
 #include "train/dist.h"
+#include "train/dpo.h"
 #include "train/model_io.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
@@ -85,6 +86,7 @@ void take_init_model(const ResolvedConfig& req, const LoadedCheckpoint& ck, Trai
   }
   c.tokenizer = ck.data.tokenizer.name;
   c.init_from = fs::absolute(ck.path).lexically_normal().string();
+  if (!c.ref.empty()) c.ref = fs::absolute(c.ref).lexically_normal().string();
 }
 
 RunStart start_run(const TrainRequest& req) {
@@ -93,6 +95,11 @@ RunStart start_run(const TrainRequest& req) {
     ATTEND_CHECK(!req.run_dir.empty(), "--out: required (the run folder), or --resume RUN_DIR");
     s.config = req.settings.config;
     s.run_dir = req.run_dir;
+    ATTEND_CHECK(!s.config.dpo || !s.config.init_from.empty(),
+                 "--dpo: give --init_from, the model to tune (usually one finetuned on "
+                 "instructions); it is also the reference unless --ref names another");
+    ATTEND_CHECK(s.config.dpo || !req.settings.explicit_fields.count("beta"), "--beta ",
+                 s.config.beta, ": DPO's beta goes with --dpo");
     if (!s.config.init_from.empty()) {
       s.init = load_checkpoint_or_run(s.config.init_from);
       take_init_model(req.settings, *s.init, s.config);
@@ -227,12 +234,75 @@ TrainData open_data(const TrainRequest& req, const RunStart& s, Dist& dist) {
   return d;
 }
 
+// A model's weights as one hash (names, shapes and bytes in name order).
+std::string weights_hash(const nn::GPT& model) {
+  uint64_t h = kFnvOffset;
+  for (const auto& [name, t] : model.named_parameters()) {
+    h = fnv1a64(name.data(), name.size(), h);
+    const Tensor c = kernel::contiguous(t);
+    h = fnv1a64(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()), h);
+  }
+  return fmt::format("{:016x}", h);
+}
+
+// DPO's frozen reference: null for a LoRA policy without --ref (its base, adapters off), else
+// a model of its own: --ref's checkpoint or --init_from's, read on rank 0 and sent to the
+// others. A fresh run records its hash; a resumed run must find the same weights.
+std::unique_ptr<nn::GPT> load_reference(TrainConfig& c, const TrainData& d, bool resumed,
+                                        Dist& dist) {
+  if (!c.dpo || (c.model.lora_rank > 0 && c.ref.empty())) return nullptr;
+  nn::GPTConfig want = c.model;
+  want.vocab_size = d.tokenizer->vocab_size();
+  want.lora_rank = 0, want.dropout = 0;
+  std::unique_ptr<nn::GPT> ref;
+  std::string hash;
+  if (dist.root()) {
+    const std::string path = c.ref.empty() ? c.init_from : c.ref;
+    LoadedModel m = load_model(path);
+    nn::GPTConfig have = m.model->config;
+    have.dropout = 0, have.block_size = want.block_size;
+    ATTEND_CHECK(have.lora_rank == 0, "--ref ", path, ": the reference has LoRA adapters (rank ",
+                 have.lora_rank, "); export it --merge first");
+    ATTEND_CHECK(have == want, "--ref ", path, ": the reference is a ", describe(m.model->config),
+                 " of another shape than the model being tuned (n_layer ", have.n_layer,
+                 " vs ", want.n_layer, ", C ", have.n_embd, " vs ", want.n_embd, ", V ",
+                 have.vocab_size, " vs ", want.vocab_size, ")");
+    ATTEND_CHECK(data::tokenizer_hash(m.tokenizer->spec()) ==
+                     data::tokenizer_hash(d.tokenizer->spec()),
+                 "--ref ", path, ": the reference's tokenizer ", m.tokenizer->spec().name,
+                 " is not the data's ", d.tokenizer->spec().name);
+    // The tuned model's shape (a cropped block_size crops the position table too).
+    std::map<std::string, Tensor> state;
+    for (const auto& [name, t] : m.model->state_dict()) state[name] = t;
+    auto wpe = state.find("transformer.wpe.weight");
+    if (wpe != state.end()) wpe->second = kernel::narrow(wpe->second, 0, 0, want.block_size);
+    ref = std::make_unique<nn::GPT>(want, 0, false);
+    ref->load_state_dict(state);
+    m.model.reset();
+    hash = weights_hash(*ref);
+    if (resumed)
+      ATTEND_CHECK(hash == c.ref_hash, "--ref ", path, ": the reference's weights (hash ", hash,
+                   ") are not those the run was tuned against (hash ", c.ref_hash,
+                   "); DPO resumes only against the same reference");
+    c.ref_hash = hash;
+    spdlog::info("DPO reference: {} (weights hash {}), beta {}", path, hash, c.beta);
+  } else {
+    ref = std::make_unique<nn::GPT>(want, 0, false);
+  }
+  if (dist.size() > 1)
+    for (const Tensor& p : ref->parameters())
+      dist.broadcast(p.raw_data(), static_cast<size_t>(p.numel()) * dtype_size(p.dtype()));
+  ref->eval();
+  return ref;
+}
+
 // Everything that changes as the run goes: the model, the optimizer, the counters, the
 // metrics. It writes the checkpoints and the metrics files.
 class Run {
  public:
-  Run(const RunStart& s, TrainData& d, Dist& dist)
+  Run(const RunStart& s, TrainData& d, Dist& dist, const nn::GPT* reference)
       : dist_(dist),
+        reference_(reference),
         c_(s.config),
         dir_(s.run_dir),
         data_(d),
@@ -299,7 +369,7 @@ class Run {
 
   StepResult train_one() {
     const double lr = schedule_.at(step);
-    StepResult r = train_step(model_, *opt_, *data_.train, c_, step, lr, dist_);
+    StepResult r = train_step(model_, *opt_, *data_.train, c_, step, lr, dist_, reference_);
     ++step;
     // A count near 2^63 can only come from a crafted checkpoint: refuse before it wraps.
     int64_t seen = 0;
@@ -314,17 +384,32 @@ class Run {
     MetricsRow row;  // the evaluation's columns stay NaN (not measured at this step)
     row.step = step, row.train_loss = r.loss, row.lr = r.lr, row.grad_norm = r.grad_norm;
     row.tokens_per_s = tok_s, row.elapsed_s = elapsed();
+    row.reward_margin = r.reward_margin, row.reward_accuracy = r.reward_accuracy;
     metrics_.push_back(row);
   }
 
   // Returns whether `at` is a new best val loss; the untrained model is no candidate.
   bool evaluate(int64_t at, TrainOutcome& out) {
     const auto seed = static_cast<uint64_t>(c_.seed);
-    const double tl = estimate_loss(model_, *data_.train, seed, at, c_.eval_iters, c_.batch_size,
-                                    Stream::EvalTrain, dist_);
-    const double vl = estimate_loss(model_, *data_.val, seed, at, c_.eval_iters, c_.batch_size,
-                                    Stream::EvalVal, dist_);
-    spdlog::info("step {}: train loss {:.4f}, val loss {:.4f}", at, tl, vl);
+    double tl = 0, vl = 0, margin = NAN, accuracy = NAN;
+    if (c_.dpo) {
+      const DpoStats t = estimate_dpo(model_, reference_, *data_.train, c_.beta, seed, at,
+                                      c_.eval_iters, c_.batch_size, Stream::EvalTrain, dist_);
+      const DpoStats v = estimate_dpo(model_, reference_, *data_.val, c_.beta, seed, at,
+                                      c_.eval_iters, c_.batch_size, Stream::EvalVal, dist_);
+      const double n = static_cast<double>(v.pairs);
+      tl = t.loss / static_cast<double>(t.pairs), vl = v.loss / n;
+      margin = v.margin / n, accuracy = v.correct / n;
+      spdlog::info("step {}: DPO train loss {:.4f}, val loss {:.4f}; val reward margin {:.4f}, "
+                   "accuracy {:.3f}",
+                   at, tl, vl, margin, accuracy);
+    } else {
+      tl = estimate_loss(model_, *data_.train, seed, at, c_.eval_iters, c_.batch_size,
+                         Stream::EvalTrain, dist_);
+      vl = estimate_loss(model_, *data_.val, seed, at, c_.eval_iters, c_.batch_size,
+                         Stream::EvalVal, dist_);
+      spdlog::info("step {}: train loss {:.4f}, val loss {:.4f}", at, tl, vl);
+    }
     out.evaluated = true, out.final_train_loss = tl, out.final_val_loss = vl;
     // A non-finite val loss is never "best" (NaN compares false, but a first one would win).
     const bool improved = at > 0 && std::isfinite(vl) && (best_step_ < 0 || vl < best_val_);
@@ -336,6 +421,7 @@ class Run {
     }
     metrics_.back().val_loss = vl;
     metrics_.back().eval_train_loss = tl;
+    metrics_.back().val_reward_margin = margin, metrics_.back().val_reward_accuracy = accuracy;
     write_files();
     return improved;
   }
@@ -407,6 +493,7 @@ class Run {
   }
 
   Dist& dist_;
+  const nn::GPT* reference_;  // DPO's, when not the LoRA base
   const TrainConfig c_;
   const fs::path dir_;
   TrainData& data_;
@@ -490,6 +577,7 @@ TrainOutcome run_training(const TrainRequest& req) {
   claim_run_dir(s, dist, lock);
   TrainData data = open_data(req, s, dist);
   check_training_memory(Run::model_config(c, data), c.batch_size);
+  const bool resumed_run = s.resumed.has_value();
   if (s.resumed) check_config_matches_model(*s.resumed, Run::model_config(c, data));
   if (s.init) {
     TrainConfig full = c;
@@ -499,7 +587,8 @@ TrainOutcome run_training(const TrainRequest& req) {
     full.model.lora_rank = saved.lora_rank, full.model.lora_targets = saved.lora_targets;
     check_config_matches_model(*s.init, Run::model_config(full, data));
   }
-  Run run(s, data, dist);
+  const std::unique_ptr<nn::GPT> reference = load_reference(s.config, data, resumed_run, dist);
+  Run run(s, data, dist, reference.get());
   // The checkpoint read (--init_from's or --resume's, optimizer state and all) is in the
   // model and optimizer now: let it go rather than hold it for the whole run (GPT-2 124M:
   // 1.5 GB).

@@ -92,10 +92,18 @@ void add_trace(AttentionMap& m, const nn::AttentionTrace& t) {
 
 AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
                                const std::string& prompt) {
+  return compute_attention(model, tok, tok.encode(prompt));
+}
+
+AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tok,
+                               const std::vector<int32_t>& ids, int64_t prompt_tokens) {
   const nn::GPTConfig& c = model.config;
   AttentionMap m;
-  m.ids = tok.encode(prompt);
+  m.ids = ids;
   ATTEND_CHECK(!m.ids.empty(), "attention: the prompt is empty");
+  ATTEND_CHECK(prompt_tokens >= 0 && prompt_tokens <= static_cast<int64_t>(ids.size()),
+               "attention: a prompt of ", prompt_tokens, " tokens in an example of ", ids.size());
+  m.prompt_tokens = prompt_tokens;
   const int64_t T = static_cast<int64_t>(m.ids.size());
   ATTEND_CHECK(T <= c.block_size, "attention: the prompt is ", T,
                " tokens, longer than block_size ", c.block_size, "; shorten it to at most ",

@@ -101,13 +101,21 @@ std::string attention_caption(int decimals, const std::string& convention, bool 
 }
 
 namespace {
-// Appended to the caption of a sliding-window model.
+// Appended to the caption of a sliding-window model, and of an instruction example.
 std::string window_sentence(const AttentionMap& m) {
-  if (m.window <= 0) return "";
-  return fmt::format(
-      " Sliding window of {} keys: query i sees keys i - {} < j <= i; the keys further back "
-      "are masked too, exactly 0 and drawn hatched blue.",
-      m.window, m.window);
+  std::string s;
+  if (m.window > 0)
+    s = fmt::format(
+        " Sliding window of {} keys: query i sees keys i - {} < j <= i; the keys further back "
+        "are masked too, exactly 0 and drawn hatched blue.",
+        m.window, m.window);
+  if (m.prompt_tokens > 0)
+    s += fmt::format(
+        " An instruction example: tokens 0 to {} are its prompt, which the loss never scores; "
+        "tokens {} to {} (labels in orange) are the response and its end marker, the targets "
+        "the loss reads, each predicted from the positions before it.",
+        m.prompt_tokens - 1, m.prompt_tokens, m.T() - 1);
+  return s;
 }
 }  // namespace
 
@@ -198,6 +206,8 @@ nlohmann::ordered_json attention_payload(const AttentionMap& m, const AttentionS
   j["rope_theta"] = m.rope_theta;  // > 0: q and k are rotated (q_raw, k_raw before)
   j["tokens"] = m.tokens;
   if (!m.key_tokens.empty()) j["key_tokens"] = m.key_tokens;
+  // An instruction example: tokens >= prompt_tokens are the response, the loss's targets.
+  if (m.prompt_tokens > 0) j["prompt_tokens"] = m.prompt_tokens;
   j["ids"] = m.ids;
   j["head_size"] = m.head_size;
   j["decimals"] = sel.decimals;
@@ -355,14 +365,18 @@ std::string svg_panel(const AttentionMap& m, const AttentionSelection& sel, cons
       ox, oy - g.top + 14, l, h, ox + g.map_w / 2, oy - g.top + 32,
       col ? "query position i (column)" : "key position j (column)", ox - g.label_w + 10,
       oy + g.map_h / 2, col ? "key position j (row)" : "query position i (row)");
+  // An instruction example's response tokens (the loss's targets) in orange.
+  auto mark = [&](int64_t t) {
+    return m.response(t) ? std::string(" response\" fill=\"#c2410c") : std::string();
+  };
   for (int64_t t = 0; t < across; ++t)
     s += fmt::format(
-        "<text transform=\"translate({:.1f},{:.1f}) rotate(-60)\" class=\"{}\">{}</text>\n",
-        ox + (t + 0.5) * cell, oy - 4, col ? "query-label" : "key-label",
+        "<text transform=\"translate({:.1f},{:.1f}) rotate(-60)\" class=\"{}{}\">{}</text>\n",
+        ox + (t + 0.5) * cell, oy - 4, col ? "query-label" : "key-label", mark(t),
         xml_escape(std::to_string(t) + " " + across_label(t)));
   for (int64_t t = 0; t < down; ++t)
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" class=\"{}\">{}</text>\n",
-                     ox - 4, oy + (t + 0.5) * cell + 4, col ? "key-label" : "query-label",
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" class=\"{}{}\">{}</text>\n",
+                     ox - 4, oy + (t + 0.5) * cell + 4, col ? "key-label" : "query-label", mark(t),
                      xml_escape(down_label(t) + " " + std::to_string(t)));
   for (int64_t i = 0; i < T; ++i) {
     const std::vector<double> row(m.weights[l][h].begin() + i * Tk,

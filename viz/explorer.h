@@ -36,6 +36,11 @@ struct AttentionMap {
   int64_t n_layer = 0, n_head = 0, head_size = 0;
   int64_t n_kv_head = 0;  // query head h reads key/value head h / (n_head / n_kv_head)
   bool causal = true;
+  // > 0: an instruction example (data/instructions.h): tokens [0, prompt_tokens) are its
+  // prompt, the rest its response and end marker, the tokens the loss reads as targets
+  // (shown in another colour); 0: plain text.
+  int64_t prompt_tokens = 0;
+  bool response(int64_t t) const { return prompt_tokens > 0 && t >= prompt_tokens; }
   int64_t window = 0;     // > 0: a sliding window of this many keys (Mistral)
   double rope_theta = 0;  // > 0: q and k were turned by RoPE with this theta (Llama)
   // [layer][head] -> T*T row-major (query i, key j)
@@ -78,6 +83,9 @@ std::string describe(const nn::GPTConfig& config, const std::string& tokenizer);
 // Throws if the prompt is empty or longer than block_size (giving both numbers).
 AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tokenizer,
                                const std::string& prompt);
+// The same on token ids; prompt_tokens > 0 marks an instruction example's prompt (above).
+AttentionMap compute_attention(const nn::GPT& model, const data::Tokenizer& tokenizer,
+                               const std::vector<int32_t>& ids, int64_t prompt_tokens = 0);
 
 // An encoder-decoder's attention on a source and a target (teacher-forced): `which` is
 // "encoder" (bidirectional self-attention over the source), "decoder" (causal

@@ -10,6 +10,13 @@ PEFT does). In f64: the loss of the ids, and the gradients of every A and B.
     peft_torch.py check BASE_DIR ADAPTER_DIR GRADS.safetensors IDS NEXT ATTEND_LOSS
         GRADS: attend's gradients of the same A and B, written by attend's PEFT export under
         the same keys. Prints the largest differences; exit 1 past the bounds.
+    peft_torch.py dpo BASE_DIR ADAPTER_DIR GRADS.safetensors X_ROWS Y_ROWS BETA ATTEND_LOSS
+        DPO (Rafailov et al. 2023) written here from the paper's formula on a batch of pairs:
+        rows of ids and of targets ("/" between rows, "," between ids, -100 where not
+        scored); the first half of the rows are the chosen responses, the second half the
+        rejected ones in the same order. The policy is the LoRA model, the reference its
+        base (every LoRA update scaled by 0). The loss and the gradients of A and B against
+        attend's, as check does.
 """
 import json
 import os
@@ -45,7 +52,8 @@ def pattern_value(patterns, module, default):
     return default
 
 
-def check(base_dir, adapter_dir, grads_file, ids, nxt, attend_loss):
+def lora_model(base_dir, adapter_dir):
+    """The Hugging Face base with PEFT's LoRA on the modules the adapter names."""
     cfg = json.load(open(os.path.join(base_dir, "config.json")))
     model = LlamaForCausalLM(cfg)
     state = read_folder(base_dir)
@@ -75,10 +83,12 @@ def check(base_dir, adapter_dir, grads_file, ids, nxt, attend_loss):
         setattr(parent, child, lora)
         wrapped[module] = lora
     assert len(wrapped) * 2 == len(tensors), "keys that are not lora_A/lora_B pairs"
-    ids = torch.tensor([[int(t) for t in ids.split(",")]])
-    nxt = torch.tensor([int(t) for t in nxt.split(",")])
-    loss = F.cross_entropy(model(ids)[0], nxt)
-    loss.backward()
+    return model, wrapped, prefix
+
+
+def compare_grads(wrapped, prefix, grads_file):
+    """The largest difference of attend's A and B gradients from torch's, as a fraction of
+    each tensor's largest."""
     theirs = read_safetensors(grads_file)
     worst = 0.0
     for module, lora in wrapped.items():
@@ -86,6 +96,16 @@ def check(base_dir, adapter_dir, grads_file, ids, nxt, attend_loss):
             ours = theirs[prefix + module + "." + part + ".weight"]
             scale = max(g.abs().max().item(), 1e-30)
             worst = max(worst, (g - ours).abs().max().item() / scale)
+    return worst
+
+
+def check(base_dir, adapter_dir, grads_file, ids, nxt, attend_loss):
+    model, wrapped, prefix = lora_model(base_dir, adapter_dir)
+    ids = torch.tensor([[int(t) for t in ids.split(",")]])
+    nxt = torch.tensor([int(t) for t in nxt.split(",")])
+    loss = F.cross_entropy(model(ids)[0], nxt)
+    loss.backward()
+    worst = compare_grads(wrapped, prefix, grads_file)
     print("torch %s: %d adapted modules; loss %.12f vs attend %s; largest gradient difference "
           "%.3g of the tensor's largest" % (torch.__version__, len(wrapped), loss.item(),
                                             attend_loss, worst))
@@ -97,5 +117,43 @@ def check(base_dir, adapter_dir, grads_file, ids, nxt, attend_loss):
     print("torch ok")
 
 
+def sequence_log_probs(model, x, y):
+    """Per row: the sum of log p(y[t] | x[..t]) over the positions where y != -100."""
+    logp = F.log_softmax(model(x), dim=-1)
+    mask = y != -100
+    picked = logp.gather(-1, y.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return (picked * mask).sum(-1)
+
+
+def dpo(base_dir, adapter_dir, grads_file, x_rows, y_rows, beta, attend_loss):
+    model, wrapped, prefix = lora_model(base_dir, adapter_dir)
+    rows = lambda text: torch.tensor([[int(t) for t in r.split(",")] for r in text.split("/")])
+    x, y, beta = rows(x_rows), rows(y_rows), float(beta)
+    assert x.shape == y.shape and x.shape[0] % 2 == 0, (x.shape, y.shape)
+    with torch.no_grad():
+        for lora in wrapped.values():
+            lora.scaling, lora.kept = 0.0, lora.scaling
+        ref = sequence_log_probs(model, x, y)
+        for lora in wrapped.values():
+            lora.scaling = lora.kept
+    pol = sequence_log_probs(model, x, y)
+    n = x.shape[0] // 2
+    z = beta * ((pol[:n] - ref[:n]) - (pol[n:] - ref[n:]))
+    loss = -F.logsigmoid(z).mean()
+    loss.backward()
+    worst = compare_grads(wrapped, prefix, grads_file)
+    print("torch %s: DPO on %d pairs, %d adapted modules; loss %.12f vs attend %s; reward "
+          "margins %s; largest gradient difference %.3g of the tensor's largest"
+          % (torch.__version__, n, len(wrapped), loss.item(), attend_loss,
+             [round(v, 6) for v in z.tolist()], worst))
+    # As check's bounds: both sides in f64, attend's gradients rounded to f32 in the file.
+    assert abs(loss.item() - float(attend_loss)) < 1e-10 * max(1.0, loss.item())
+    assert worst < 1e-5, worst
+    print("torch ok")
+
+
 if __name__ == "__main__":
-    check(*sys.argv[2:8])
+    if sys.argv[1] == "dpo":
+        dpo(*sys.argv[2:9])
+    else:
+        check(*sys.argv[2:8])

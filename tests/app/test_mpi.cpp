@@ -204,6 +204,48 @@ TEST_CASE("LoRA finetuning trains the same bits at -np 2 as in one process") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("DPO (LoRA, and full with its own reference) trains the same bits at -np 2") {
+  REQUIRE_MPI();
+  const fs::path gpt2 = test::shared_data("gpt2/encoder.json").parent_path();
+  if (gpt2.empty()) ATTEND_SKIP("../shared/data/gpt2 not found (DPO's pairs need its end token)");
+  const fs::path dir = test::temp_dir("mpi_dpo");
+  const std::string env = "ATTEND_GPT2_DIR=" + gpt2.string() + " ";
+  std::string json = "[";
+  for (int i = 0; i < 24; ++i)
+    json += std::string(i ? "," : "") + "{\"instruction\": \"Name thing " + std::to_string(i) +
+            ".\", \"chosen\": \"Thing " + std::to_string(i) +
+            " is fine.\", \"rejected\": \"No, go away.\"}";
+  std::ofstream(dir / "pairs.json") << json << "]";
+  std::ofstream(dir / "text.txt") << json;
+  REQUIRE(shell(env + ATTEND_BIN + " prepare --data " + (dir / "pairs.json").string() +
+                " --format preference --tokenizer gpt2 --out " + (dir / "pairs").string())
+              .code == 0);
+  const std::string model = " --arch llama --n_layer 2 --n_head 2 --n_kv_head 1 --n_embd 16"
+                            " --block_size 64 --batch_size 2 --eval_iters 2 --log_interval 1";
+  REQUIRE(shell(env + ATTEND_BIN + " train --data " + (dir / "text.txt").string() +
+                " --tokenizer gpt2 --max_iters 2 --out " + (dir / "base").string() + model)
+              .code == 0);
+  for (const std::string mode : {" --lora_rank 2 --lora_targets q,v,o --lora_dropout 0.1", ""}) {
+    INFO(mode);
+    const std::string tag = mode.empty() ? "full" : "lora";
+    const std::string f = std::string(" train --data ") + (dir / "pairs").string() +
+                          " --init_from " + (dir / "base").string() +
+                          " --dpo --gradient_accumulation_steps 4 --dropout 0.1 --max_iters 3"
+                          " --eval_interval 3 --learning_rate 1e-2" +
+                          model + mode;
+    REQUIRE(shell(env + "OMP_NUM_THREADS=2 " + ATTEND_BIN + f + " --out " +
+                  (dir / (tag + "1")).string())
+                .code == 0);
+    const Run r = shell(env + mpirun(2) + ATTEND_BIN + f + " --out " + (dir / (tag + "2")).string());
+    CAPTURE(r.out);
+    REQUIRE(r.code == 0);
+    check_same_bits(dir / (tag + "1") / train::checkpoint_name(3),
+                    dir / (tag + "2") / train::checkpoint_name(3));
+    CHECK(losses(dir / (tag + "1")) == losses(dir / (tag + "2")));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a run checkpointed at 2 processes resumes at 4 and at 1 with the same bits") {
   REQUIRE_MPI();
   const fs::path dir = test::temp_dir("mpi_elastic");

@@ -150,27 +150,37 @@ TEST_CASE("instructions: a batch's targets are the responses and end markers, no
   fs::remove_all(dir);
 }
 
-TEST_CASE("fuzz: examples files are refused cleanly or read consistently") {
+TEST_CASE("fuzz: examples and pairs files are refused cleanly or read consistently") {
   const fs::path dir = test::temp_dir("fuzz_examples");
-  std::vector<ExampleSpan> spans;
-  int64_t n = 0;
-  for (int i = 0; i < 40; ++i) {
-    spans.push_back({1 + i % 5, 6 + i % 7});
-    n += spans.back().length;
+  for (const bool pairs : {false, true}) {
+    INFO(pairs);
+    std::vector<ExampleSpan> spans;
+    int64_t n = 0;
+    for (int i = 0; i < 40; ++i) {
+      // A pair's two examples share a prompt length.
+      spans.push_back({1 + (pairs ? i / 2 : i) % 5, 6 + i % 7});
+      n += spans.back().length;
+    }
+    write_examples_file(dir / "good.examples", spans, n, pairs);
+    const std::string good = read_file(dir / "good.examples");
+    const auto r = test::fuzz_file(
+        "examples file", good, dir / "e.examples", pairs ? 2 : 1, test::fuzz_cases(2000),
+        [n](const fs::path& p) { read_examples_file(p, n); },
+        [n](const fs::path& p) -> std::string {
+          int64_t sum = 0;
+          bool is_pairs = false;
+          const std::vector<ExampleSpan> read = read_examples_file(p, n, &is_pairs);
+          for (size_t i = 0; i < read.size(); ++i) {
+            const ExampleSpan& e = read[i];
+            if (e.prompt < 1 || e.prompt >= e.length) return "a prompt not inside its example";
+            if (is_pairs && i % 2 == 1 && e.prompt != read[i - 1].prompt)
+              return "a pair whose prompts differ";
+            sum += e.length;
+          }
+          if (is_pairs && read.size() % 2 != 0) return "an odd number of examples as pairs";
+          return sum == n ? "" : "the examples do not tile the tokens";
+        });
+    CHECK(r.refused > 0);
   }
-  write_examples_file(dir / "good.examples", spans, n);
-  const std::string good = read_file(dir / "good.examples");
-  const auto r = test::fuzz_file(
-      "examples file", good, dir / "e.examples", 1, test::fuzz_cases(2000),
-      [n](const fs::path& p) { read_examples_file(p, n); },
-      [n](const fs::path& p) -> std::string {
-        int64_t sum = 0;
-        for (const ExampleSpan& e : read_examples_file(p, n)) {
-          if (e.prompt < 1 || e.prompt >= e.length) return "a prompt not inside its example";
-          sum += e.length;
-        }
-        return sum == n ? "" : "the examples do not tile the tokens";
-      });
-  CHECK(r.refused > 0);
   fs::remove_all(dir);
 }

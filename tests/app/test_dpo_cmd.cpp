@@ -1,0 +1,363 @@
+// Preference tuning from the command line (train/dpo.h): `prepare --format preference`
+// writes pairs, `train --dpo` tunes on them against a frozen reference (a model of its own,
+// or a LoRA policy's base), resumes exactly and refuses what it cannot do; the loss and the
+// adapters' gradients against DPO written in PyTorch.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_fixture.h"
+#include "convert/peft_io.h"
+#include "data/dataset.h"
+#include "data/instructions.h"
+#include "io/checkpoint.h"
+#include "tensor/kernels.h"
+#include "train/dpo.h"
+#include "train/model_io.h"
+#include "train/run_dir.h"
+
+using namespace attend;
+using namespace attend::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Made-up pairs: a short instruction, the answer wanted and one not wanted.
+void write_pairs(const fs::path& file, int n, const std::string& empty_side = "") {
+  const char* things[] = {"the sea", "a cat", "the moon", "bread", "a river", "snow"};
+  nlohmann::json j = nlohmann::json::array();
+  for (int i = 0; i < n; ++i) {
+    const std::string t = things[i % 6];
+    nlohmann::json e = {{"instruction", "Describe " + t + " in one line."},
+                        {"input", i % 3 == 0 ? "Be brief." : ""},
+                        {"chosen", "It is " + t + ", calm and plain."},
+                        {"rejected", "Whatever, " + t + " is boring and so are you."}};
+    if (i == n / 2 && !empty_side.empty()) e[empty_side] = "";
+    j.push_back(e);
+  }
+  std::ofstream(file) << j.dump(1);
+}
+
+struct Fixture {
+  fs::path dir, pairs, base;
+  std::string env;
+};
+
+// Pairs prepared with GPT-2's tokenizer (it has the end-of-text token) and a tiny Llama
+// trained a few steps on their text: the model DPO starts from. Empty when the tokenizer
+// files are not there (the caller skips).
+Fixture fixture(const std::string& name) {
+  Fixture f;
+  const fs::path gpt2 = test::shared_data("gpt2/encoder.json").parent_path();
+  if (gpt2.empty()) return f;
+  f.env = "ATTEND_GPT2_DIR=" + gpt2.string() + " ";
+  f.dir = temp_dir(name);
+  write_pairs(f.dir / "pairs.json", 40);
+  const Run p = attend_cmd("prepare --data " + (f.dir / "pairs.json").string() +
+                               " --format preference --tokenizer gpt2 --out " +
+                               (f.dir / "pairs").string(),
+                           f.env);
+  REQUIRE_MESSAGE(p.code == 0, p.out);
+  CHECK(p.out.find("36 train and 4 val preference pairs (template alpaca") != std::string::npos);
+  f.pairs = f.dir / "pairs";
+  const Run b = attend_cmd("train --data " + f.pairs.string() +
+                               " --dpo false --arch llama --n_layer 2 --n_head 2 --n_kv_head 1"
+                               " --n_embd 16 --block_size 96 --batch_size 2 --eval_iters 1"
+                               " --max_iters 1 --out " + (f.dir / "base").string(),
+                           f.env);
+  // Pairs are refused without --dpo: the base learns from text instead.
+  CHECK(b.code != 0);
+  CHECK(b.out.find("holds preference pairs: train on them with --dpo") != std::string::npos);
+  std::ofstream(f.dir / "text.txt") << file_bytes(f.dir / "pairs.json");
+  const Run t = attend_cmd("train --data " + (f.dir / "text.txt").string() +
+                               " --tokenizer gpt2 --arch llama --n_layer 2 --n_head 2"
+                               " --n_kv_head 1 --n_embd 16 --block_size 96 --batch_size 2"
+                               " --eval_iters 1 --max_iters 3 --learning_rate 1e-2 --out " +
+                               (f.dir / "base").string(),
+                           f.env);
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  f.base = f.dir / "base";
+  return f;
+}
+
+std::string dpo_flags(const Fixture& f, const std::string& extra) {
+  return "train --data " + f.pairs.string() + " --init_from " + f.base.string() +
+         " --dpo --beta 0.5 --batch_size 2 --gradient_accumulation_steps 2 --eval_iters 2"
+         " --eval_interval 2 --log_interval 1 --learning_rate 1e-2 --warmup_iters 1"
+         " --lr_decay_iters 6 --checkpoint_interval 100" +
+         extra;
+}
+
+double first_val_loss(const fs::path& run) {
+  const std::vector<train::MetricsRow> rows = train::read_metrics(run / "metrics.csv");
+  REQUIRE(!rows.empty());
+  REQUIRE(rows[0].step == 0);
+  return rows[0].val_loss;
+}
+
+}  // namespace
+
+TEST_CASE("train --dpo: starts at log 2, learns the pairs, and resumes exactly (LoRA and full)") {
+  const Fixture f = fixture("dpo_train");
+  if (f.dir.empty()) ATTEND_SKIP("../shared/data/gpt2 not found");
+  for (const std::string mode : {" --lora_rank 4 --lora_targets q,k,v,o", ""}) {
+    INFO(mode);
+    const std::string tag = mode.empty() ? "full" : "lora";
+    const Run a = attend_cmd(dpo_flags(f, mode) + " --max_iters 6 --out " +
+                                 (f.dir / (tag + "A")).string(),
+                             f.env);
+    REQUIRE_MESSAGE(a.code == 0, a.out);
+    // Before any update the policy is the reference, bit for bit: every margin is 0 and the
+    // loss is -log sigmoid(0) = log 2 exactly.
+    CHECK(first_val_loss(f.dir / (tag + "A")) == std::log(2.0));
+    const std::vector<train::MetricsRow> rows = train::read_metrics(f.dir / (tag + "A") / "metrics.csv");
+    CHECK(rows.front().val_reward_margin == 0.0);
+    CHECK(rows.back().step == 6);
+    CHECK(rows.back().val_reward_margin > 0.0);  // the chosen side pulls ahead
+    CHECK(rows.back().val_loss < std::log(2.0));
+    CHECK(!std::isnan(rows[1].reward_margin));
+    CHECK(rows[1].reward_accuracy >= 0.0);
+    CHECK(rows[1].reward_accuracy <= 1.0);
+    CHECK(a.out.find("DPO train loss") != std::string::npos);
+    // 3 steps, then resumed to 6: the same bits as 6 straight.
+    const Run b1 = attend_cmd(dpo_flags(f, mode) + " --max_iters 3 --out " +
+                                  (f.dir / (tag + "B")).string(),
+                              f.env);
+    REQUIRE_MESSAGE(b1.code == 0, b1.out);
+    const Run b2 = attend_cmd("train --resume " + (f.dir / (tag + "B")).string() + " --max_iters 6",
+                              f.env);
+    REQUIRE_MESSAGE(b2.code == 0, b2.out);
+    CHECK(models_differing(f.dir / (tag + "A"), f.dir / (tag + "B")) == 0);
+  }
+  fs::remove_all(f.dir);
+}
+
+TEST_CASE("train --dpo --ref: another reference, and a resumed run refuses a changed one") {
+  const Fixture f = fixture("dpo_ref");
+  if (f.dir.empty()) ATTEND_SKIP("../shared/data/gpt2 not found");
+  fs::copy(f.base, f.dir / "ref", fs::copy_options::recursive);
+  const Run a = attend_cmd(dpo_flags(f, " --ref " + (f.dir / "ref").string()) +
+                               " --max_iters 2 --out " + (f.dir / "A").string(),
+                           f.env);
+  REQUIRE_MESSAGE(a.code == 0, a.out);
+  CHECK(a.out.find("DPO reference: " + fs::absolute(f.dir / "ref").lexically_normal().string()) !=
+        std::string::npos);
+  // The reference's weights change under the run: its resume is refused, naming both hashes.
+  const fs::path ref_ckpt = train::newest_valid_checkpoint(f.dir / "ref").path;
+  fs::remove(ref_ckpt);
+  fs::copy_file(train::newest_valid_checkpoint(f.dir / "A").path, ref_ckpt);
+  const Run r = attend_cmd("train --resume " + (f.dir / "A").string() + " --max_iters 4", f.env);
+  CHECK(r.code != 0);
+  CHECK(r.out.find("are not those the run was tuned against") != std::string::npos);
+  CHECK(r.out.find("(hash ") != std::string::npos);
+  // A reference of another shape.
+  const Run other = attend_cmd("train --data " + (f.dir / "text.txt").string() +
+                                   " --tokenizer gpt2 --arch llama --n_layer 1 --n_head 2"
+                                   " --n_embd 16 --block_size 96 --batch_size 2 --eval_iters 1"
+                                   " --max_iters 1 --out " + (f.dir / "other").string(),
+                               f.env);
+  REQUIRE_MESSAGE(other.code == 0, other.out);
+  const Run s = attend_cmd(dpo_flags(f, " --ref " + (f.dir / "other").string()) +
+                               " --max_iters 1 --out " + (f.dir / "S").string(),
+                           f.env);
+  CHECK(s.code != 0);
+  CHECK(s.out.find("of another shape than the model being tuned (n_layer 1 vs 2") !=
+        std::string::npos);
+  fs::remove_all(f.dir);
+}
+
+TEST_CASE("DPO's bad input is refused naming the entry, field, flag or file") {
+  const Fixture f = fixture("dpo_bad");
+  if (f.dir.empty()) ATTEND_SKIP("../shared/data/gpt2 not found");
+  for (const char* side : {"chosen", "rejected"}) {
+    write_pairs(f.dir / "empty.json", 10, side);
+    const Run p = attend_cmd("prepare --data " + (f.dir / "empty.json").string() +
+                                 " --format preference --tokenizer gpt2 --out " +
+                                 (f.dir / "e").string(),
+                             f.env);
+    CHECK(p.code != 0);
+    CHECK(p.out.find("example 5: \"" + std::string(side) + "\" is empty") != std::string::npos);
+  }
+  // A pair without a rejected side at all, and a template attend does not know.
+  {
+    std::ofstream(f.dir / "missing.json") << R"([{"instruction": "a", "chosen": "b"}])";
+    const Run p = attend_cmd("prepare --data " + (f.dir / "missing.json").string() +
+                                 " --format preference --tokenizer gpt2 --out " +
+                                 (f.dir / "m").string(),
+                             f.env);
+    CHECK(p.code != 0);
+    CHECK(p.out.find("example 0 has no \"rejected\"") != std::string::npos);
+  }
+  const Run no_init =
+      attend_cmd("train --data " + f.pairs.string() + " --dpo --out " + (f.dir / "N").string(),
+                 f.env);
+  CHECK(no_init.code != 0);
+  CHECK(no_init.out.find("--dpo: give --init_from") != std::string::npos);
+  const Run beta = attend_cmd("train --data " + (f.dir / "text.txt").string() + " --init_from " +
+                                  f.base.string() + " --beta 0.2 --out " + (f.dir / "M").string(),
+                              f.env);
+  CHECK(beta.code != 0);
+  CHECK(beta.out.find("--beta 0.2: DPO's beta goes with --dpo") != std::string::npos);
+  const Run neg = attend_cmd("train --data " + f.pairs.string() + " --init_from " +
+                                 f.base.string() + " --dpo --beta -1 --out " +
+                                 (f.dir / "B").string(),
+                             f.env);
+  CHECK(neg.code != 0);
+  CHECK(neg.out.find("--beta: must be in (0, 1e4], got -1") != std::string::npos);
+  const Run text = attend_cmd("train --data " + (f.dir / "text.txt").string() + " --init_from " +
+                                  f.base.string() + " --dpo --max_iters 1 --out " +
+                                  (f.dir / "T").string(),
+                              f.env);
+  CHECK(text.code != 0);
+  CHECK(text.out.find("holds no preference pairs (prepare --format preference)") !=
+        std::string::npos);
+  fs::remove_all(f.dir);
+}
+
+TEST_CASE("a pairs file: chosen then rejected rows, a pair's prompt shared, checked on read") {
+  const fs::path dir = temp_dir("dpo_pairs_file");
+  // Two pairs over 32 tokens: (prompt 3: 3+4, 3+5), (prompt 2: 2+6, 2+7).
+  std::vector<int32_t> ids(32);
+  for (int i = 0; i < 32; ++i) ids[static_cast<size_t>(i)] = i;
+  data::write_token_file(dir / "train.bin", ids, 64, 0);
+  data::write_examples_file(dir / "train.examples", {{3, 7}, {3, 8}, {2, 8}, {2, 9}}, 32, true);
+  bool pairs = false;
+  CHECK(data::read_examples_file(dir / "train.examples", 32, &pairs).size() == 4);
+  CHECK(pairs);
+  const data::TokenDataset ds(dir / "train.bin", 16);
+  CHECK(ds.pairs());
+  CHECK(ds.num_windows() == 2);
+  const data::Batch b = ds.windows(0, 2);  // chosen 0, chosen 1, rejected 0, rejected 1
+  REQUIRE(b.x.shape() == Shape({4, 8}));
+  const int64_t* x = b.x.data<int64_t>();
+  const int64_t* y = b.y.data<int64_t>();
+  CHECK(x[0 * 8] == 0);   // pair 0 chosen starts at 0
+  CHECK(x[1 * 8] == 15);  // pair 1 chosen at 7 + 8
+  CHECK(x[2 * 8] == 7);   // pair 0 rejected at 7
+  CHECK(x[3 * 8] == 23);  // pair 1 rejected at 15 + 8
+  CHECK(y[0 * 8 + 1] == -100);
+  CHECK(y[0 * 8 + 2] == 3);  // the first response token of pair 0's chosen side
+  // Writing or reading pairs whose prompts differ is refused.
+  CHECK_THROWS_WITH(data::write_examples_file(dir / "bad.examples", {{3, 7}, {2, 8}}, 15, true),
+                    doctest::Contains("pair 0 has prompts of 3 and 2 tokens"));
+  std::string bytes = file_bytes(dir / "train.examples");
+  const uint64_t two = 2;
+  std::memcpy(bytes.data() + 32 + 16, &two, 8);  // the rejected prompt of pair 0: 3 -> 2
+  std::ofstream(dir / "edited.examples", std::ios::binary) << bytes;
+  CHECK_THROWS_WITH(data::read_examples_file(dir / "edited.examples", 32),
+                    doctest::Contains("a pair shares its prompt"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("DPO's loss and adapter gradients match DPO written in PyTorch on a LoRA Llama") {
+  if (test::shell("/usr/bin/python3 -c 'import torch, numpy'").code != 0)
+    ATTEND_SKIP("python3 with torch not found (apt-get install python3-torch)");
+  const fs::path dir = temp_dir("dpo_torch");
+  make_corpus(dir);
+  const fs::path base =
+      tiny_run(dir / "corpus.txt", dir / "base", 4, " --arch llama --tie_embeddings false");
+  // Adapters moved off zero (B = 0 would make every gradient of A vanish).
+  const Run t = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
+                           base.string() + " --out " + (dir / "L").string() +
+                           " --lora_rank 3 --lora_alpha 5 --lora_targets q,k,v,o,gate,up,down"
+                           " --batch_size 4 --eval_iters 1 --max_iters 4 --learning_rate 3e-2");
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  REQUIRE(attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string())
+              .code == 0);
+  REQUIRE(attend_cmd("export --checkpoint " + (dir / "L").string() + " --format peft --out " +
+                     (dir / "peft").string())
+              .code == 0);
+  // Two pairs: rows of different lengths (padding after the shorter), the responses scored.
+  const std::vector<std::vector<int64_t>> xs = {{3, 7, 1, 0, 12, 5, 9, 2},
+                                                {4, 4, 8, 1, 6, 0, 0, 0},
+                                                {3, 7, 1, 0, 2, 11, 0, 0},
+                                                {4, 4, 8, 1, 9, 10, 13, 2}};
+  const std::vector<std::vector<int64_t>> ys = {{-100, -100, -100, 12, 5, 9, 2, 6},
+                                                {-100, -100, 1, 6, 3, -100, -100, -100},
+                                                {-100, -100, -100, 2, 11, 4, -100, -100},
+                                                {-100, -100, 1, 9, 10, 13, 2, 5}};
+  data::Batch b{empty({4, 8}, DType::I64), empty({4, 8}, DType::I64)};
+  std::string xt, yt;
+  for (size_t r = 0; r < 4; ++r)
+    for (size_t c = 0; c < 8; ++c) {
+      b.x.data<int64_t>()[r * 8 + c] = xs[r][c];
+      b.y.data<int64_t>()[r * 8 + c] = ys[r][c];
+      const char* sep = c == 0 ? (r == 0 ? "" : "/") : ",";
+      xt.append(sep).append(std::to_string(xs[r][c]));
+      yt.append(sep).append(std::to_string(ys[r][c]));
+    }
+  train::LoadedModel m = train::load_model((dir / "L").string());
+  m.model->to(DType::F64);
+  m.model->train();
+  const train::DpoStats s = train::dpo_backward(*m.model, nullptr, b, 0.7, 1.0);
+  REQUIRE(s.pairs == 2);
+  CHECK(s.margin != 0.0);
+  train::LoadedModel g = train::load_model((dir / "L").string());
+  std::map<std::string, Tensor> grads;
+  for (const auto& [name, p] : m.model->named_trainable_parameters()) grads[name] = p.grad();
+  REQUIRE(grads.size() == 2 * 7 * 2);
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, p] : g.model->named_parameters())
+      if (grads.count(name)) p.set_data(kernel::cast(grads.at(name), DType::F32));
+  }
+  convert::export_peft({*g.model, *g.tokenizer, "grads"}, dir / "grads", "grads");
+  std::ostringstream l;
+  l.precision(17);
+  l << s.loss / 2;
+  const Run py = test::shell("/usr/bin/python3 " + std::string(ATTEND_SOURCE_DIR) +
+                             "/tests/app/peft_torch.py dpo " + (dir / "hf").string() + " " +
+                             (dir / "peft").string() + " " +
+                             (dir / "grads" / "adapter_model.safetensors").string() + " " + xt +
+                             " " + yt + " 0.7 " + l.str());
+  MESSAGE(py.out);
+  CHECK(py.code == 0);
+  CHECK(py.out.find("torch ok") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("attention --instruction marks the response tokens, the ones the loss reads") {
+  const Fixture f = fixture("attention_mask");
+  if (f.dir.empty()) ATTEND_SKIP("../shared/data/gpt2 not found");
+  const std::string flags = "attention --checkpoint " + f.base.string() +
+                            " --instruction 'Name a fruit.' --input 'Be brief.' --response "
+                            "'An apple.' --layer 0 --head 1 --out ";
+  const Run j = attend_cmd(flags + (f.dir / "a.json").string(), f.env);
+  REQUIRE_MESSAGE(j.code == 0, j.out);
+  const nlohmann::json d = nlohmann::json::parse(file_bytes(f.dir / "a.json"));
+  // The prompt as prepare renders and encodes it; the response after it, then the end token.
+  const train::LoadedModel m = train::load_model(f.base.string());
+  const data::TokenIds prompt =
+      m.tokenizer->encode(data::instruction_prompt("alpaca", "Name a fruit.", "Be brief."));
+  const data::TokenIds response = m.tokenizer->encode("An apple.");
+  REQUIRE(d.contains("prompt_tokens"));
+  CHECK(d["prompt_tokens"].get<size_t>() == prompt.size());
+  CHECK(d["tokens"].size() == prompt.size() + response.size() + 1);
+  CHECK(d["ids"].back().get<int32_t>() == data::end_of_text_id(m.tokenizer->spec()));
+  CHECK(d["caption"].get<std::string>().find("tokens " + std::to_string(prompt.size()) + " to") !=
+        std::string::npos);
+  // In the SVG the response's labels, and only they, are marked: once along each axis.
+  const Run s = attend_cmd(flags + (f.dir / "a.svg").string(), f.env);
+  REQUIRE_MESSAGE(s.code == 0, s.out);
+  const std::string svg = file_bytes(f.dir / "a.svg");
+  size_t marked = 0;
+  for (size_t p = 0; (p = svg.find(" response\" fill=\"#c2410c\"", p)) != std::string::npos; ++p)
+    ++marked;
+  CHECK(marked == 2 * (response.size() + 1));
+  // Plain text has no mask; --response without --instruction and the reverse are refused.
+  const Run plain = attend_cmd("attention --checkpoint " + f.base.string() +
+                                   " --prompt 'An apple.' --out " + (f.dir / "p.json").string(),
+                               f.env);
+  REQUIRE_MESSAGE(plain.code == 0, plain.out);
+  CHECK(!nlohmann::json::parse(file_bytes(f.dir / "p.json")).contains("prompt_tokens"));
+  const Run lone = attend_cmd("attention --checkpoint " + f.base.string() +
+                                  " --instruction 'Name a fruit.' --out " +
+                                  (f.dir / "x.json").string(),
+                              f.env);
+  CHECK(lone.code != 0);
+  CHECK(lone.out.find("--instruction needs --response") != std::string::npos);
+  fs::remove_all(f.dir);
+}
