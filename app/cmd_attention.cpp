@@ -109,12 +109,13 @@ int run_attention(const AttentionArgs& a) {
     } else {
       // As prepare --format alpaca encodes an example: prompt and response apart, then the
       // end-of-text token as its id.
-      const data::TokenIds prompt = m.tokenizer->encode(
-          data::instruction_prompt(a.template_name, a.instruction, a.input));
+      const data::ChatTemplate& t = data::chat_template(a.template_name);
+      const data::TokenIds prompt =
+          data::encode_rendered(*m.tokenizer, data::render_prompt(t, a.instruction, a.input));
       data::TokenIds ids = prompt;
       const data::TokenIds response = m.tokenizer->encode(a.response);
       ids.insert(ids.end(), response.begin(), response.end());
-      const int32_t end = data::end_of_text_id(m.tokenizer->spec());
+      const int32_t end = data::end_of_turn_id(t, m.tokenizer->spec());
       if (end >= 0) ids.push_back(end);
       map = viz::compute_attention(*m.model, *m.tokenizer, ids,
                                    static_cast<int64_t>(prompt.size()));

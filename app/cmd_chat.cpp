@@ -1,6 +1,8 @@
 // `attend chat`: talk to an instruction-tuned checkpoint. Each line you type is an
 // instruction rendered through the template (data/instructions.h) and the reply is drawn
-// until the tokenizer's end-of-text token (or --max_new_tokens), streamed to stdout.
+// until the template's end-of-turn token (or --max_new_tokens), streamed to stdout. With
+// chatml and llama3 the conversation is kept, key/value caches included, so a turn runs
+// only its own tokens; alpaca is single-turn.
 // --prompt gives one turn without a terminal (what tests and scripts use). Ctrl-C stops a
 // reply; Ctrl-D ends the chat (Ctrl-C at the prompt too, as it ends any program).
 #include <CLI/CLI.hpp>
@@ -36,29 +38,56 @@ extern "C" void on_interrupt(int sig) {
 }
 
 struct ChatArgs {
-  std::string checkpoint, template_name = "alpaca", prompt;
+  std::string checkpoint, template_name = "alpaca", prompt, system;
   infer::SampleOptions options;
 };
 
 int run_chat(ChatArgs a) {
+  const data::ChatTemplate& t = data::chat_template(a.template_name);  // before loading
+  ATTEND_CHECK(a.system.empty() || t.multi_turn, "chat: --system: the ", t.name,
+               " template has no system message; use --template chatml or llama3");
   train::LoadedModel m = train::load_model(a.checkpoint);
   const kernel::PrecisionScope precision =
       use_precision(weights_precision("", "", m.config.precision), "--precision");
   infer::SampleOptions o = a.options;
-  o.stop_token = data::end_of_text_id(m.tokenizer->spec());
+  o.stop_token = data::end_of_turn_id(t, m.tokenizer->spec());
   ATTEND_CHECK(o.stop_token >= 0, "chat: ", m.checkpoint.string(), ": its tokenizer ",
-               m.tokenizer->spec().name,
-               " has no end-of-text token to end a reply; chat needs a model finetuned on "
-               "instruction data (attend prepare --format alpaca)");
-  data::instruction_prompt(a.template_name, "");  // a known template, before the first turn
+               m.tokenizer->spec().name, " has no ",
+               t.end_of_turn.empty() ? std::string("end-of-text token") : t.end_of_turn,
+               " to end a reply; chat needs a model finetuned on instruction data rendered "
+               "with --template ", t.name, " (attend prepare --format alpaca)");
   o.cancel = &g_interrupted;
+  infer::Conversation conv(*m.model, o.weights);
+  bool first = true;
   auto turn = [&](const std::string& line, uint32_t k) {
     g_interrupted.store(false);
     g_replying.store(true);
-    o.prompt = data::instruction_prompt(a.template_name, line);
-    m.tokenizer->encode(o.prompt);  // a prompt the tokenizer cannot encode fails here
-    infer::sample(
-        *m.model, *m.tokenizer, o,
+    // A multi-turn template keeps the conversation (its caches too) and continues it with
+    // the previous reply's end marker and the next turn; alpaca answers each line alone.
+    data::TokenIds ids;
+    if (!first && t.multi_turn) {
+      ids.push_back(o.stop_token);
+      const data::TokenIds next =
+          data::encode_rendered(*m.tokenizer, data::render_next_turn(t, line));
+      ids.insert(ids.end(), next.begin(), next.end());
+      if (!conv.fits(static_cast<int64_t>(ids.size()), o.max_new_tokens)) {
+        std::fprintf(stderr,
+                     "(the conversation has outgrown the model's context of %lld tokens: "
+                     "starting over from this turn)\n",
+                     static_cast<long long>(m.model->config.block_size));
+        first = true;
+      }
+    }
+    if (first || !t.multi_turn) {
+      conv.reset();
+      ids = data::encode_rendered(*m.tokenizer, data::render_prompt(t, line, "", a.system));
+      ATTEND_CHECK(conv.fits(static_cast<int64_t>(ids.size()), 1), "chat: this turn renders to ",
+                   ids.size(), " tokens; the model's context is ", m.model->config.block_size,
+                   ": shorten it");
+    }
+    first = false;
+    conv.reply(
+        *m.tokenizer, ids, o,
         [](const std::string& piece) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
           std::fflush(stdout);
@@ -72,22 +101,28 @@ int run_chat(ChatArgs a) {
     turn(a.prompt, 0);
     return 0;
   }
-  // Each line is one turn: the Alpaca template is single-turn, so a reply does not see the
-  // turns before it. Ctrl-D (end of input) ends the chat.
+  // Each line is one turn. Ctrl-D (end of input) ends the chat.
   const bool tty = isatty(STDIN_FILENO);
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   if (tty)
-    std::fprintf(stderr, "chat with %s (template %s); Ctrl-D ends\n", m.checkpoint.string().c_str(),
-                 a.template_name.c_str());
+    std::fprintf(stderr, "chat with %s (template %s%s); Ctrl-D ends\n",
+                 m.checkpoint.string().c_str(), t.name.c_str(),
+                 t.multi_turn ? ", replies see the turns before" : ", each line on its own");
   std::string line;
   for (uint32_t k = 0;; ++k) {
     if (tty) std::fputs("> ", stderr);
     if (!std::getline(std::cin, line)) break;
     if (line.empty()) continue;
-    turn(line, k);
+    try {
+      turn(line, k);
+    } catch (const Error& e) {  // a turn too long: say so, and read the next one
+      g_replying.store(false);
+      std::fprintf(stderr, "%s\n", e.what());
+      first = true;
+    }
   }
   return 0;
 }
@@ -110,6 +145,8 @@ void add_chat(CLI::App& app, int& rc) {
       ->check(CLI::IsMember(data::instruction_templates()))
       ->capture_default_str();
   cmd->add_option("--prompt", a->prompt, "one instruction, answered without a terminal");
+  cmd->add_option("--system", a->system,
+                  "--template chatml or llama3: the system message the conversation starts with");
   cmd->add_option(flag_names("max_new_tokens"), o.max_new_tokens, "longest reply, in tokens")
       ->capture_default_str();
   add_draw_options(cmd, o);

@@ -23,6 +23,14 @@ int run_prepare(const data::PrepareOptions& o) {
   std::printf("train.bin %lld tokens, val.bin %lld tokens, in %s\n",
               static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
               o.out.c_str());
+  if (!r.added_tokens.empty()) {
+    std::string names;
+    for (const std::string& t : r.added_tokens) names += (names.empty() ? "" : ", ") + t;
+    std::printf(
+        "added the template's tokens %s to the tokenizer (now %s, vocab_size %lld); a model "
+        "finetuned on this data grows its embedding to match\n",
+        names.c_str(), r.tokenizer.c_str(), static_cast<long long>(r.vocab_size));
+  }
   if (o.format == "preference")
     std::printf("%lld train and %lld val preference pairs (template %s; for train --dpo)\n",
                 static_cast<long long>(r.train_examples), static_cast<long long>(r.val_examples),
@@ -59,6 +67,8 @@ void add_prepare(CLI::App& app, int& rc) {
                   "--format alpaca or preference: the prompt template the examples are rendered through")
       ->check(CLI::IsMember(data::instruction_templates()))
       ->capture_default_str();
+  cmd->add_option("--system", o->system,
+                  "--template chatml or llama3: a system message before every example");
   cmd->callback([o, &rc] { rc = run_prepare(*o); });
 }
 

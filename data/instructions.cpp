@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -32,13 +33,157 @@ std::string render_alpaca(const std::string& instruction, const std::string& inp
 
 }  // namespace
 
-std::vector<std::string> instruction_templates() { return {"alpaca"}; }
+std::vector<std::string> instruction_templates() { return {"alpaca", "chatml", "llama3"}; }
+
+const ChatTemplate& chat_template(const std::string& name) {
+  static const std::vector<ChatTemplate> all = {
+      {"alpaca", {}, "", false},
+      {"chatml", {"<|im_start|>", "<|im_end|>"}, "<|im_end|>", true},
+      {"llama3",
+       {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+       "<|eot_id|>",
+       true},
+  };
+  for (const ChatTemplate& t : all)
+    if (t.name == name) return t;
+  throw Error(str("--template '", printable(name, 40),
+                  "' is not a template attend knows (alpaca, chatml, llama3)"));
+}
+
+namespace {
+
+std::string user_text(const std::string& instruction, const std::string& input) {
+  return input.empty() ? instruction : instruction + "\n\n" + input;
+}
+
+TemplatePiece special(const char* name) { return {name, true}; }
+
+void llama3_message(Rendered& r, const char* role, const std::string& content) {
+  r.push_back(special("<|start_header_id|>"));
+  r.push_back({std::string(role)});
+  r.push_back(special("<|end_header_id|>"));
+  r.push_back({"\n\n" + content});
+  r.push_back(special("<|eot_id|>"));
+}
+
+void llama3_assistant(Rendered& r) {
+  r.push_back(special("<|start_header_id|>"));
+  r.push_back({"assistant"});
+  r.push_back(special("<|end_header_id|>"));
+  r.push_back({"\n\n"});
+}
+
+void chatml_message(Rendered& r, const char* role, const std::string& content) {
+  r.push_back(special("<|im_start|>"));
+  r.push_back({std::string(role) + "\n" + content});
+  r.push_back(special("<|im_end|>"));
+  r.push_back({"\n"});
+}
+
+void chatml_assistant(Rendered& r) {
+  r.push_back(special("<|im_start|>"));
+  r.push_back({"assistant\n"});
+}
+
+}  // namespace
+
+Rendered render_prompt(const ChatTemplate& t, const std::string& instruction,
+                       const std::string& input, const std::string& system) {
+  Rendered r;
+  if (t.name == "alpaca") {
+    ATTEND_CHECK(system.empty(), "--system: the alpaca template has no system message; use "
+                 "--template chatml or llama3");
+    r.push_back({render_alpaca(instruction, input)});
+  } else if (t.name == "chatml") {
+    if (!system.empty()) chatml_message(r, "system", system);
+    chatml_message(r, "user", user_text(instruction, input));
+    chatml_assistant(r);
+  } else {
+    r.push_back(special("<|begin_of_text|>"));
+    if (!system.empty()) llama3_message(r, "system", system);
+    llama3_message(r, "user", user_text(instruction, input));
+    llama3_assistant(r);
+  }
+  return r;
+}
+
+Rendered render_next_turn(const ChatTemplate& t, const std::string& user) {
+  ATTEND_INTERNAL_CHECK(t.multi_turn, "render_next_turn: ", t.name, " is single-turn");
+  Rendered r;
+  if (t.name == "chatml") {
+    r.push_back({"\n"});  // after the previous response's <|im_end|>
+    chatml_message(r, "user", user);
+    chatml_assistant(r);
+  } else {
+    llama3_message(r, "user", user);
+    llama3_assistant(r);
+  }
+  return r;
+}
+
+std::string rendered_text(const Rendered& r) {
+  std::string s;
+  for (const TemplatePiece& p : r) s += p.text;
+  return s;
+}
+
+int32_t token_id(const TokenizerSpec& spec, const std::string& token) {
+  for (size_t id = 0; id < spec.tokens.size(); ++id)
+    if (spec.tokens[id] == token) return static_cast<int32_t>(id);
+  return -1;
+}
+
+TokenIds encode_rendered(const Tokenizer& tok, const Rendered& r) {
+  TokenIds ids;
+  for (const TemplatePiece& p : r) {
+    if (!p.special) {
+      const TokenIds t = tok.encode(p.text);
+      ids.insert(ids.end(), t.begin(), t.end());
+      continue;
+    }
+    const int32_t id = token_id(tok.spec(), p.text);
+    ATTEND_CHECK(id >= 0, "tokenizer ", tok.spec().name, " has no ", p.text,
+                 " token (prepare --template adds a template's tokens to a tokenizer that "
+                 "lacks them; this model was not finetuned with that template)");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+int32_t end_of_turn_id(const ChatTemplate& t, const TokenizerSpec& spec) {
+  return t.end_of_turn.empty() ? end_of_text_id(spec) : token_id(spec, t.end_of_turn);
+}
+
+TokenizerSpec with_template_tokens(const TokenizerSpec& spec, const ChatTemplate& t,
+                                   std::vector<std::string>* added) {
+  TokenizerSpec out = spec;
+  for (const std::string& s : t.specials)
+    if (token_id(spec, s) < 0) {
+      out.tokens.push_back(s);
+      if (added) added->push_back(s);
+    }
+  if (out.tokens.size() != spec.tokens.size()) out.name = spec.name + "+" + t.name;
+  return out;
+}
+
+bool extends_with_specials(const TokenizerSpec& wider, const TokenizerSpec& base,
+                           int64_t* added) {
+  if (wider.kind != base.kind || wider.merges != base.merges || wider.pattern != base.pattern ||
+      wider.ignore_merges != base.ignore_merges || wider.tokens.size() < base.tokens.size() ||
+      !std::equal(base.tokens.begin(), base.tokens.end(), wider.tokens.begin()))
+    return false;
+  for (size_t i = base.tokens.size(); i < wider.tokens.size(); ++i) {
+    const std::string& s = wider.tokens[i];
+    if (s.size() < 5 || s.rfind("<|", 0) != 0 || s.compare(s.size() - 2, 2, "|>") != 0)
+      return false;
+  }
+  if (added) *added = static_cast<int64_t>(wider.tokens.size() - base.tokens.size());
+  return true;
+}
 
 std::string instruction_prompt(const std::string& template_name, const std::string& instruction,
                                const std::string& input) {
-  ATTEND_CHECK(template_name == "alpaca", "--template '", printable(template_name, 40),
-               "' is not a template attend knows (alpaca)");
-  return render_alpaca(instruction, input);
+  return rendered_text(render_prompt(chat_template(template_name), instruction, input));
 }
 
 namespace {
@@ -86,22 +231,26 @@ void for_each_entry(const fs::path& file, const char* what,
 }  // namespace
 
 std::vector<RenderedExample> read_instruction_file(const fs::path& file,
-                                                   const std::string& template_name) {
-  instruction_prompt(template_name, "");  // a template attend knows, before reading
+                                                   const std::string& template_name,
+                                                   const std::string& system) {
+  const ChatTemplate& t = chat_template(template_name);  // one attend knows, before reading
+  render_prompt(t, "", "", system);                       // and a system message it takes
   std::vector<RenderedExample> out;
   for_each_entry(file, "alpaca", [&](size_t, const std::string& where, const FieldGetter& text) {
     const std::string instruction = text("instruction", true), input = text("input", false),
                       output = text("output", true);
     ATTEND_CHECK(!instruction.empty(), where, ": \"instruction\" is empty");
     ATTEND_CHECK(!output.empty(), where, ": \"output\" is empty (an example needs a response)");
-    out.push_back({instruction_prompt(template_name, instruction, input), output});
+    out.push_back({render_prompt(t, instruction, input, system), output});
   });
   return out;
 }
 
 std::vector<PreferencePair> read_preference_file(const fs::path& file,
-                                                 const std::string& template_name) {
-  instruction_prompt(template_name, "");
+                                                 const std::string& template_name,
+                                                 const std::string& system) {
+  const ChatTemplate& t = chat_template(template_name);
+  render_prompt(t, "", "", system);
   std::vector<PreferencePair> out;
   for_each_entry(file, "preference",
                  [&](size_t, const std::string& where, const FieldGetter& text) {
@@ -113,8 +262,7 @@ std::vector<PreferencePair> read_preference_file(const fs::path& file,
                                 ": \"chosen\" is empty (a pair needs both responses)");
                    ATTEND_CHECK(!rejected.empty(), where,
                                 ": \"rejected\" is empty (a pair needs both responses)");
-                   out.push_back({instruction_prompt(template_name, instruction, input), chosen,
-                                  rejected});
+                   out.push_back({render_prompt(t, instruction, input, system), chosen, rejected});
                  });
   return out;
 }

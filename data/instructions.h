@@ -35,38 +35,96 @@
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::data {
 
-// The templates `prepare --template` knows.
+// The templates `prepare --template` knows: alpaca, chatml, llama3.
 std::vector<std::string> instruction_templates();
 
+// A template's rendering: pieces of text, each encoded by the tokenizer, and special
+// tokens, each inserted as its id (never by encoding its text).
+struct TemplatePiece {
+  std::string text;
+  bool special = false;  // text names a special token: <|im_start|>, <|eot_id|>, ...
+};
+using Rendered = std::vector<TemplatePiece>;
+
+// A prompt template:
+//   alpaca  Stanford Alpaca's (above); the response ends with the end-of-text token. One
+//           turn: no system message, no history.
+//   chatml  "<|im_start|>system\n{system}<|im_end|>\n" (when there is a system message)
+//           "<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n", the response
+//           ending with <|im_end|>; a next turn continues "\n<|im_start|>user\n...".
+//   llama3  Meta's Llama 3 format: "<|begin_of_text|>" then for each message
+//           "<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>", the prompt
+//           ending with the assistant's header; the response ends with <|eot_id|>.
+// {user} is the instruction, then "\n\n" and the input when there is one.
+struct ChatTemplate {
+  std::string name;
+  std::vector<std::string> specials;  // the special tokens it uses, in the order they are added
+  std::string end_of_turn;            // ends a response; empty: the end-of-text token
+  bool multi_turn = false;            // has a system message and a history (not alpaca)
+};
+// Throws naming --template when attend does not know the name.
+const ChatTemplate& chat_template(const std::string& name);
+
+// The prompt of a first turn: what the model continues with a response.
+Rendered render_prompt(const ChatTemplate& t, const std::string& instruction,
+                       const std::string& input = "", const std::string& system = "");
+// A later turn of a multi-turn template, after the previous response's end-of-turn token.
+Rendered render_next_turn(const ChatTemplate& t, const std::string& user);
+// The text of a rendering, the special tokens written as their names (for display).
+std::string rendered_text(const Rendered& r);
+
+// The ids of a rendering: text pieces encoded, special tokens looked up. Throws naming the
+// token and the tokenizer when it lacks one (prepare adds them; see with_template_tokens).
+TokenIds encode_rendered(const Tokenizer& tokenizer, const Rendered& r);
+// The id a response ends with: the template's end-of-turn token, or the end-of-text token;
+// -1 when the tokenizer has none.
+int32_t end_of_turn_id(const ChatTemplate& t, const TokenizerSpec& spec);
+// The tokenizer with the template's special tokens it lacks appended (new ids V, V + 1, ...;
+// named "<name>+<template>"), and which were added. A model trained on data made with it
+// has its embedding grown to match (train --init_from does this).
+TokenizerSpec with_template_tokens(const TokenizerSpec& spec, const ChatTemplate& t,
+                                   std::vector<std::string>* added = nullptr);
+// Whether `wider` is `base` with special tokens (<|...|>) appended and nothing else changed:
+// what with_template_tokens makes. Sets the count of added tokens.
+bool extends_with_specials(const TokenizerSpec& wider, const TokenizerSpec& base,
+                           int64_t* added = nullptr);
+
 struct RenderedExample {
-  std::string prompt, response;
+  Rendered prompt;
+  std::string response;
 };
 
 // A preference pair (DPO): one prompt, the chosen and the rejected response.
 struct PreferencePair {
-  std::string prompt, chosen, rejected;
+  Rendered prompt;
+  std::string chosen, rejected;
 };
 
-// The prompt an instruction (and an optional input) renders to: what the model then
-// continues with a response. Throws naming the template if attend does not know it.
+// The prompt an instruction (and an optional input) renders to, as text: what the model
+// then continues with a response. Throws naming the template if attend does not know it.
 std::string instruction_prompt(const std::string& template_name, const std::string& instruction,
                                const std::string& input = "");
 
 // The examples of an Alpaca-style JSON file (an array of objects with string "instruction"
-// and "output", optional string "input"), rendered through `template_name`. Refused, naming
+// and "output", optional string "input"), rendered through `template_name` (a system
+// message for the templates that have one). Refused, naming
 // the file, the entry's index and the field: a missing or non-string field, an empty
 // instruction or output.
 std::vector<RenderedExample> read_instruction_file(const std::filesystem::path& file,
-                                                   const std::string& template_name);
+                                                   const std::string& template_name,
+                                                   const std::string& system = "");
 
 // The pairs of a preference file: entries as read_instruction_file's with string "chosen"
 // and "rejected" instead of "output" (an "output" is ignored). Refused the same way, and an
 // empty side of a pair naming the entry and the field.
 std::vector<PreferencePair> read_preference_file(const std::filesystem::path& file,
-                                                 const std::string& template_name);
+                                                 const std::string& template_name,
+                                                 const std::string& system = "");
 
 // The id of the tokenizer's end-of-text token (<|endoftext|>, <|end_of_text|>), or -1.
 int32_t end_of_text_id(const TokenizerSpec& spec);
+// The id of a token by its exact bytes, or -1.
+int32_t token_id(const TokenizerSpec& spec, const std::string& token);
 
 struct ExampleSpan {
   int64_t prompt = 0, length = 0;  // tokens

@@ -78,8 +78,10 @@ bool prepare_owns(const std::string& name) {
          name == "val.examples";
 }
 
-// The tokenizer instruction data is encoded with, and its end-of-text id.
-std::unique_ptr<Tokenizer> examples_tokenizer(const PrepareOptions& o, int32_t& end) {
+// The tokenizer instruction data is encoded with, the template's special tokens added
+// when it lacks them (listed in `added`), and the id that ends each response.
+std::unique_ptr<Tokenizer> examples_tokenizer(const PrepareOptions& o, const ChatTemplate& t,
+                                              int32_t& end, std::vector<std::string>& added) {
   std::unique_ptr<Tokenizer> tok;
   if (o.use) {
     tok = make_tokenizer(*o.use);
@@ -90,7 +92,12 @@ std::unique_ptr<Tokenizer> examples_tokenizer(const PrepareOptions& o, int32_t& 
                  "saved tokenizer that has one");
     tok = tokenizer_from_arg(o.tokenizer);
   }
-  end = end_of_text_id(tok->spec());
+  ATTEND_CHECK(t.end_of_turn.empty() || tok->spec().kind == "bpe", "prepare --template ", t.name,
+               ": tokenizer ", tok->spec().name, " is ", tok->spec().kind,
+               "-level; the template's special tokens need a bpe tokenizer");
+  TokenizerSpec wider = with_template_tokens(tok->spec(), t, &added);
+  if (!added.empty()) tok = make_tokenizer(wider);
+  end = end_of_turn_id(t, tok->spec());
   ATTEND_CHECK(end >= 0, "prepare --format ", o.format, ": tokenizer ", tok->spec().name,
                " has no end-of-text token (<|endoftext|> or <|end_of_text|>) to end each "
                "response");
@@ -104,15 +111,17 @@ PrepareResult prepare_examples(const PrepareOptions& o) {
   const bool pairs = o.format == "preference";
   std::vector<RenderedExample> examples;  // pairs: chosen, rejected, chosen, ...
   if (pairs) {
-    for (const PreferencePair& p : read_preference_file(o.data, o.template_name)) {
+    for (const PreferencePair& p : read_preference_file(o.data, o.template_name, o.system)) {
       examples.push_back({p.prompt, p.chosen});
       examples.push_back({p.prompt, p.rejected});
     }
   } else {
-    examples = read_instruction_file(o.data, o.template_name);
+    examples = read_instruction_file(o.data, o.template_name, o.system);
   }
   int32_t end = -1;
-  const std::unique_ptr<Tokenizer> tok = examples_tokenizer(o, end);
+  std::vector<std::string> added;
+  const std::unique_ptr<Tokenizer> tok =
+      examples_tokenizer(o, chat_template(o.template_name), end, added);
   const int64_t per = pairs ? 2 : 1;  // examples per entry
   const int64_t E = static_cast<int64_t>(examples.size()) / per;
   const int64_t e_train = E - static_cast<int64_t>(static_cast<double>(E) * o.val_fraction);
@@ -126,7 +135,7 @@ PrepareResult prepare_examples(const PrepareOptions& o) {
   for (int64_t k = 0; k < E * per; ++k) {
     const int64_t e = k / per;
     const int split = e < e_train ? 0 : 1;
-    if (k % per == 0) prompt = tok->encode(examples[k].prompt);  // a pair's once
+    if (k % per == 0) prompt = encode_rendered(*tok, examples[k].prompt);  // a pair's once
     const TokenIds response = tok->encode(examples[k].response);
     ATTEND_CHECK(!prompt.empty() && !response.empty(), "prepare: ", o.data.string(), ": example ",
                  e, " encodes to no tokens");
@@ -135,8 +144,9 @@ PrepareResult prepare_examples(const PrepareOptions& o) {
     ids[split].push_back(end);
     spans[split].push_back({static_cast<int64_t>(prompt.size()),
                             static_cast<int64_t>(prompt.size() + response.size() + 1)});
-    bytes += static_cast<int64_t>((k % per == 0 ? examples[k].prompt.size() : 0) +
-                                  examples[k].response.size());
+    bytes += static_cast<int64_t>(
+        (k % per == 0 ? rendered_text(examples[k].prompt).size() : 0) +
+        examples[k].response.size());
   }
   StagedFolder stage(o.out, "prepare", prepare_owns);
   const uint64_t th = tokenizer_hash(tok->spec());
@@ -156,6 +166,7 @@ PrepareResult prepare_examples(const PrepareOptions& o) {
   r.train_examples = e_train, r.val_examples = E - e_train;
   r.vocab_size = tok->vocab_size();
   r.tokenizer = tok->spec().name;
+  r.added_tokens = added;
   return r;
 }
 

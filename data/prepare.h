@@ -31,11 +31,13 @@ struct PrepareOptions {
   // the same with chosen/rejected pairs (DPO), the examples files marking them as pairs
   std::string format = "text";
   std::string template_name = "alpaca";
+  std::string system;  // chatml, llama3: a system message before every example's prompt
 };
 
 struct PrepareResult {
   int64_t files = 0, bytes = 0, train_tokens = 0, val_tokens = 0, vocab_size = 0;
   int64_t train_examples = 0, val_examples = 0;  // format alpaca (preference: pairs)
+  std::vector<std::string> added_tokens;  // the template's special tokens the tokenizer lacked
   std::string tokenizer;
   std::vector<std::filesystem::path> skipped;
 };

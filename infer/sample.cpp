@@ -55,41 +55,39 @@ int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, dou
   return order[keep - 1];
 }
 
-data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const SampleOptions& o,
-                      const std::function<void(const std::string&)>& emit, uint32_t index,
-                      SampleTiming* timing) {
+namespace {
+
+void check_options(const SampleOptions& o) {
   ATTEND_CHECK(o.max_new_tokens >= 0, "sample: --max_new_tokens must be >= 0, got ",
                o.max_new_tokens);
   ATTEND_CHECK(o.top_k >= 0, "sample: --top_k must be >= 0, got ", o.top_k);
   ATTEND_CHECK(o.top_p > 0 && o.top_p <= 1, "sample: --top_p must be in (0, 1], got ", o.top_p);
   ATTEND_CHECK(o.temperature >= 0, "sample: --temperature must be >= 0, got ", o.temperature);
+}
+
+Tensor ids_tensor(const data::TokenIds& ids, size_t from) {
+  std::vector<double> v(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
+  return tensor(v, {1, static_cast<int64_t>(v.size())}, DType::I64);
+}
+
+// The decoding loop: seq holds every token, the caches its first `cached` positions. Runs
+// the rest, then draws new tokens (appended to seq) as sample() says. The weights are
+// already in the decoding format (the caller holds a DecodingWeights).
+data::TokenIds generate(const nn::GPT& model, const data::Tokenizer& tok, const SampleOptions& o,
+                        data::TokenIds& seq, size_t cached, std::vector<nn::KVCache>& caches,
+                        const std::function<void(const std::string&)>& emit, uint32_t index,
+                        SampleTiming* timing, int64_t weight_bytes) {
   const int64_t T = model.config.block_size, V = model.config.vocab_size;
-  data::TokenIds seq = tok.encode(o.prompt);
-  ATTEND_CHECK(!seq.empty(), "sample: the prompt is empty; give at least one character or token");
-  if (static_cast<int64_t>(seq.size()) > T) {
-    spdlog::warn("sample: the prompt has {} tokens; keeping its last {} (block_size)", seq.size(),
-                 T);
-    seq.erase(seq.begin(), seq.end() - T);
-  }
-  NoGradGuard no_grad;
-  // The weights in the format decoding reads (infer/decoding.h; the weights themselves are
-  // not changed: the cast only lets the layers hold their copies).
-  const DecodingWeights decoding(const_cast<nn::GPT&>(model), o.weights);
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   const PhiloxKey key = philox_key(o.seed);
-  auto to_tensor = [](const data::TokenIds& ids, size_t from) {
-    std::vector<double> v(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
-    return tensor(v, {1, static_cast<int64_t>(v.size())}, DType::I64);
-  };
   const bool rolling = model.config.window() > 0;
-  std::vector<nn::KVCache> caches;
-  Tensor logits = model.forward(to_tensor(seq, 0), Tensor(), nullptr, &caches).logits;  // (1, t, V)
+  Tensor logits = model.forward(ids_tensor(seq, cached), Tensor(), nullptr, &caches).logits;
   const auto t1 = Clock::now();
   if (timing) {
-    timing->prompt_tokens = static_cast<int64_t>(seq.size());
+    timing->prompt_tokens = static_cast<int64_t>(seq.size() - cached);
     timing->prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
-    timing->weight_bytes = decoding.bytes();
+    timing->weight_bytes = weight_bytes;
   }
   data::TokenIds out;
   std::string text;  // generated so far, for --stop
@@ -120,17 +118,69 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
     }
     if (static_cast<int64_t>(seq.size()) <= T || rolling) {
       // A sliding-window model's caches roll: it decodes past block_size from them.
-      logits = model.forward(to_tensor({next}, 0), Tensor(), nullptr, &caches).logits;
+      logits = model.forward(ids_tensor({next}, 0), Tensor(), nullptr, &caches).logits;
     } else {
       // Past the context of a model without a sliding window: the last block_size tokens
       // again, from position 0 (nanoGPT's crop): positions shift, so the cached keys no
       // longer apply.
       data::TokenIds window(seq.end() - T, seq.end());
       caches.clear();
-      logits = model.forward(to_tensor(window, 0), Tensor(), nullptr, nullptr).logits;
+      logits = model.forward(ids_tensor(window, 0), Tensor(), nullptr, nullptr).logits;
     }
   }
   return out;
+}
+
+}  // namespace
+
+data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const SampleOptions& o,
+                      const std::function<void(const std::string&)>& emit, uint32_t index,
+                      SampleTiming* timing) {
+  check_options(o);
+  const int64_t T = model.config.block_size;
+  data::TokenIds seq = tok.encode(o.prompt);
+  ATTEND_CHECK(!seq.empty(), "sample: the prompt is empty; give at least one character or token");
+  if (static_cast<int64_t>(seq.size()) > T) {
+    spdlog::warn("sample: the prompt has {} tokens; keeping its last {} (block_size)", seq.size(),
+                 T);
+    seq.erase(seq.begin(), seq.end() - T);
+  }
+  NoGradGuard no_grad;
+  // The weights in the format decoding reads (infer/decoding.h; the weights themselves are
+  // not changed: the cast only lets the layers hold their copies).
+  const DecodingWeights decoding(const_cast<nn::GPT&>(model), o.weights);
+  std::vector<nn::KVCache> caches;
+  return generate(model, tok, o, seq, 0, caches, emit, index, timing, decoding.bytes());
+}
+
+Conversation::Conversation(const nn::GPT& model, std::optional<WeightFormat> weights)
+    : model_(model), weights_(std::make_unique<DecodingWeights>(const_cast<nn::GPT&>(model), weights)) {}
+
+Conversation::~Conversation() = default;
+
+bool Conversation::fits(int64_t new_tokens, int64_t max_new_tokens) const {
+  return model_.config.window() > 0 ||
+         static_cast<int64_t>(seq_.size()) + new_tokens + max_new_tokens <= model_.config.block_size;
+}
+
+void Conversation::reset() {
+  seq_.clear();
+  caches_.clear();
+}
+
+data::TokenIds Conversation::reply(const data::Tokenizer& tok, const data::TokenIds& ids,
+                                   const SampleOptions& o,
+                                   const std::function<void(const std::string&)>& emit,
+                                   uint32_t index) {
+  check_options(o);
+  ATTEND_CHECK(!ids.empty(), "chat: an empty turn");
+  NoGradGuard no_grad;
+  // The caches hold the positions run so far; a reply's last token is drawn but not yet run.
+  const size_t cached = caches_.empty() ? 0 : static_cast<size_t>(caches_[0].position);
+  ATTEND_INTERNAL_CHECK(cached <= seq_.size(), "Conversation: ", cached, " cached of ",
+                        seq_.size());
+  seq_.insert(seq_.end(), ids.begin(), ids.end());
+  return generate(model_, tok, o, seq_, cached, caches_, emit, index, nullptr, weights_->bytes());
 }
 
 }  // namespace attend::infer

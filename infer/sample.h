@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -56,6 +57,34 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tokenizer,
                       const std::function<void(const std::string&)>& emit, uint32_t index = 0,
                       SampleTiming* timing = nullptr);
 
+// A conversation decoded on across turns (chat): the tokens so far and the key/value
+// caches that hold them, so a turn runs only its own tokens through the model. Holds the
+// weights in their decoding format while it lives (infer/decoding.h).
+class DecodingWeights;
+class Conversation {
+ public:
+  explicit Conversation(const nn::GPT& model, std::optional<WeightFormat> weights = std::nullopt);
+  ~Conversation();
+  Conversation(const Conversation&) = delete;
+  Conversation& operator=(const Conversation&) = delete;
+  // Whether a turn of new_tokens plus a reply of max_new_tokens fits the context after what
+  // the conversation holds (a sliding-window model always fits: its caches roll).
+  bool fits(int64_t new_tokens, int64_t max_new_tokens) const;
+  void reset();  // forget every turn
+  // Appends ids (the next turn: the previous reply's end marker, the user's message, the
+  // assistant's header) and draws the reply as sample() does, options.prompt unused; the
+  // reply joins the conversation. The same numbers as sample(index) draws.
+  data::TokenIds reply(const data::Tokenizer& tokenizer, const data::TokenIds& ids,
+                       const SampleOptions& options,
+                       const std::function<void(const std::string&)>& emit, uint32_t index = 0);
+  const data::TokenIds& tokens() const { return seq_; }
+
+ private:
+  const nn::GPT& model_;
+  std::unique_ptr<DecodingWeights> weights_;
+  data::TokenIds seq_;
+  std::vector<nn::KVCache> caches_;
+};
 // Token i of sample k (k = 0 keeps the numbers every earlier attend drew for one sample).
 inline PhiloxCounter sample_counter(uint64_t i, uint32_t k = 0) {
   return stream_counter(Stream::Sample, static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), k,

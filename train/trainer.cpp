@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "data/dataset.h"
+#include "data/instructions.h"
 #include "data/prepare.h"
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
@@ -135,6 +136,14 @@ fs::path prepare_data(const TrainConfig& c, const fs::path& run_dir,
       // The whole tokenizer (kind, tokens, merges, pattern), as eval compares it.
       const auto theirs = data::load_tokenizer(src);
       const uint64_t a = data::tokenizer_hash(theirs->spec()), b = data::tokenizer_hash(*use);
+      int64_t added = 0;
+      if (a != b && data::extends_with_specials(theirs->spec(), *use, &added)) {
+        // A chat template's special tokens, added by prepare: the embedding grows to match.
+        spdlog::info("--data {}: its tokenizer {} is the checkpoint's {} with {} special "
+                     "token(s) added; the model's embedding grows to {} rows",
+                     c.data, theirs->spec().name, use->name, added, theirs->vocab_size());
+        return src;
+      }
       ATTEND_CHECK(a == b, "--data ", c.data, ": prepared with tokenizer ", theirs->spec().name,
                    " (hash ", a, "), but the --init_from checkpoint's tokenizer is ", use->name,
                    " (hash ", b, ")",
@@ -145,7 +154,8 @@ fs::path prepare_data(const TrainConfig& c, const fs::path& run_dir,
   }
   const fs::path out = run_dir / "data";
   spdlog::info("preparing {} with tokenizer {} into {}", c.data, c.tokenizer, out.string());
-  data::PrepareOptions po{src, c.tokenizer, out};
+  data::PrepareOptions po;
+  po.data = src, po.tokenizer = c.tokenizer, po.out = out;
   po.use = use;
   data::PrepareResult r = data::prepare(po);
   spdlog::info("prepared {} bytes from {} file(s): {} train and {} val tokens, vocab_size {}",
@@ -334,6 +344,7 @@ class Run {
     std::map<std::string, Tensor> state(d.model.begin(), d.model.end());
     auto wpe = state.find("transformer.wpe.weight");  // gpt2 only
     if (wpe != state.end()) wpe->second = kernel::narrow(wpe->second, 0, 0, c_.model.block_size);
+    grow_vocabulary(state);
     // New LoRA adapters are the model's own (A drawn, B zero); the rest is the checkpoint's.
     for (const auto& [name, t] : model_.named_parameters())
       if (name.find(".lora_") != std::string::npos && !state.count(name)) state[name] = t;
@@ -345,6 +356,40 @@ class Run {
       spdlog::info("LoRA rank {} on {}: {} of {} parameters train, the rest frozen",
                    c_.model.lora_rank, c_.model.lora_targets, trained, model_.num_parameters());
     }
+  }
+
+  // Data prepared with a chat template's special tokens added (data/instructions.h): the
+  // embedding (and an untied head) gets one row per new token, each the mean of the old
+  // rows (as Hugging Face's resize_token_embeddings draws them, here without noise), so a
+  // new token starts as an average token.
+  void grow_vocabulary(std::map<std::string, Tensor>& state) {
+    const int64_t V = model_.config.vocab_size;  // the data's tokenizer's
+    bool grew = false;
+    for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
+      auto it = state.find(name);
+      if (it == state.end() || it->second.size(0) >= V) continue;
+      const Tensor old = kernel::cast(kernel::contiguous(it->second), DType::F64);
+      const int64_t rows = old.size(0), C = old.size(1);
+      std::vector<double> mean(static_cast<size_t>(C), 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < C; ++j) mean[static_cast<size_t>(j)] += old.data<double>()[r * C + j];
+      Tensor grown = empty({V, C}, it->second.dtype());
+      const Tensor src = kernel::contiguous(it->second);
+      std::copy_n(static_cast<const char*>(src.raw_data()),
+                  static_cast<size_t>(rows * C) * dtype_size(src.dtype()),
+                  static_cast<char*>(grown.raw_data()));
+      for (int64_t r = rows; r < V; ++r)
+        for (int64_t j = 0; j < C; ++j)
+          grown.data<float>()[r * C + j] =
+              static_cast<float>(mean[static_cast<size_t>(j)] / static_cast<double>(rows));
+      it->second = grown;
+      grew = true;
+      if (std::string(name) == "transformer.wte.weight")
+        spdlog::info("embedding grown from {} to {} rows for the data's special tokens", rows, V);
+    }
+    if (c_.model.lora_rank > 0 && grew)
+      spdlog::warn("with LoRA the embedding is frozen: the new tokens' rows keep their "
+                   "starting value (the mean row); a full finetune trains them");
   }
 
   void restore(const LoadedCheckpoint& ck) {
@@ -585,7 +630,9 @@ TrainOutcome run_training(const TrainRequest& req) {
     full.model.block_size = saved.block_size;
     // New adapters are not in the checkpoint (a LoRA checkpoint's own are)
     full.model.lora_rank = saved.lora_rank, full.model.lora_targets = saved.lora_targets;
-    check_config_matches_model(*s.init, Run::model_config(full, data));
+    nn::GPTConfig as_saved = Run::model_config(full, data);
+    as_saved.vocab_size = saved.vocab_size;  // the data's tokenizer may add special tokens
+    check_config_matches_model(*s.init, as_saved);
   }
   const std::unique_ptr<nn::GPT> reference = load_reference(s.config, data, resumed_run, dist);
   Run run(s, data, dist, reference.get());

@@ -1,4 +1,4 @@
-// Preference tuning from the command line (train/dpo.h): `prepare --format preference`
+// Preference tuning and chat templates from the command line (train/dpo.h): `prepare --format preference`
 // writes pairs, `train --dpo` tunes on them against a frozen reference (a model of its own,
 // or a LoRA policy's base), resumes exactly and refuses what it cannot do; the loss and the
 // adapters' gradients against DPO written in PyTorch.
@@ -359,5 +359,82 @@ TEST_CASE("attention --instruction marks the response tokens, the ones the loss 
                               f.env);
   CHECK(lone.code != 0);
   CHECK(lone.out.find("--instruction needs --response") != std::string::npos);
+  fs::remove_all(f.dir);
+}
+
+TEST_CASE("prepare --template chatml adds its tokens, train grows the embedding, chat keeps turns") {
+  const Fixture f = fixture("chatml");
+  if (f.dir.empty()) ATTEND_SKIP("../shared/data/gpt2 not found");
+  nlohmann::json inst = nlohmann::json::array();
+  for (int i = 0; i < 20; ++i)
+    inst.push_back({{"instruction", "Count to " + std::to_string(i % 4 + 1) + "."},
+                    {"output", i % 2 ? "One." : "One, two."}});
+  std::ofstream(f.dir / "inst.json") << inst.dump();
+  const Run p = attend_cmd("prepare --data " + (f.dir / "inst.json").string() +
+                               " --format alpaca --template chatml --system 'Be terse.'"
+                               " --tokenizer gpt2 --out " + (f.dir / "chatml").string(),
+                           f.env);
+  REQUIRE_MESSAGE(p.code == 0, p.out);
+  CHECK(p.out.find("added the template's tokens <|im_start|>, <|im_end|> to the tokenizer (now "
+                   "gpt2+chatml, vocab_size 50259)") != std::string::npos);
+  // Step 0 of a finetune: the two new rows are the mean of the base's rows.
+  const Run t0 = attend_cmd("train --data " + (f.dir / "chatml").string() + " --init_from " +
+                                f.base.string() + " --max_iters 0 --eval_iters 1 --out " +
+                                (f.dir / "C0").string(),
+                            f.env);
+  REQUIRE_MESSAGE(t0.code == 0, t0.out);
+  CHECK(t0.out.find("embedding grown from 50257 to 50259 rows") != std::string::npos);
+  const train::LoadedModel base = train::load_model(f.base.string());
+  const train::LoadedModel grown = train::load_model((f.dir / "C0").string());
+  CHECK(grown.tokenizer->spec().name == "gpt2+chatml");
+  for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
+    INFO(name);
+    Tensor before, after;
+    for (const auto& [n, t] : base.model->state_dict())
+      if (n == name) before = kernel::contiguous(t);
+    for (const auto& [n, t] : grown.model->state_dict())
+      if (n == name) after = kernel::contiguous(t);
+    REQUIRE(after.size(0) == 50259);
+    const int64_t C = before.size(1);
+    CHECK(std::equal(before.data<float>(), before.data<float>() + 50257 * C, after.data<float>()));
+    for (int64_t j = 0; j < C; ++j) {
+      double mean = 0;
+      for (int64_t r = 0; r < 50257; ++r) mean += before.data<float>()[r * C + j];
+      const float want = static_cast<float>(mean / 50257);
+      CHECK(after.data<float>()[50257 * C + j] == want);
+      CHECK(after.data<float>()[50258 * C + j] == want);
+    }
+  }
+  // Trained a few steps (LoRA: the new rows stay frozen, and it says so), then chat.
+  const Run t = attend_cmd("train --data " + (f.dir / "chatml").string() + " --init_from " +
+                               f.base.string() + " --lora_rank 4 --max_iters 3 --eval_iters 1"
+                               " --batch_size 2 --out " + (f.dir / "C").string(),
+                           f.env);
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  CHECK(t.out.find("the new tokens' rows keep their starting value") != std::string::npos);
+  // Three turns; the second too long for the context: refused, and the chat goes on.
+  std::string long_turn;
+  for (int i = 0; i < 150; ++i) long_turn += " word";
+  std::ofstream(f.dir / "lines.txt") << "Count to 2.\n" << long_turn << "\nAnd 3?\n";
+  const Run chat = attend_cmd("chat --checkpoint " + (f.dir / "C").string() +
+                                  " --template chatml --system 'Be terse.' --max_new_tokens 4"
+                                  " < " + (f.dir / "lines.txt").string(),
+                              f.env);
+  REQUIRE_MESSAGE(chat.code == 0, chat.out);
+  CHECK(chat.out.find("tokens; the model's context is 96: shorten it") != std::string::npos);
+  CHECK(attend_stdout("chat --checkpoint " + (f.dir / "C").string() +
+                      " --template chatml --max_new_tokens 4 < " + (f.dir / "lines.txt").string())
+            .size() > 0);
+  const Run wrong = attend_cmd("chat --checkpoint " + (f.dir / "C").string() +
+                                   " --template llama3 --prompt hi",
+                               f.env);
+  CHECK(wrong.code != 0);
+  CHECK(wrong.out.find("its tokenizer gpt2+chatml has no <|eot_id|> to end a reply") !=
+        std::string::npos);
+  const Run alpaca_sys = attend_cmd("chat --checkpoint " + (f.dir / "C").string() +
+                                        " --system x --prompt hi",
+                                    f.env);
+  CHECK(alpaca_sys.code != 0);
+  CHECK(alpaca_sys.out.find("the alpaca template has no system message") != std::string::npos);
   fs::remove_all(f.dir);
 }

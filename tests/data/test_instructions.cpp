@@ -1,6 +1,7 @@
 // Instruction data (data/instructions.h): the Alpaca template's exact text, the refusals
 // naming entry and field, the examples file, and batches whose targets are the responses
 // only.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -35,10 +36,10 @@ TEST_CASE("instructions: the alpaca template renders as the book's chapter 7 doe
   const std::string head =
       "Below is an instruction that describes a task. Write a response that appropriately "
       "completes the request.\n\n### Instruction:\n";
-  CHECK(e[0].prompt == head + "Edit the sentence.\n\n### Input:\nHe go home.\n\n### Response:\n");
+  CHECK(rendered_text(e[0].prompt) == head + "Edit the sentence.\n\n### Input:\nHe go home.\n\n### Response:\n");
   CHECK(e[0].response == "He goes home.");
-  CHECK(e[1].prompt == head + "Name a colour.\n\n### Response:\n");  // no input: no section
-  CHECK(e[2].prompt == head + "Say hi.\n\n### Response:\n");         // unknown fields ignored
+  CHECK(rendered_text(e[1].prompt) == head + "Name a colour.\n\n### Response:\n");  // no input: no section
+  CHECK(rendered_text(e[2].prompt) == head + "Say hi.\n\n### Response:\n");         // unknown fields ignored
   fs::remove_all(dir);
 }
 
@@ -183,4 +184,62 @@ TEST_CASE("fuzz: examples and pairs files are refused cleanly or read consistent
     CHECK(r.refused > 0);
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("chat templates: ChatML and Llama 3 render exactly, their special tokens as ids") {
+  const ChatTemplate& chatml = chat_template("chatml");
+  CHECK(rendered_text(render_prompt(chatml, "Name a fruit.", "Be brief.", "You are terse.")) ==
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nName a fruit.\n\n"
+        "Be brief.<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(rendered_text(render_prompt(chatml, "Hi.")) ==
+        "<|im_start|>user\nHi.<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(rendered_text(render_next_turn(chatml, "More.")) ==
+        "\n<|im_start|>user\nMore.<|im_end|>\n<|im_start|>assistant\n");
+  const ChatTemplate& llama3 = chat_template("llama3");
+  CHECK(rendered_text(render_prompt(llama3, "Hi.", "", "Be kind.")) ==
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe kind.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi.<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  CHECK(rendered_text(render_next_turn(llama3, "More.")) ==
+        "<|start_header_id|>user<|end_header_id|>\n\nMore.<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  CHECK_THROWS_WITH(render_prompt(chat_template("alpaca"), "Hi.", "", "sys"),
+                    doctest::Contains("the alpaca template has no system message"));
+  CHECK_THROWS_WITH(chat_template("vicuna"),
+                    doctest::Contains("'vicuna' is not a template attend knows"));
+
+  // A byte-level BPE without the tokens gets them appended, in the template's order.
+  const auto bpe = train_bpe_tokenizer("user assistant system Name a fruit. Hi there.", 280);
+  std::vector<std::string> added;
+  const TokenizerSpec wider = with_template_tokens(bpe->spec(), chatml, &added);
+  REQUIRE(added == std::vector<std::string>{"<|im_start|>", "<|im_end|>"});
+  const int32_t V = static_cast<int32_t>(bpe->vocab_size());
+  CHECK(token_id(wider, "<|im_start|>") == V);
+  CHECK(token_id(wider, "<|im_end|>") == V + 1);
+  CHECK(end_of_turn_id(chatml, wider) == V + 1);
+  CHECK(wider.name == bpe->spec().name + "+chatml");
+  int64_t n = 0;
+  CHECK(extends_with_specials(wider, bpe->spec(), &n));
+  CHECK(n == 2);
+  CHECK(!extends_with_specials(bpe->spec(), wider));
+  TokenizerSpec other = wider;
+  other.tokens.push_back("word");  // not a special token
+  CHECK(!extends_with_specials(other, bpe->spec()));
+  other = wider;
+  other.tokens[0] = "x";  // an old token changed
+  CHECK(!extends_with_specials(other, bpe->spec()));
+  // A tokenizer that has them already gains nothing.
+  CHECK(with_template_tokens(wider, chatml).tokens.size() == wider.tokens.size());
+
+  // Special tokens go in as ids; their text, typed by a user, stays text.
+  const auto tok = make_tokenizer(wider);
+  const TokenIds ids = encode_rendered(*tok, render_prompt(chatml, "Hi."));
+  CHECK(ids.front() == V);
+  CHECK(std::count(ids.begin(), ids.end(), V) == 2);
+  CHECK(std::count(ids.begin(), ids.end(), V + 1) == 1);
+  const TokenIds typed = tok->encode("<|im_start|>");
+  CHECK(std::find(typed.begin(), typed.end(), V) == typed.end());
+  CHECK(tok->decode(ids) == rendered_text(render_prompt(chatml, "Hi.")));
+  CHECK_THROWS_WITH(encode_rendered(*bpe, render_prompt(llama3, "Hi.")),
+                    doctest::Contains("has no <|begin_of_text|> token"));
 }

@@ -153,3 +153,36 @@ TEST_CASE("sample: stop_token ends a reply unemitted, and cancel stops it where 
   });
   CHECK(three == data::TokenIds(all.begin(), all.begin() + 3));
 }
+
+TEST_CASE("Conversation: a second turn from the kept caches draws what one pass over it all does") {
+  nn::GPTConfig c;
+  c.vocab_size = 13, c.block_size = 64, c.n_layer = 2, c.n_head = 2, c.n_kv_head = 1, c.n_embd = 16;
+  c.arch = "llama", c.bias = false;
+  const nn::GPT model(c, 11);
+  std::string chars;
+  for (int i = 0; i < 13; ++i) chars += static_cast<char>('a' + i);
+  const auto tok = data::build_char_tokenizer(chars);
+  SampleOptions o;
+  o.max_new_tokens = 6, o.temperature = 0.9, o.top_k = 0, o.seed = 5;
+  o.stop_token = 12;  // ends a turn, as <|im_end|> would
+  const data::TokenIds turn1 = {1, 2, 3, 4}, turn2 = {12, 5, 6, 7};
+  auto none = [](const std::string&) {};
+  Conversation two(model);
+  const data::TokenIds r1 = two.reply(*tok, turn1, o, none, 0);
+  REQUIRE(!r1.empty());
+  const data::TokenIds r2 = two.reply(*tok, turn2, o, none, 1);
+  CHECK(two.tokens().size() == turn1.size() + r1.size() + turn2.size() + r2.size());
+  // The same history in one turn, nothing cached: the same second reply.
+  data::TokenIds history = turn1;
+  history.insert(history.end(), r1.begin(), r1.end());
+  history.insert(history.end(), turn2.begin(), turn2.end());
+  Conversation one(model);
+  CHECK(one.reply(*tok, history, o, none, 1) == r2);
+  // And a first turn draws what sample() draws from the same tokens.
+  o.prompt = "bcde";
+  CHECK(sample(model, *tok, o, none, 0) == r1);
+  CHECK(two.fits(64 - static_cast<int64_t>(two.tokens().size()) - 6, 6));
+  CHECK(!two.fits(64 - static_cast<int64_t>(two.tokens().size()) - 5, 6));
+  two.reset();
+  CHECK(two.tokens().empty());
+}
