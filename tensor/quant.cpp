@@ -36,4 +36,12 @@ void dequantize_q8_0(const uint8_t* blocks, int64_t n, float* out) {
   }
 }
 
+void round_to_q8_0(float* x, int64_t n) {
+  uint8_t block[kQ8BlockBytes];
+  for (int64_t b = 0; b < n / kQ8Block; ++b) {
+    quantize_q8_0(x + b * kQ8Block, kQ8Block, block);
+    dequantize_q8_0(block, kQ8Block, x + b * kQ8Block);
+  }
+}
+
 }  // namespace attend::quant

@@ -27,23 +27,33 @@ inline constexpr int64_t kQ8BlockBytes = 34;  // 2 (half scale) + 32 (int8)
 void quantize_q8_0(const float* x, int64_t n, uint8_t* out);
 // n / 32 blocks back into n floats: half(d) * q.
 void dequantize_q8_0(const uint8_t* blocks, int64_t n, float* out);
+// x replaced by dequantize(quantize(x)): the values the Q8_0 product multiplies W by.
+void round_to_q8_0(float* x, int64_t n);
 
 // Note [The Q8_0 product]: Y (M, N) = X (M, K) W^T for W (N, K) stored as Q8_0 blocks row
 // after row (K / 32 blocks a row), X f32 (rows contiguous, row stride ldx), Y row stride ldy.
-// X is not quantized: each weight is widened to f32 and multiplied in f32 (llama.cpp
-// instead rounds X to Q8_0 blocks and sums int8 products; that reads no fewer bytes of W,
-// which is what a token's product waits for, and would add X's rounding). For each output,
-// in this order and nothing else:
+// X is rounded to Q8_0 blocks too (quantize_q8_0: a half scale e_b and 32 int8 values p per
+// block of a row), as llama.cpp's Q8_0 product does, so each block's 32 products are exact
+// integers: int8 dot products (AVX-512 VNNI's vpdpbusd, AVX2's vpmaddubsw + vpmaddwd) in
+// place of widening every weight to f32. Per output, in this order and nothing else:
 //   a_l = 0 for 16 lanes l;
-//   for each block b (scale d_b, values q_0..q_31, x its 32 inputs):
-//     v_l = fma(q_{16+l}, x_{16+l}, q_l * x_l);   a_l = fma(d_b, v_l, a_l)
+//   for each pair of blocks (b, b + 1) (a last odd block pairs with nothing):
+//     lane l reads block c = b + l / 8 at positions j = 4 (l % 8) .. 4 (l % 8) + 3:
+//       s_l = sum_j q_c[j] p_c[j]           (an int32, exact)
+//       a_l = fma(float(s_l), d_c * e_c, a_l)   (d_c * e_c rounded to f32 first)
+//     (lanes of the missing block of an odd tail are left as they are)
 //   y = a summed as a tree: a_l += a_{l+8}, then a_l += a_{l+4}, a_l += a_{l+2}, a_l += a_{l+1}
-// The AVX-512 kernel (one 16-lane register), the AVX2 kernel (two 8-lane ones) and the
-// scalar twin give the same bits (tested), and so do any thread counts: each output is one
-// thread's, rows of W split in contiguous ranges. `parallel` false keeps it on this thread.
+// The AVX-512 VNNI kernel (one 16-lane register per pair of blocks), the AVX2 kernel (two
+// 8-lane registers, even and odd blocks) and the scalar twin give the same bits (tested),
+// and so do any thread counts: each output is one thread's, rows of W split in contiguous
+// ranges. `parallel` false keeps it on this thread. The result is the product of the
+// dequantized W and the dequantized Q8_0 rounding of X, up to f32 rounding of the sum;
+// StoredWeight's many-rows path multiplies the same two roundings (so a prompt and the
+// tokens after it see one model).
 void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
                float* Y, int64_t ldy, bool parallel);
 // The scalar twin: the same arithmetic, plainly (the oracle of the tests).
+// (Both take X in f32 and round it themselves.)
 void gemm_q8_0_reference(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx,
                          const uint8_t* W, float* Y, int64_t ldy);
 

@@ -125,9 +125,13 @@ Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
   const int64_t rows = x.numel() / in_;
   const auto* blocks = static_cast<const uint8_t*>(q8_blocks_->data);
   if (rows > kFewRows) {
+    // The two roundings the Q8_0 product multiplies (Note [The Q8_0 product]): W's, and
+    // x's to Q8_0 blocks, so a prompt and the tokens after it see the same model.
     Tensor w = empty({out_, in_}, DType::F32);
     quant::dequantize_q8_0(blocks, out_ * in_, w.data<float>());
-    return kernel::matmul(xc, kernel::transpose(w, 0, 1));
+    Tensor xr = kernel::clone(xc);
+    quant::round_to_q8_0(xr.data<float>(), xr.numel());
+    return kernel::matmul(xr, kernel::transpose(w, 0, 1));
   }
   Shape shape = x.shape();
   shape.back() = out_;

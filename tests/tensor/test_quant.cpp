@@ -64,9 +64,9 @@ TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's b
   CHECK(kernels_run >= 1);
 }
 
-TEST_CASE("q8_0 product: the dequantized weights' product, to f32 rounding") {
+TEST_CASE("q8_0 product: the product of the dequantized weights and rounded x, to f32 rounding") {
   // The twin's arithmetic is one order of the same sum: against a double sum of
-  // d * q * x, it is within a few ulps of the magnitudes summed.
+  // d q * e p (W's and x's Q8_0 values), it is within a few ulps of the magnitudes summed.
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
   const int64_t M = 2, N = 40, K = 512;
@@ -76,18 +76,24 @@ TEST_CASE("q8_0 product: the dequantized weights' product, to f32 rounding") {
   const std::vector<uint8_t> q = quantized(w);
   quant::dequantize_q8_0(q.data(), N * K, wd.data());
   quant::gemm_q8_0_reference(M, N, K, x.data(), K, q.data(), y.data(), N);
+  std::vector<float> xr = x;
+  quant::round_to_q8_0(xr.data(), M * K);
+  double moved = 0;  // how far x's rounding moves it: small, and not nothing
+  for (int64_t i = 0; i < M * K; ++i) moved = std::max(moved, std::abs(double{xr[i]} - x[i]));
+  CHECK(moved > 0);
+  CHECK(moved < 0.02);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double s = 0, mag = 0;
       for (int64_t i = 0; i < K; ++i) {
-        s += static_cast<double>(wd[n * K + i]) * x[m * K + i];
-        mag += std::abs(static_cast<double>(wd[n * K + i]) * x[m * K + i]);
+        s += static_cast<double>(wd[n * K + i]) * xr[m * K + i];
+        mag += std::abs(static_cast<double>(wd[n * K + i]) * xr[m * K + i]);
       }
       CHECK(std::abs(y[m * N + n] - s) <= 1e-6 * mag);
     }
 }
 
-TEST_CASE("StoredWeight q8_0: few rows and many rows both give the dequantized weight's product") {
+TEST_CASE("StoredWeight q8_0: few rows and many rows both give the product of the two roundings") {
   Generator gen(9);
   const Tensor w = randn({48, 64}, gen);
   const StoredWeight s(w, WeightFormat::q8_0);
@@ -102,7 +108,9 @@ TEST_CASE("StoredWeight q8_0: few rows and many rows both give the dequantized w
     const Tensor x = randn({rows, 64}, gen);
     const Tensor got = s.multiply(x);
     REQUIRE(got.defined());
-    test::check_close(got, k::matmul(x, k::transpose(wd, 0, 1)), 1e-5, 1e-5);
+    Tensor xr = k::clone(x);
+    quant::round_to_q8_0(xr.data<float>(), xr.numel());
+    test::check_close(got, k::matmul(xr, k::transpose(wd, 0, 1)), 1e-5, 1e-5);
   }
   CHECK_THROWS_WITH_AS(StoredWeight(randn({4, 40}, gen), WeightFormat::q8_0),
                        doctest::Contains("rows a multiple of 32 long"), Error);
