@@ -361,6 +361,33 @@ bool gemm_panels_apply(int64_t M, int64_t N, int64_t K) {
 
 namespace {
 
+const bool kHasAvx512F = __builtin_cpu_supports("avx512f");
+
+// One row of A against a full f32 panel (K, 128) with its 128 sums in eight AVX-512
+// registers, not in memory: rows_row_major<1, false>'s arithmetic (each sum a chain of FMAs
+// over k, from zero in each KC block, then stored or added into C), so the same bits. The
+// memory version stores and reloads every sum at every k; this one only streams the panel.
+__attribute__((target("avx512f"))) void panel128_avx512(int64_t K, const float* A, const float* B,
+                                                        float* C) {
+  constexpr int64_t W = kDecodePanel;
+  static_assert(W == 128);
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    const int64_t end = std::min(K, pc + KC);
+    __m512 s[8];
+    for (auto& v : s) v = _mm512_setzero_ps();
+    for (int64_t k = pc; k < end; ++k) {
+      const __m512 a = _mm512_set1_ps(A[k]);
+      const float* b = B + k * W;
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) s[j] = _mm512_fmadd_ps(a, _mm512_loadu_ps(b + 16 * j), s[j]);
+    }
+    for (int j = 0; j < 8; ++j) {
+      float* c = C + 16 * j;
+      _mm512_storeu_ps(c, pc == 0 ? s[j] : _mm512_add_ps(_mm512_loadu_ps(c), s[j]));
+    }
+  }
+}
+
 // Panel p of B = W^T: columns [n0, n0 + width), (K, width) row-major, after the n0 K values
 // of the full panels before it. A thread takes whole panels, so threads for 64 KB and more
 // (use_threads: each streams its own contiguous bytes).
@@ -373,6 +400,13 @@ void panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B, f
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const int64_t n0 = p * kDecodePanel, width = std::min(kDecodePanel, N - n0);
+      if constexpr (!Bf16) {
+        if (M == 1 && width == kDecodePanel && kHasAvx512F &&
+            g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
+          panel128_avx512(K, A.data, B + n0 * K, C + n0);
+          continue;
+        }
+      }
       with_rows(M, [&](auto rows) {
         rows_row_major<rows(), Bf16>(0, width, K, A.data, A.row_stride, B + n0 * K, width,
                                      C + n0, ldc, false);
