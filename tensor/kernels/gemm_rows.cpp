@@ -395,6 +395,50 @@ __attribute__((target("avx512f"))) void panel128_avx512(int64_t K, const float* 
   }
 }
 
+// GCC 12's headers leave _mm512_undefined_* uninitialised on purpose and then warn about it
+// where the conversions inline (GCC bug 105593, fixed in 13); as rowmath.h does.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// The same for a panel of bf16 bits under bf16 products: rows_row_major<1, true>'s
+// arithmetic, k in pairs (the pair's second product first, then the first, flushing tiny
+// results as the blocked bf16 kernel does; an odd block's last k pairs with zeros), the
+// bits widened to f32 as they are read.
+__attribute__((target("avx512f"))) inline __m512 widen16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx512f"))) void panel128_bf16_avx512(int64_t K, const float* A,
+                                                             const uint16_t* B, float* C) {
+  constexpr int64_t W = kDecodePanel;
+  const FlushToZero<> ftz;
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    const int64_t end = std::min(K, pc + KC);
+    __m512 s[8];
+    for (auto& v : s) v = _mm512_setzero_ps();
+    for (int64_t k = pc; k < end; k += 2) {
+      const uint16_t* b0 = B + k * W;
+      const bool two = k + 1 < end;
+      const __m512 a0 = _mm512_set1_ps(A[k]), a1 = _mm512_set1_ps(two ? A[k + 1] : 0.0f);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(b0 + 16 * j) + kPanelPrefetch / 2,
+                     _MM_HINT_T0);
+        const __m512 x1 = two ? widen16(b0 + W + 16 * j) : _mm512_setzero_ps();
+        s[j] = _mm512_fmadd_ps(a0, widen16(b0 + 16 * j), _mm512_fmadd_ps(a1, x1, s[j]));
+      }
+    }
+    for (int j = 0; j < 8; ++j) {
+      float* c = C + 16 * j;
+      _mm512_storeu_ps(c, pc == 0 ? s[j] : _mm512_add_ps(_mm512_loadu_ps(c), s[j]));
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
 // Panel p of B = W^T: columns [n0, n0 + width), (K, width) row-major, after the n0 K values
 // of the full panels before it. A thread takes whole panels, so threads for 64 KB and more
 // (use_threads: each streams its own contiguous bytes).
@@ -407,12 +451,13 @@ void panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B, f
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const int64_t n0 = p * kDecodePanel, width = std::min(kDecodePanel, N - n0);
-      if constexpr (!Bf16) {
-        if (M == 1 && width == kDecodePanel && kHasAvx512F &&
-            g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
+      if (M == 1 && width == kDecodePanel && kHasAvx512F &&
+          g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
+        if constexpr (Bf16)
+          panel128_bf16_avx512(K, A.data, B + n0 * K, C + n0);
+        else
           panel128_avx512(K, A.data, B + n0 * K, C + n0);
-          continue;
-        }
+        continue;
       }
       with_rows(M, [&](auto rows) {
         rows_row_major<rows(), Bf16>(0, width, K, A.data, A.row_stride, B + n0 * K, width,
