@@ -325,7 +325,7 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
   for (const bool bf16 : {false, true})
   for (int threads : {1, 2})
     for (int64_t M : {1, 2, 3, 4})
-      for (int64_t N : {8, 33, 100, 1100})
+      for (int64_t N : {8, 33, 100, 300, 1100})
         for (int64_t K : {1, 7, 257, 1000}) {
           CAPTURE(bf16);
           CAPTURE(threads);
@@ -361,7 +361,7 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
           ++compared;
         }
   omp_set_num_threads(saved_threads);
-  CHECK(compared == 2 * 2 * 4 * 4 * 4);
+  CHECK(compared == 2 * 2 * 4 * 5 * 4);
   // and what it does not take, it refuses
   CHECK_FALSE(k::gemm_panels_apply(5, 8, 1));
   std::vector<uint16_t> w(8 * 5);
