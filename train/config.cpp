@@ -71,6 +71,8 @@ const std::vector<ConfigField>& config_fields() {
        G::Optim, R::Refuse, &C::beta},
       {"ref_hash", "DPO: the reference's content hash (set by train, checked on resume)", G::Data,
        R::Refuse, &C::ref_hash, false},
+      {"base_hash", "LoRA: the frozen base's content hash (set by train, checked on resume)",
+       G::Data, R::Refuse, &C::base_hash, false},
       {"preset",
        "model preset (sets the model fields; cpu-char and shakespeare-char also the recipe)",
        G::Model, R::Free, &C::preset},

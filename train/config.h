@@ -38,6 +38,9 @@ struct TrainConfig {
   std::string ref;       // the reference checkpoint; empty: init_from's weights (LoRA: the base)
   double beta = 0.1;     // DPO's beta: how far from the reference the rewards may pull
   std::string ref_hash;  // the reference's content hash, set by the trainer, checked on resume
+  // LoRA: the frozen base's content hash (every weight but the adapters), set by the
+  // trainer, checked on resume: a checkpoint whose base changed is refused
+  std::string base_hash;
   // model: the cpu-char preset; vocab_size is the tokenizer's
   std::string preset = "cpu-char";
   nn::GPTConfig model = nn::gpt_preset("cpu-char");

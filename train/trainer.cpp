@@ -245,9 +245,11 @@ TrainData open_data(const TrainRequest& req, const RunStart& s, Dist& dist) {
 }
 
 // A model's weights as one hash (names, shapes and bytes in name order).
-std::string weights_hash(const nn::GPT& model) {
+// base_only: every weight but LoRA's adapters (the frozen base).
+std::string weights_hash(const nn::GPT& model, bool base_only = false) {
   uint64_t h = kFnvOffset;
   for (const auto& [name, t] : model.named_parameters()) {
+    if (base_only && name.find(".lora_") != std::string::npos) continue;
     h = fnv1a64(name.data(), name.size(), h);
     const Tensor c = kernel::contiguous(t);
     h = fnv1a64(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()), h);
@@ -323,6 +325,19 @@ class Run {
     if (s.resumed) restore(*s.resumed);
     if (s.init) take_weights(s.init->data);
     if (dist_.size() > 1) share_state();
+    if (c_.model.lora_rank > 0 && dist_.root()) check_base(s.resumed ? &s.resumed->path : nullptr);
+  }
+
+  // LoRA: the frozen base's hash, recorded by a fresh run (or a checkpoint made before it
+  // was recorded) and checked by a resumed one.
+  void check_base(const fs::path* resumed_from) {
+    base_hash_ = weights_hash(model_, true);
+    if (resumed_from && !c_.base_hash.empty())
+      ATTEND_CHECK(base_hash_ == c_.base_hash, resumed_from->string(),
+                   ": the frozen base's weights (hash ", base_hash_,
+                   ") are not those the adapters were trained on (hash ", c_.base_hash,
+                   "); the checkpoint was changed after it was written");
+    spdlog::debug("LoRA base weights hash {}", base_hash_);
   }
 
   // Rank 0's model, optimizer state and counters to every rank (only rank 0 reads the run
@@ -534,6 +549,7 @@ class Run {
   TrainConfig c_with_vocab() const {
     TrainConfig c = c_;
     c.model = model_.config;
+    if (!base_hash_.empty()) c.base_hash = base_hash_;
     return c;
   }
 
@@ -547,6 +563,7 @@ class Run {
   const LrSchedule schedule_;
   int64_t tokens_seen_ = 0, best_step_ = -1;
   double best_val_ = 0, elapsed_before_ = 0;
+  std::string base_hash_;  // LoRA: the frozen base's
   std::vector<MetricsRow> metrics_;
   Stopwatch clock_;
 };

@@ -405,3 +405,22 @@ TEST_CASE(
   CHECK(merged_gap < 1e-6);
   fs::remove_all(dir);
 }
+
+TEST_CASE("a LoRA checkpoint records its base's hash, and a resume refuses a changed base") {
+  const fs::path dir = temp_dir("lora_base_hash");
+  const fs::path run = lora_run(dir, 2);
+  const fs::path ckpt = train::newest_valid_checkpoint(run).path;
+  io::CheckpointData d = io::load_checkpoint(ckpt);
+  const train::TrainConfig c = train::from_values(d.config);
+  REQUIRE(c.base_hash.size() == 16);
+  // The same base resumes; one changed weight of it is refused, naming both hashes.
+  for (auto& [name, t] : d.model)
+    if (name == "transformer.h.0.attn.c_proj.weight") t.data<float>()[0] += 0.25f;
+  fs::remove(ckpt);
+  io::save_checkpoint(ckpt, d);
+  const Run r = attend_cmd("train --resume " + run.string() + " --max_iters 3");
+  CHECK(r.code != 0);
+  CHECK(r.out.find("are not those the adapters were trained on (hash " + c.base_hash + ")") !=
+        std::string::npos);
+  fs::remove_all(dir);
+}
