@@ -66,6 +66,10 @@ ExportResult export_peft(const ExportSource& m, const fs::path& out, const std::
   std::map<std::string, std::vector<Found>> by_module;
   std::vector<std::string> order, suffixes;
   const std::vector<std::string> targets = nn::parse_lora_targets(c, c.lora_targets);
+  ATTEND_CHECK(std::find(targets.begin(), targets.end(), "head") == targets.end(),
+               "export --format peft: ", m.name,
+               " has an adapter on the LM head, which attend does not write as PEFT yet; "
+               "export --merge writes the merged model");
   std::map<std::string, const nn::LoraAdapter*> adapters;
   for (auto& [name, mod] : const_cast<nn::GPT&>(m.model).named_modules())
     if (auto* a = dynamic_cast<nn::LoraAdapter*>(mod)) adapters[name] = a;
@@ -155,6 +159,7 @@ std::pair<int64_t, std::vector<std::string>> targets_of(const nn::GPTConfig& c,
                                                         const std::string& module) {
   for (int64_t l = 0; l < c.n_layer; ++l)
     for (const std::string& t : nn::lora_target_names(c)) {
+      if (t == "head") continue;  // not written or read as PEFT (export refuses it)
       const Site s = site(c, l, t);
       if (s.module != module) continue;
       if (!c.gated_mlp() && s.suffix == "attn.c_attn") return {l, {"q", "k", "v"}};

@@ -166,6 +166,7 @@ ParameterCount count_parameters(const GPTConfig& c) {
   p.biases = c.bias ? (C + 2 * kv) + C + H + C : 0;
   p.final_layernorm = c.bias ? 2 * C : C;
   p.lora = lora_parameters_per_layer(c);
+  p.lora_head = lora_head_parameters(c);
   return p;
 }
 
@@ -344,7 +345,8 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
     ATTEND_CHECK(targets.shape() == Shape({B, T}), "GPT: expected targets of shape ",
                  shape_str({B, T}), ", got ", shape_str(targets.shape()));
     // A head held in a decoding format (infer::DecodingWeights) makes its logits itself.
-    if (!keep_logits && !lm_head->decoding) {
+    // (An adapter on the head needs its logits: Linear::forward adds its update to them.)
+    if (!keep_logits && !lm_head->decoding && lm_head->adapters.empty()) {
       out.loss = linear_cross_entropy(x, lm_head->weight, targets);  // no (B, T, V) logits
       return out;
     }
@@ -368,9 +370,12 @@ Tensor GPT::sequence_log_probs(const Tensor& idx, const Tensor& targets) const {
     int64_t counted = 0;
     for (int64_t t = 0; t < T; ++t) counted += y.data<int64_t>()[b * T + t] != -100;
     ATTEND_CHECK(counted > 0, "GPT::sequence_log_probs: row ", b, " has no scored target");
-    // The row's mean -log p times its count: the sum of its targets' log p.
-    const Tensor mean = linear_cross_entropy(narrow(x, 0, b, 1), lm_head->weight,
-                                             narrow(y, 0, b, 1));
+    // The row's mean -log p times its count: the sum of its targets' log p. (A head with
+    // an adapter makes its logits, as forward does.)
+    const Tensor xb = narrow(x, 0, b, 1), yb = narrow(y, 0, b, 1);
+    const Tensor mean = lm_head->adapters.empty()
+                            ? linear_cross_entropy(xb, lm_head->weight, yb)
+                            : cross_entropy(lm_head->forward(xb), yb);
     rows.push_back(reshape(mul(mean, -static_cast<double>(counted)), {1}));
   }
   return cat(rows, 0);

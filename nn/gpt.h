@@ -105,6 +105,7 @@ struct ParameterCount {
   // Per layer: the two norms (weights and, gpt2, biases) and the Linear biases.
   int64_t layernorms = 0, biases = 0;
   int64_t lora = 0;  // per layer: the LoRA adapters, R (in + rows) per target (nn/lora.h)
+  int64_t lora_head = 0;  // the LM head's adapter, R (C + V), when it is a target
   int64_t final_layernorm = 0;
 
   int64_t attention_matrices() const { return n_layer * (attn_q + attn_k + attn_v + attn_o); }
@@ -113,7 +114,7 @@ struct ParameterCount {
            lora;
   }
   int64_t total() const {
-    return token_embedding + position_embedding + lm_head + n_layer * per_layer() +
+    return token_embedding + position_embedding + lm_head + lora_head + n_layer * per_layer() +
            final_layernorm;
   }
 };

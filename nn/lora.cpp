@@ -103,7 +103,15 @@ bool wanted(const std::vector<std::string>& names, const std::string& n) {
 std::vector<std::string> lora_target_names(const GPTConfig& c) {
   std::vector<std::string> out;
   for (const TargetRows& t : target_rows(c)) out.push_back(t.name);
+  if (!c.tied_head()) out.push_back("head");  // the LM head, once (not per block)
   return out;
+}
+
+int64_t lora_head_parameters(const GPTConfig& c) {
+  if (c.lora_rank <= 0) return 0;
+  return wanted(parse_lora_targets(c, c.lora_targets), "head")
+             ? c.lora_rank * (c.n_embd + c.vocab_size)
+             : 0;
 }
 
 int64_t lora_parameters_per_layer(const GPTConfig& c) {
@@ -123,6 +131,10 @@ std::vector<std::string> parse_lora_targets(const GPTConfig& c, const std::strin
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
+    ATTEND_CHECK(item != "head" || !c.tied_head(),
+                 "--lora_targets head: this model's LM head is tied to its token embedding "
+                 "(wte); an adapter there could not be merged into one weight (a Llama with "
+                 "--tie_embeddings false has a head of its own)");
     ATTEND_CHECK(std::find(valid.begin(), valid.end(), item) != valid.end(), "--lora_targets: '",
                  printable(item, 20), "' is not a target of this ", describe(c), " (", names, ")");
     ATTEND_CHECK(std::find(out.begin(), out.end(), item) == out.end(), "--lora_targets: '", item,
@@ -157,6 +169,19 @@ void add_lora(GPT& model, Generator* gen) {
       }
       site((*model.transformer->h)[l], t.site).add_adapter("lora_" + t.name, a);
     }
+  }
+  if (wanted(names, "head")) {  // the LM head's every row: logits += (alpha / R) x A^T B^T
+    const int64_t in = c.n_embd;
+    auto a = std::make_shared<LoraAdapter>(in, 0, c.vocab_size, c.lora_rank, c.lora_alpha,
+                                           c.lora_dropout);
+    a->drop->context = model.dropout_context;
+    a->drop->index = index++;
+    if (gen) {
+      NoGradGuard no_grad;
+      const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+      uniform_(a->A, -bound, bound, *gen);
+    }
+    model.lm_head->add_adapter("lora_head", a);
   }
 }
 

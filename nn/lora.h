@@ -13,7 +13,11 @@
 //   gate, up  mlp.c_fc's gate or up rows               (Llama's SwiGLU)
 //   down      mlp.c_proj                               (Llama)
 //   fc, proj  mlp.c_fc, mlp.c_proj                     (GPT-2)
-// Parameter names: <linear>.lora_<target>.A and .B (transformer.h.0.attn.c_attn.lora_q.A).
+//   head      lm_head, once (not per block)            (an untied head only: a tied one is
+//                                                       the embedding too, and a merged
+//                                                       adapter would untie them)
+// Parameter names: <linear>.lora_<target>.A and .B (transformer.h.0.attn.c_attn.lora_q.A,
+// lm_head.lora_head.A).
 // A model with adapters trains only them: every other parameter is frozen
 // (requires_grad false), so no gradient and no optimizer state exists for it.
 #pragma once
@@ -66,6 +70,8 @@ std::vector<std::string> lora_target_names(const GPTConfig& c);
 std::vector<std::string> parse_lora_targets(const GPTConfig& c, const std::string& list);
 // The adapters' parameters in one block: R (in + rows) for each target.
 int64_t lora_parameters_per_layer(const GPTConfig& c);
+// The head adapter's: R (C + V) when "head" is a target, else 0.
+int64_t lora_head_parameters(const GPTConfig& c);
 
 // Adds the config's adapters (lora_rank > 0) to a built model and freezes everything else;
 // with gen, draws each A (Kaiming-uniform) and leaves B zero. Their dropouts take indices

@@ -92,6 +92,8 @@ std::string components(const nn::ModelSummary& s) {
   if (p.lora > 0)
     line(fmt::format("LoRA adapters, R {} (they train; the rest is frozen)", c.lora_rank), p.lora,
          L);
+  if (p.lora_head > 0)
+    line(fmt::format("LoRA adapter on the LM head, R {}", c.lora_rank), p.lora_head, 1);
   line("attention matrices Q, K, V, O (all layers)", p.attention_matrices(), 1);
   line("total", p.total(), 1);
   if (c.n_kv_head != c.n_head) {

@@ -424,3 +424,35 @@ TEST_CASE("a LoRA checkpoint records its base's hash, and a resume refuses a cha
         std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("train --lora_targets head: the LM head's adapter trains, merges, and PEFT refuses it") {
+  const fs::path dir = temp_dir("lora_head");
+  const fs::path base = base_run(dir);  // an untied Llama
+  const Run t = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
+                           base.string() + " --out " + (dir / "H").string() +
+                           " --lora_rank 2 --lora_targets q,head --max_iters 3 --eval_iters 1"
+                           " --learning_rate 3e-2");
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  const io::CheckpointData d = io::load_checkpoint(train::newest_valid_checkpoint(dir / "H").path);
+  double moved = 0;
+  for (const auto& [name, tensor] : d.model)
+    if (name == "lm_head.lora_head.B")
+      for (const float v : tensor.to_vector<float>()) moved = std::max(moved, double(std::abs(v)));
+  CHECK(moved > 0.0);
+  const Run sm = attend_cmd("summary --checkpoint " + (dir / "H").string());
+  CHECK(sm.out.find("LoRA adapter on the LM head, R 2") != std::string::npos);
+  const Run merged = attend_cmd("export --checkpoint " + (dir / "H").string() + " --merge --out " +
+                                (dir / "merged").string());
+  CHECK_MESSAGE(merged.code == 0, merged.out);
+  const Run peft = attend_cmd("export --checkpoint " + (dir / "H").string() +
+                              " --format peft --out " + (dir / "peft").string());
+  CHECK(peft.code != 0);
+  CHECK(peft.out.find("has an adapter on the LM head") != std::string::npos);
+  // GPT-2's targets are not a Llama's (a tied head is refused in tests/nn/test_lora.cpp).
+  const Run other = attend_cmd("train --data " + (dir / "corpus.txt").string() +
+                               " --init_from " + base.string() + " --out " + (dir / "T").string() +
+                               " --lora_rank 2 --lora_targets fc,head --max_iters 1");
+  CHECK(other.code != 0);
+  CHECK(other.out.find("'fc' is not a target of this Llama") != std::string::npos);
+  fs::remove_all(dir);
+}

@@ -147,3 +147,52 @@ TEST_CASE("LoRA: targets and sizes are checked, naming the flag and the value") 
   off.lora_targets = "nonsense";  // not read without adapters
   CHECK_NOTHROW(off.validate("--"));
 }
+
+TEST_CASE("LoRA on the LM head: an untied head only, fresh equals the base, merged equals adapters") {
+  GPTConfig c = tiny("llama");
+  c.tie_embeddings = false;
+  const GPT base(c, 7);
+  c.lora_rank = 2, c.lora_targets = "q,head";
+  GPT lora(c, 7);
+  REQUIRE(lora.lm_head->adapters.size() == 1);
+  CHECK(count_parameters(c).lora_head == 2 * (c.n_embd + c.vocab_size));
+  CHECK(count_parameters(c).total() == static_cast<int64_t>(lora.num_parameters()));
+  const Tensor x = ids(2, 16, 1), y = ids(2, 16, 2);
+  {
+    NoGradGuard no_grad;
+    // B zero: the logits are the base's bits; the loss is made from them (the fused head
+    // cannot add an adapter's update), so it agrees with the base's fused loss to rounding.
+    CHECK(test::bit_identical(base.forward(x).logits, lora.forward(x).logits));
+    CHECK(std::abs(base.forward(x, y).loss.item() - lora.forward(x, y).loss.item()) < 1e-6);
+  }
+  // The head's adapter trains: its B gets a gradient, the head's weight none.
+  lora.forward(x, y).loss.backward();
+  const auto named = lora.named_parameters();
+  for (const auto& [n, t] : named) {
+    INFO(n);
+    if (n == "lm_head.lora_head.B") CHECK(abs_sum(t.grad()) > 0.0);
+    if (n == "lm_head.weight") CHECK(!t.grad().defined());
+  }
+  // Merged: the head's weight plus (alpha / R) B A.
+  {
+    NoGradGuard no_grad;
+    Generator g(3);
+    for (auto& [n, t] : lora.named_parameters())
+      if (n.find(".lora_") != std::string::npos) normal_(t, 0.0, 0.2, g);
+    const std::unique_ptr<GPT> merged = merge_lora(lora);
+    const std::vector<float> a = lora.forward(x).logits.to_vector<float>(),
+                             b = merged->forward(x).logits.to_vector<float>(),
+                             z = base.forward(x).logits.to_vector<float>();
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, std::abs(double(a[i]) - b[i]));
+      moved = std::max(moved, std::abs(double(a[i]) - z[i]));
+    }
+    CHECK(worst < 1e-5);
+    CHECK(moved > 1e-2);
+  }
+  // A tied head (GPT-2's, or a Llama's with tie_embeddings) is refused, saying why.
+  GPTConfig tied = tiny("gpt2");
+  tied.lora_rank = 2, tied.lora_targets = "q,head";
+  CHECK_THROWS_WITH(tied.validate("--"), doctest::Contains("LM head is tied to its token embedding"));
+}
