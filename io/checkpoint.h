@@ -91,6 +91,9 @@ void save_checkpoint(const std::filesystem::path& path, CheckpointData& data);
 inline constexpr int64_t kOldestCheckpointFormatVersion = 2;
 // Throws naming the file and the reason for a missing, truncated, corrupt or foreign file.
 CheckpointData load_checkpoint(const std::filesystem::path& path);
+// The same checks, without returning /optimizer (the content hash still covers it): its
+// tensors stay empty. Sampling, evaluation and the views need the model only.
+CheckpointData load_checkpoint_without_optimizer(const std::filesystem::path& path);
 
 // The FNV-1a 64 content hash of the model and optimizer tensors and the step.
 uint64_t content_hash(const CheckpointData& data);

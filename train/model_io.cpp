@@ -58,7 +58,7 @@ void check_config_matches_model(const LoadedCheckpoint& ck, const nn::GPTConfig&
 }
 
 LoadedModel load_model(const std::string& file_or_run_dir) {
-  return load_model(load_checkpoint_or_run(file_or_run_dir));
+  return load_model(load_checkpoint_or_run(file_or_run_dir, false));  // the model only
 }
 
 LoadedModel load_model_merged(const std::string& file_or_run_dir) {

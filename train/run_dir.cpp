@@ -178,11 +178,14 @@ void check_stored_tokenizer(const LoadedCheckpoint& ck) {
 
 }  // namespace
 
-LoadedCheckpoint load_checkpoint_or_run(const std::string& arg) {
+LoadedCheckpoint load_checkpoint_or_run(const std::string& arg, bool with_optimizer) {
   std::error_code ec;
+  auto load = [with_optimizer](const fs::path& p) {
+    return with_optimizer ? io::load_checkpoint(p) : io::load_checkpoint_without_optimizer(p);
+  };
   LoadedCheckpoint ck = fs::is_directory(arg, ec)
-                            ? newest_valid_checkpoint(arg)
-                            : LoadedCheckpoint{fs::path(arg), io::load_checkpoint(arg)};
+                            ? newest_valid_checkpoint(arg, load)
+                            : LoadedCheckpoint{fs::path(arg), load(arg)};
   check_stored_tokenizer(ck);
   return ck;
 }

@@ -71,8 +71,10 @@ struct LoadedCheckpoint {
 LoadedCheckpoint newest_valid_checkpoint(
     const std::filesystem::path& run_dir,
     const std::function<io::CheckpointData(const std::filesystem::path&)>& load = io::load_checkpoint);
-// A checkpoint file as given, or a run folder's newest valid checkpoint, loaded.
-LoadedCheckpoint load_checkpoint_or_run(const std::string& file_or_run_dir);
+// A checkpoint file as given, or a run folder's newest valid checkpoint, loaded (without
+// its optimizer state unless with_optimizer).
+LoadedCheckpoint load_checkpoint_or_run(const std::string& file_or_run_dir,
+                                        bool with_optimizer = true);
 
 // ---- metrics.csv and loss.svg ----
 // One row (NaN: not measured at that step, an empty cell in the file).

@@ -102,7 +102,7 @@ RunStart start_run(const TrainRequest& req) {
     ATTEND_CHECK(s.config.dpo || !req.settings.explicit_fields.count("beta"), "--beta ",
                  s.config.beta, ": DPO's beta goes with --dpo");
     if (!s.config.init_from.empty()) {
-      s.init = load_checkpoint_or_run(s.config.init_from);
+      s.init = load_checkpoint_or_run(s.config.init_from, false);  // its weights only
       take_init_model(req.settings, *s.init, s.config);
     } else if (s.config.model.lora_rank > 0) {
       spdlog::warn("--lora_rank without --init_from: the adapters train on a random base that "

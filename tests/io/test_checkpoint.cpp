@@ -453,3 +453,36 @@ TEST_CASE("a checkpoint keeps a tokenizer's pattern and ignore_merges, under its
   H5Fclose(f);
   fs::remove_all(dir);
 }
+
+TEST_CASE("loading without the optimizer: the model alone, and still refused when any part is damaged") {
+  fs::path dir = temp_dir("no_optimizer");
+  Saved s;
+  io::save_checkpoint(dir / "c.h5", s.d);
+  const io::CheckpointData full = io::load_checkpoint(dir / "c.h5");
+  const io::CheckpointData lean = io::load_checkpoint_without_optimizer(dir / "c.h5");
+  REQUIRE(!full.optimizer.tensors.empty());
+  CHECK(lean.optimizer.tensors.empty());
+  CHECK(lean.optimizer.step == 7);
+  REQUIRE(lean.model.size() == full.model.size());
+  for (size_t i = 0; i < lean.model.size(); ++i) {
+    INFO(lean.model[i].first);
+    CHECK(lean.model[i].first == full.model[i].first);
+    CHECK(test::bit_identical(lean.model[i].second, full.model[i].second));
+  }
+  // Damage anywhere (two thirds of the file is AdamW's moments, which are not returned) is
+  // refused all the same: the content hash covers every group.
+  nn::GPT big(nn::GPTConfig{.vocab_size = 101, .block_size = 16, .n_layer = 2, .n_head = 2,
+                            .n_kv_head = 2, .n_embd = 32, .dropout = 0.0, .bias = true},
+              3);
+  AdamW opt(big.named_parameters(), {});
+  io::CheckpointData d = make(big, opt);
+  io::save_checkpoint(dir / "good.h5", d);
+  const size_t size = fs::file_size(dir / "good.h5");
+  for (double at : {0.3, 0.5, 0.7, 0.9}) {
+    CAPTURE(at);
+    fs::copy_file(dir / "good.h5", dir / "bad.h5", fs::copy_options::overwrite_existing);
+    flip_byte(dir / "bad.h5", static_cast<size_t>(at * static_cast<double>(size)));
+    check_error([&] { io::load_checkpoint_without_optimizer(dir / "bad.h5"); }, "bad.h5: ");
+  }
+  fs::remove_all(dir);
+}
