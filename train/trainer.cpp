@@ -244,6 +244,37 @@ TrainData open_data(const TrainRequest& req, const RunStart& s, Dist& dist) {
   return d;
 }
 
+// Data prepared with a chat template's special tokens added (data/instructions.h): the
+// embedding (and an untied head) of a state gets one row per new token up to V, each the
+// mean of the old rows (as Hugging Face's resize_token_embeddings draws them, here without
+// noise), so a new token starts as an average token. Returns whether it grew.
+bool grow_embedding_rows(std::map<std::string, Tensor>& state, int64_t V) {
+  bool grew = false;
+  for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
+    auto it = state.find(name);
+    if (it == state.end() || it->second.size(0) >= V) continue;
+    const Tensor old = kernel::cast(kernel::contiguous(it->second), DType::F64);
+    const int64_t rows = old.size(0), C = old.size(1);
+    std::vector<double> mean(static_cast<size_t>(C), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < C; ++j) mean[static_cast<size_t>(j)] += old.data<double>()[r * C + j];
+    Tensor grown = empty({V, C}, it->second.dtype());
+    const Tensor src = kernel::contiguous(it->second);
+    std::copy_n(static_cast<const char*>(src.raw_data()),
+                static_cast<size_t>(rows * C) * dtype_size(src.dtype()),
+                static_cast<char*>(grown.raw_data()));
+    for (int64_t r = rows; r < V; ++r)
+      for (int64_t j = 0; j < C; ++j)
+        grown.data<float>()[r * C + j] =
+            static_cast<float>(mean[static_cast<size_t>(j)] / static_cast<double>(rows));
+    it->second = grown;
+    grew = true;
+    if (std::string(name) == "transformer.wte.weight")
+      spdlog::info("embedding grown from {} to {} rows for the data's special tokens", rows, V);
+  }
+  return grew;
+}
+
 // A model's weights as one hash (names, shapes and bytes in name order).
 // base_only: every weight but LoRA's adapters (the frozen base).
 std::string weights_hash(const nn::GPT& model, bool base_only = false) {
@@ -273,14 +304,19 @@ std::unique_ptr<nn::GPT> load_reference(TrainConfig& c, const TrainData& d, bool
     LoadedModel m = load_model(path);
     nn::GPTConfig have = m.model->config;
     have.dropout = 0, have.block_size = want.block_size;
+    // Data made with a chat template's special tokens: the reference grows as the policy
+    // did at its start (the same mean rows), so step 0's policy is the reference exactly.
+    const bool grows = have.vocab_size < want.vocab_size &&
+                       data::extends_with_specials(d.tokenizer->spec(), m.tokenizer->spec());
+    if (grows) have.vocab_size = want.vocab_size;
     ATTEND_CHECK(have.lora_rank == 0, "--ref ", path, ": the reference has LoRA adapters (rank ",
                  have.lora_rank, "); export it --merge first");
     ATTEND_CHECK(have == want, "--ref ", path, ": the reference is a ", describe(m.model->config),
                  " of another shape than the model being tuned (n_layer ", have.n_layer,
                  " vs ", want.n_layer, ", C ", have.n_embd, " vs ", want.n_embd, ", V ",
                  have.vocab_size, " vs ", want.vocab_size, ")");
-    ATTEND_CHECK(data::tokenizer_hash(m.tokenizer->spec()) ==
-                     data::tokenizer_hash(d.tokenizer->spec()),
+    ATTEND_CHECK(grows || data::tokenizer_hash(m.tokenizer->spec()) ==
+                              data::tokenizer_hash(d.tokenizer->spec()),
                  "--ref ", path, ": the reference's tokenizer ", m.tokenizer->spec().name,
                  " is not the data's ", d.tokenizer->spec().name);
     // The tuned model's shape (a cropped block_size crops the position table too).
@@ -288,6 +324,7 @@ std::unique_ptr<nn::GPT> load_reference(TrainConfig& c, const TrainData& d, bool
     for (const auto& [name, t] : m.model->state_dict()) state[name] = t;
     auto wpe = state.find("transformer.wpe.weight");
     if (wpe != state.end()) wpe->second = kernel::narrow(wpe->second, 0, 0, want.block_size);
+    if (grows) grow_embedding_rows(state, want.vocab_size);
     ref = std::make_unique<nn::GPT>(want, 0, false);
     ref->load_state_dict(state);
     m.model.reset();
@@ -373,35 +410,8 @@ class Run {
     }
   }
 
-  // Data prepared with a chat template's special tokens added (data/instructions.h): the
-  // embedding (and an untied head) gets one row per new token, each the mean of the old
-  // rows (as Hugging Face's resize_token_embeddings draws them, here without noise), so a
-  // new token starts as an average token.
   void grow_vocabulary(std::map<std::string, Tensor>& state) {
-    const int64_t V = model_.config.vocab_size;  // the data's tokenizer's
-    bool grew = false;
-    for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
-      auto it = state.find(name);
-      if (it == state.end() || it->second.size(0) >= V) continue;
-      const Tensor old = kernel::cast(kernel::contiguous(it->second), DType::F64);
-      const int64_t rows = old.size(0), C = old.size(1);
-      std::vector<double> mean(static_cast<size_t>(C), 0.0);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < C; ++j) mean[static_cast<size_t>(j)] += old.data<double>()[r * C + j];
-      Tensor grown = empty({V, C}, it->second.dtype());
-      const Tensor src = kernel::contiguous(it->second);
-      std::copy_n(static_cast<const char*>(src.raw_data()),
-                  static_cast<size_t>(rows * C) * dtype_size(src.dtype()),
-                  static_cast<char*>(grown.raw_data()));
-      for (int64_t r = rows; r < V; ++r)
-        for (int64_t j = 0; j < C; ++j)
-          grown.data<float>()[r * C + j] =
-              static_cast<float>(mean[static_cast<size_t>(j)] / static_cast<double>(rows));
-      it->second = grown;
-      grew = true;
-      if (std::string(name) == "transformer.wte.weight")
-        spdlog::info("embedding grown from {} to {} rows for the data's special tokens", rows, V);
-    }
+    const bool grew = grow_embedding_rows(state, model_.config.vocab_size);
     if (c_.model.lora_rank > 0 && grew)
       spdlog::warn("with LoRA the embedding is frozen: the new tokens' rows keep their "
                    "starting value (the mean row); a full finetune trains them");

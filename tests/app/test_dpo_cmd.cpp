@@ -436,5 +436,18 @@ TEST_CASE("prepare --template chatml adds its tokens, train grows the embedding,
                                     f.env);
   CHECK(alpaca_sys.code != 0);
   CHECK(alpaca_sys.out.find("the alpaca template has no system message") != std::string::npos);
+  // DPO on pairs rendered with the template: the reference (the --init_from base) grows as
+  // the policy does, so step 0 is still log 2 exactly.
+  const Run pp = attend_cmd("prepare --data " + (f.dir / "pairs.json").string() +
+                                " --format preference --template chatml --tokenizer gpt2 --out " +
+                                (f.dir / "cpairs").string(),
+                            f.env);
+  REQUIRE_MESSAGE(pp.code == 0, pp.out);
+  const Run d = attend_cmd("train --data " + (f.dir / "cpairs").string() + " --init_from " +
+                               f.base.string() + " --dpo --max_iters 1 --eval_iters 2"
+                               " --batch_size 2 --out " + (f.dir / "D").string(),
+                           f.env);
+  REQUIRE_MESSAGE(d.code == 0, d.out);
+  CHECK(first_val_loss(f.dir / "D") == std::log(2.0));
   fs::remove_all(f.dir);
 }
