@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "convert/peft_io.h"
 #include "io/checkpoint.h"
+#include "tensor/kernels.h"
+#include "train/model_io.h"
 #include "run_cmd.h"
 #include "test_util.h"
 #include "train/run_dir.h"
@@ -77,5 +80,23 @@ inline int models_differing(const fs::path& run_a, const fs::path& run_b) {
   return differ;
 }
 
+// The adapter gradients of `trained` (a LoRA model after backward, any float dtype) written
+// as PEFT files into `out`, under the adapters' own keys: what the PyTorch checkers
+// compare theirs with. A copy of `checkpoint` (the run `trained` was loaded from) carries
+// the gradients as its A and B. `expect`: how many adapter tensors there must be.
+inline fs::path export_adapter_grads(const nn::GPT& trained, const fs::path& checkpoint,
+                                     const fs::path& out, size_t expect) {
+  std::map<std::string, Tensor> grads;
+  for (const auto& [name, p] : trained.named_trainable_parameters()) grads[name] = p.grad();
+  REQUIRE(grads.size() == expect);
+  train::LoadedModel g = train::load_model(checkpoint.string());
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, p] : g.model->named_parameters())
+      if (grads.count(name)) p.set_data(kernel::cast(grads.at(name), DType::F32));
+  }
+  convert::export_peft({*g.model, *g.tokenizer, "grads"}, out, "grads");
+  return out / "adapter_model.safetensors";
+}
 
 }  // namespace attend::test
