@@ -4,8 +4,10 @@
 # after the first (from the log) and the process's peak resident memory (/usr/bin/time).
 # Models: GPT-2 124M's shape with GPT-2's tokenizer (B 4, T 256) and stories15m's (B 4,
 # T 256, a char vocabulary), each from a 0-step base; LoRA R 8 on q and v (the default).
+# Modes: full, lora (f32 base), lora16 (LoRA on a bf16 base: --base_weights bf16).
 #   bench/bench_lora.sh [BUILD_DIR] [STEPS]          (default build 4)
-#   MODELS="stories15m" runs only some (default "gpt2 stories15m").
+#   MODELS="stories15m" runs only some (default "gpt2 stories15m"); MODES likewise (default
+#   "full lora lora16").
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -32,9 +34,13 @@ for model in ${MODELS:-gpt2 stories15m}; do
   # shellcheck disable=SC2086
   "$A" train --data "$text" --out "$w/$model-base" $shape --max_iters 0 --eval_iters 1 \
     --batch_size 1 >/dev/null 2>&1
-  for mode in full lora; do
-    extra=""
-    [ "$mode" = lora ] && extra="--lora_rank 8"
+  for mode in ${MODES:-full lora lora16}; do
+    case "$mode" in
+      full) extra="" ;;
+      lora) extra="--lora_rank 8" ;;
+      lora16) extra="--lora_rank 8 --base_weights bf16" ;;
+      *) echo "bench_lora: unknown mode '$mode' (full, lora, lora16)" >&2; exit 2 ;;
+    esac
     # shellcheck disable=SC2086
     /usr/bin/time -f "%M" -o "$w/rss" "$A" train --data "$w/$model-base/data" \
       --init_from "$w/$model-base" --out "$w/$model-$mode" --batch_size 4 --max_iters "$steps" \

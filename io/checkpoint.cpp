@@ -30,7 +30,8 @@ struct Fnv {
   void add(const void* p, size_t n) { h = fnv1a64(p, n, h); }
   void add(const std::string& s) { add(s.data(), s.size() + 1); }
   void add(const Tensor& t) {
-    Tensor c = kernel::contiguous(t);
+    // bf16 (a frozen base) as the f32 values the file holds (hdf5_file.cpp)
+    Tensor c = t.dtype() == DType::BF16 ? h5::widen_bf16_serial(t) : kernel::contiguous(t);
     add(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
   }
 };

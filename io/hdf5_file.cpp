@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "tensor/half.h"
 #include "tensor/kernels.h"
 #include "tensor/util.h"
 
@@ -141,6 +142,8 @@ hid_t file_type(DType d) {
       return H5T_STD_I64LE;
     case DType::Bool:
       return H5T_STD_U8LE;
+    case DType::BF16:  // written as f32 (write_tensor)
+      break;
   }
   return -1;
 }
@@ -157,14 +160,28 @@ hid_t mem_type(DType d) {
       return H5T_NATIVE_INT64;
     case DType::Bool:
       return H5T_NATIVE_UINT8;
+    case DType::BF16:
+      break;
   }
   return -1;
 }
 
 }  // namespace
 
+Tensor widen_bf16_serial(const Tensor& t) {
+  ATTEND_CHECK(t.dtype() == DType::BF16 && t.is_contiguous(),
+               "widen_bf16_serial: expected a contiguous bf16 tensor, got ", dtype_name(t.dtype()));
+  Tensor out = empty(t.shape(), DType::F32);
+  const uint16_t* s = t.data<uint16_t>();
+  float* d = out.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) d[i] = bf16_to_float(s[i]);
+  return out;
+}
+
 void File::write_tensor(const std::string& name, const Tensor& t) {
-  Tensor c = kernel::contiguous(t);
+  // a bf16 tensor (a frozen base, tensor/dtype.h) is written as its f32 values: checkpoints
+  // hold f32 weights
+  Tensor c = t.dtype() == DType::BF16 ? widen_bf16_serial(t) : kernel::contiguous(t);
   const int rank = std::max<int>(1, static_cast<int>(c.dim()));
   std::vector<hsize_t> dims(rank, 1), chunk(rank, 1);
   for (int i = 0; i < c.dim(); ++i) dims[i] = static_cast<hsize_t>(c.shape()[i]);

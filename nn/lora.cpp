@@ -230,4 +230,17 @@ AdaptersOff::~AdaptersOff() {
   for (LoraAdapter* a : off_) a->enabled = true;
 }
 
+int64_t store_frozen_as_bf16(Module& model) {
+  int64_t freed = 0;
+  for (Tensor& t : model.parameters())  // each tensor once, ties included
+    if (!t.requires_grad() && t.dim() == 2 && t.dtype() == DType::F32) {
+      freed += t.numel() * 2;
+      t.set_data(kernel::cast(t, DType::BF16));
+      // the f32 buffer back to the system now, not cached for a size that will not recur:
+      // the conversion then never holds both copies of more than one matrix
+      release_storage_cache();
+    }
+  return freed;
+}
+
 }  // namespace attend::nn

@@ -73,6 +73,15 @@ int64_t lora_parameters_per_layer(const GPTConfig& c);
 // The head adapter's: R (C + V) when "head" is a target, else 0.
 int64_t lora_head_parameters(const GPTConfig& c);
 
+// train --base_weights bf16: every frozen matrix of the model (the 2-D weights: Linear
+// layers', the embeddings'; a tied one once) kept as bf16 bits (tensor/dtype.h) in place, so
+// the frozen base takes half the bytes. Rounded as the bf16 products round (nearest even, a
+// subnormal to zero); linear, linear_cross_entropy and embedding then read the rounded values,
+// and give the bits an f32 base holding those values would give. Norm gains and biases
+// stay f32. Each f32 buffer goes back to the system as its matrix is converted (the
+// storage cache is emptied, tensor/tensor.h). Returns the bytes freed.
+int64_t store_frozen_as_bf16(Module& model);
+
 // Adds the config's adapters (lora_rank > 0) to a built model and freezes everything else;
 // with gen, draws each A (Kaiming-uniform) and leaves B zero. Their dropouts take indices
 // after the model's own, so the base's dropout masks do not change.

@@ -59,6 +59,17 @@ class BufferPool {
     std::free(p);
   }
 
+  // Frees every cached buffer; returns the bytes.
+  size_t release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [bytes, list] : free_)
+      for (void* p : list) std::free(p);
+    free_.clear();
+    const size_t n = cached_;
+    cached_ = 0;
+    return n;
+  }
+
  private:
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
@@ -88,6 +99,8 @@ Storage::~Storage() {
   g_live.fetch_sub(nbytes, std::memory_order_relaxed);
   pool().give(data, BufferPool::round(nbytes));
 }
+
+size_t release_storage_cache() { return pool().release(); }
 
 StorageStats storage_stats() {
   return {g_live.load(std::memory_order_relaxed), g_peak.load(std::memory_order_relaxed)};

@@ -37,6 +37,11 @@ struct StorageStats {
   size_t live = 0, peak = 0;
 };
 StorageStats storage_stats();
+// Freed large buffers are kept for reuse by size (a step allocates the same sizes again and
+// again), up to 1 GB. This hands them all back to the system: after a phase whose buffers
+// will not come back (a checkpoint read and copied into the model, a model converted).
+// Returns the bytes released.
+size_t release_storage_cache();
 void reset_storage_peak();
 
 struct Storage {

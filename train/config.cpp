@@ -110,6 +110,10 @@ const std::vector<ConfigField>& config_fields() {
       {"lora_targets",
        "LoRA: q,k,v,o (attention) and gate,up,down (llama) or fc,proj (gpt2), comma-separated",
        G::Model, R::Refuse, &M::lora_targets},
+      {"base_weights",
+       "LoRA: the frozen base's weights as f32 or bf16 (half the bytes; the products read the "
+       "bf16-rounded values)",
+       G::Model, R::Refuse, &C::base_weights},
       {"optimizer", "adamw | sgd", G::Optim, R::Refuse, &C::optimizer},
       {"batch_size", "sequences per micro-step B", G::Optim, R::Refuse, &C::batch_size},
       {"gradient_accumulation_steps", "micro-steps per optimizer step", G::Optim, R::Refuse,
@@ -238,6 +242,11 @@ void TrainConfig::validate() const {
   check(std::isfinite(beta) && beta > 0 && beta <= 1e4, "beta", beta, "must be in (0, 1e4]");
   check(dpo || ref.empty(), "ref", ref, "is DPO's reference: give it with --dpo");
   check(precision == "f32" || precision == "bf16", "precision", precision, "must be f32 or bf16");
+  check(base_weights == "f32" || base_weights == "bf16", "base_weights", base_weights,
+        "must be f32 or bf16");
+  check(base_weights == "f32" || model.lora_rank > 0, "base_weights", base_weights,
+        "is the format of a frozen base: give it with --lora_rank (a full finetune trains every "
+        "weight, in f32)");
   check(eval_interval > 0, "eval_interval", eval_interval, "must be positive");
   // Each is a batch scored at every evaluation (and a slot in a vector): 10^6 is days.
   check(eval_iters > 0 && eval_iters <= 1000000, "eval_iters", eval_iters,

@@ -41,6 +41,8 @@ struct TrainConfig {
   // LoRA: the frozen base's content hash (every weight but the adapters), set by the
   // trainer, checked on resume: a checkpoint whose base changed is refused
   std::string base_hash;
+  // LoRA: the frozen base's number format, f32 or bf16 (nn::store_frozen_as_bf16)
+  std::string base_weights = "f32";
   // model: the cpu-char preset; vocab_size is the tokenizer's
   std::string preset = "cpu-char";
   nn::GPTConfig model = nn::gpt_preset("cpu-char");

@@ -19,6 +19,7 @@
 #include "io/checkpoint.h"
 #include "nn/summary.h"
 #include "train/dist.h"
+#include "nn/lora.h"
 #include "train/dpo.h"
 #include "train/model_io.h"
 #include "train/progress.h"
@@ -53,7 +54,8 @@ void take_init_model(const ResolvedConfig& req, const LoadedCheckpoint& ck, Trai
     const Value want = f.get(c), had = f.get(s);
     const std::string n = f.name;
     const bool crop = n == "block_size" && std::get<int64_t>(want) <= saved.block_size;
-    const bool lora = n.rfind("lora_", 0) == 0;  // adapters on the checkpoint's weights
+    // adapters on the checkpoint's weights, and the format its frozen base is kept in
+    const bool lora = n.rfind("lora_", 0) == 0 || n == "base_weights";
     if (want != had && !crop && n != "dropout" && !lora)
       refused.push_back(
           str(n, " (checkpoint ", format_value(had), ", now ", format_value(want), ")"));
@@ -282,7 +284,8 @@ std::string weights_hash(const nn::GPT& model, bool base_only = false) {
   for (const auto& [name, t] : model.named_parameters()) {
     if (base_only && name.find(".lora_") != std::string::npos) continue;
     h = fnv1a64(name.data(), name.size(), h);
-    const Tensor c = kernel::contiguous(t);
+    // a bf16 base (--base_weights bf16) hashes as its f32 values: as its checkpoint holds it
+    const Tensor c = t.dtype() == DType::BF16 ? kernel::cast(t, DType::F32) : kernel::contiguous(t);
     h = fnv1a64(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()), h);
   }
   return fmt::format("{:016x}", h);
@@ -362,6 +365,10 @@ class Run {
     if (s.resumed) restore(*s.resumed);
     if (s.init) take_weights(s.init->data);
     if (dist_.size() > 1) share_state();
+    if (c_.base_weights == "bf16") {
+      const int64_t freed = nn::store_frozen_as_bf16(model_);
+      spdlog::info("frozen base kept as bf16: {:.1f} MB of weights freed", freed / 1e6);
+    }
     if (c_.model.lora_rank > 0 && dist_.root()) check_base(s.resumed ? &s.resumed->path : nullptr);
   }
 
@@ -669,6 +676,9 @@ TrainOutcome run_training(const TrainRequest& req) {
   const bool resumed = s.resumed.has_value();
   s.init.reset();
   s.resumed.reset();
+  // and the freed buffers back to the system (with --base_weights bf16 the f32 base too)
+  const size_t released = release_storage_cache();
+  if (released > 0) spdlog::debug("{:.1f} MB of freed buffers released", released / 1e6);
   run.describe();
 
   TrainOutcome out;

@@ -68,10 +68,50 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // gradient is formed as (out, in) directly, g^T x, instead of a transposed view of
 // x^T g: a fresh contiguous tensor the engine can make the weight's .grad without a copy.
 // The bias is added in place into the product, and its gradient is g summed over rows.
+namespace {
+
+// linear with a frozen bf16 weight (tensor/dtype.h): y = x W^T + b and dx = dy W through
+// the bf16 weight's products (kernel::gemm_bf16_weight*, the bits of W's f32 values); W has
+// no gradient and x is not kept. A bias may train.
+Tensor linear_bf16_weight(const Tensor& x, const Tensor& w, const Tensor& b) {
+  ATTEND_CHECK(x.dtype() == DType::F32 && (!b.defined() || b.dtype() == DType::F32),
+               "linear: a bf16 weight takes an f32 input and bias, got ", dtype_name(x.dtype()));
+  const int64_t in = w.size(1), outs = w.size(0);
+  const Tensor wc = kernel::contiguous(w), xc = kernel::contiguous(x);
+  Shape shape = x.shape();
+  shape.back() = outs;
+  Tensor out = empty(shape, DType::F32);
+  const int64_t M = x.numel() / in;
+  kernel::gemm_bf16_weight_t(M, outs, in, {xc.data<float>(), in, 1}, wc.data<uint16_t>(),
+                             out.data<float>(), outs);
+  if (b.defined()) kernel::add_(out, b);
+  std::vector<Tensor> inputs{x};
+  if (b.defined()) inputs.push_back(b);
+  autograd::record("linear", inputs, out,
+                   [wc, has_b = b.defined(), in, outs](const Tensor& g, const Needs& n) {
+                     const Tensor gc = kernel::contiguous(g);
+                     std::vector<Tensor> grads(has_b ? 2 : 1);
+                     if (n[0]) {
+                       Shape s = g.shape();
+                       s.back() = in;
+                       grads[0] = empty(s, DType::F32);
+                       kernel::gemm_bf16_weight(gc.numel() / outs, in, outs,
+                                                {gc.data<float>(), outs, 1}, wc.data<uint16_t>(),
+                                                grads[0].data<float>(), in);
+                     }
+                     if (has_b && n[1]) grads[1] = kernel::sum_to(kernel::reshape(gc, {-1, outs}), {outs});
+                     return grads;
+                   });
+  return out;
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   ATTEND_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1),
                "linear: expected input (..., ", w.dim() == 2 ? w.size(1) : -1,
                ") and weight (out, in), got ", shape_str(x.shape()), " and ", shape_str(w.shape()));
+  if (w.dtype() == DType::BF16) return linear_bf16_weight(x, w, b);
   Tensor out = kernel::matmul(x, kernel::transpose(w, 0, 1));  // (..., out), fresh
   if (b.defined()) kernel::add_(out, b);
   std::vector<Tensor> inputs{x, w};

@@ -1,5 +1,9 @@
 // Copies, casts, in-place accumulation, concatenation and selection.
+#include <cstring>
+
+#include "tensor/half.h"
 #include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
 #include "tensor/kernels/iter.h"
 
 namespace attend::kernel {
@@ -33,6 +37,29 @@ void check_broadcastable_to(const Tensor& src, const Shape& dst, const char* op)
 
 void copy_(const Tensor& dst, const Tensor& src) {
   check_broadcastable_to(src, dst.shape(), "copy_");
+  if (dst.dtype() == DType::BF16 || src.dtype() == DType::BF16) {
+    // bf16 (frozen weights, tensor/dtype.h): bits to bits, f32 rounded as the GEMM rounds
+    // its operands (round_to_bf16: nearest even, a subnormal to a zero of its sign), bf16
+    // widened to f32 exactly. Nothing else converts to or from bf16.
+    const DType d = dst.dtype(), s = src.dtype();
+    auto bits = [](float f) {
+      const float r = round_to_bf16(f);
+      uint32_t u;
+      std::memcpy(&u, &r, 4);
+      return static_cast<uint16_t>(u >> 16);
+    };
+    if (d == DType::BF16 && s == DType::BF16) {
+      map_into<uint16_t, uint16_t>(dst, src, [](uint16_t, uint16_t v) { return v; });
+    } else if (d == DType::BF16 && s == DType::F32) {
+      map_into<uint16_t, float>(dst, src, [&](uint16_t, float v) { return bits(v); });
+    } else if (d == DType::F32 && s == DType::BF16) {
+      map_into<float, uint16_t>(dst, src, [](float, uint16_t v) { return bf16_to_float(v); });
+    } else {
+      throw Error(str("copy_: bf16 converts only to and from f32, got ", dtype_name(s), " to ",
+                      dtype_name(d)));
+    }
+    return;
+  }
   dispatch_all(dst.dtype(), [&]<typename D>() {
     dispatch_all(src.dtype(), [&]<typename S>() {
       map_into<D, S>(dst, src, [](D, S v) { return static_cast<D>(v); });

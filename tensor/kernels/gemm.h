@@ -67,6 +67,21 @@ void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A,
 void to_decode_panels(const float* W, int64_t N, int64_t K, float* out);
 void to_decode_panels_bf16(const float* W, int64_t N, int64_t K, uint16_t* out);
 
+// Products with a frozen bf16 weight (tensor/dtype.h's bf16: LoRA's base under train
+// --base_weights bf16), W row-major bits, A f32 with column stride 1:
+//   gemm_bf16_weight_t  C (M, N) = A (M, K) W^T,  W (N, K)   (a Linear's forward)
+//   gemm_bf16_weight    C (M, N) = A (M, K) W,    W (K, N)   (its input's gradient)
+// Each widens W a block of rows at a time (at most kBf16WeightBlockBytes of f32) and
+// multiplies by gemm, so the result has gemm's bits on W's f32 values, in f32 and bf16
+// precision, at any thread count: blocks of W^T's columns change no element's sum, and
+// blocks of W's rows split K at multiples of kGemmKBlock (see above). With `accumulate`,
+// C += the product. The f32 copy of the whole W is never made.
+inline constexpr int64_t kBf16WeightBlockBytes = int64_t{8} << 20;
+void gemm_bf16_weight_t(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* W,
+                        float* C, int64_t ldc, bool accumulate = false);
+void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* W,
+                      float* C, int64_t ldc, bool accumulate = false);
+
 // The plain triple loop, accumulating in double: the test oracle.
 template <typename T>
 void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc);

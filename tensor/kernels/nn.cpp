@@ -32,6 +32,7 @@
 #include <numeric>
 #include <vector>
 
+#include "tensor/half.h"
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
 #include "tensor/kernels/rowmath.h"
@@ -318,8 +319,13 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
   ATTEND_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
                "linear_cross_entropy: expected x (N, C) and w (V, C), got ", shape_str(x.shape()),
                " and ", shape_str(w.shape()));
-  ATTEND_CHECK(x.dtype() == w.dtype() && is_floating(x.dtype()),
-               "linear_cross_entropy: expected x and w of one floating dtype");
+  // w bf16: a frozen head (its values widened, tensor/dtype.h), never differentiated
+  const bool w16 = w.dtype() == DType::BF16;
+  ATTEND_CHECK((x.dtype() == w.dtype() && is_floating(x.dtype())) ||
+                   (w16 && x.dtype() == DType::F32),
+               "linear_cross_entropy: expected x and w of one floating dtype (or f32 x and a bf16 "
+               "w), got ", dtype_name(x.dtype()), " and ", dtype_name(w.dtype()));
+  ATTEND_CHECK(!(w16 && grad_w), "linear_cross_entropy: a bf16 w is frozen: no gradient for it");
   ATTEND_CHECK(is_integer(targets.dtype()) && targets.shape() == Shape{x.size(0)},
                "linear_cross_entropy: expected integer targets of shape (", x.size(0), ",), got ",
                shape_str(targets.shape()), " ", dtype_name(targets.dtype()));
@@ -332,7 +338,29 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
   if (grad_x) o.dx = empty({N, C}, x.dtype());
   if (grad_w) o.dw = empty({V, C}, x.dtype());
   dispatch_float(x.dtype(), "linear_cross_entropy", [&]<typename T>() {
-    const T *xp = xc.data<T>(), *wp = wc.data<T>();
+    const T* xp = xc.data<T>();
+    const T* wp = w16 ? nullptr : wc.data<T>();
+    // x w^T into L, and dL w into dx: through the bf16 weight's products for a bf16 w (the
+    // bits of gemm on its f32 values)
+    auto logits = [&](int64_t r0, int64_t rows, T* L) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (w16) {
+          gemm_bf16_weight_t(rows, V, C, {xp + r0 * C, C, 1}, wc.data<uint16_t>(), L, V);
+          return;
+        }
+      }
+      gemm<T>(rows, V, C, {xp + r0 * C, C, 1}, {wp, 1, C}, L, V, true);
+    };
+    auto input_grad = [&](int64_t r0, int64_t rows, const T* L) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (w16) {
+          gemm_bf16_weight(rows, C, V, {L, V, 1}, wc.data<uint16_t>(), o.dx.data<T>() + r0 * C,
+                           C);
+          return;
+        }
+      }
+      gemm<T>(rows, C, V, {L, V, 1}, {wp, C, 1}, o.dx.data<T>() + r0 * C, C, true);
+    };
     const int64_t rows_max = std::min(N, chunk_rows);
     Tensor buf = empty({rows_max, V}, x.dtype());  // one chunk's logits, then their gradient
     std::vector<T> lse(static_cast<size_t>(rows_max));
@@ -341,7 +369,7 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
     double total = 0;
     for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, N - r0);
-      gemm<T>(rows, V, C, {xp + r0 * C, C, 1}, {wp, 1, C}, L, V, true);  // x w^T
+      logits(r0, rows, L);  // x w^T
       for_rows(rows, V, [&](int64_t i) { lse[static_cast<size_t>(i)] = row_lse(L + i * V, V); });
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t t = target_at(tc, r0 + i);
@@ -357,8 +385,7 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
         else
           row_ce_grad(row, row, V, lse[static_cast<size_t>(i)], t, scale);
       });
-      if (grad_x)  // dL w
-        gemm<T>(rows, C, V, {L, V, 1}, {wp, C, 1}, o.dx.data<T>() + r0 * C, C, true);
+      if (grad_x) input_grad(r0, rows, L);  // dL w
       if (grad_w)  // dL^T x
         gemm<T>(V, C, rows, {L, 1, V}, {xp + r0 * C, C, 1}, o.dw.data<T>(), C, true, r0 > 0);
     }
@@ -382,6 +409,16 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   }
   Shape shape = ids.shape();
   shape.push_back(C);
+  if (weight.dtype() == DType::BF16) {  // a frozen bf16 table: rows widened to f32
+    Tensor out = empty(shape, DType::F32);
+    const uint16_t* w = wc.data<uint16_t>();
+    float* o = out.data<float>();
+    for_rows(n, C, [&](int64_t i) {
+      const uint16_t* src = w + target_at(idc, i) * C;
+      for (int64_t c = 0; c < C; ++c) o[i * C + c] = bf16_to_float(src[c]);
+    });
+    return out;
+  }
   Tensor out = empty(shape, weight.dtype());
   dispatch_float(weight.dtype(), "embedding", [&]<typename T>() {
     const T* w = wc.data<T>();

@@ -447,3 +447,54 @@ TEST_CASE("train --lora_targets head: the LM head's adapter trains, merges, and 
   CHECK(other.out.find("'fc' is not a target of this Llama") != std::string::npos);
   fs::remove_all(dir);
 }
+
+// --base_weights bf16: the frozen base kept as bf16 bits trains what an f32 run from the
+// base's bf16-rounded values trains, bit for bit; its checkpoints hold that rounded base as
+// f32; resume is exact; the flag goes with --lora_rank only.
+TEST_CASE("train --base_weights bf16 equals LoRA on the rounded f32 base, and resumes exactly") {
+  const fs::path dir = temp_dir("lora_bf16_base");
+  const fs::path base = base_run(dir);
+  const std::string bf16 = " --base_weights bf16 --max_iters ";
+  const Run a = attend_cmd(lora_train(dir, base) + bf16 + "6 --out " + (dir / "A").string());
+  REQUIRE_MESSAGE(a.code == 0, a.out);
+  CHECK(a.out.find("frozen base kept as bf16") != std::string::npos);
+  // the base's matrices rounded to bf16 (gains stay f32), as an f32 checkpoint
+  io::CheckpointData r = train::newest_valid_checkpoint(base).data;
+  for (auto& [name, t] : r.model)
+    if (t.dim() == 2) t = kernel::cast(kernel::cast(t, DType::BF16), DType::F32);
+  fs::create_directories(dir / "R");
+  io::save_checkpoint(dir / "R" / "ckpt_00000004.h5", r);
+  const Run c = attend_cmd(lora_train(dir, dir / "R") + " --max_iters 6 --out " + (dir / "C").string());
+  REQUIRE_MESSAGE(c.code == 0, c.out);
+  CHECK(models_differing(dir / "A", dir / "C") == 0);
+  const io::CheckpointData ca = train::newest_valid_checkpoint(dir / "A").data;
+  const auto rounded = by_name(r.model);
+  for (const auto& [name, t] : ca.model) {
+    INFO(name);
+    CHECK(t.dtype() == DType::F32);
+    if (name.find(".lora_") == std::string::npos) CHECK(test::bit_identical(t, rounded.at(name)));
+  }
+  // 3 steps, then a resume to 6 (the format kept from the checkpoint): A's bits
+  const Run b1 = attend_cmd(lora_train(dir, base) + bf16 + "3 --out " + (dir / "B").string());
+  REQUIRE_MESSAGE(b1.code == 0, b1.out);
+  const Run b2 = attend_cmd("train --resume " + (dir / "B").string() + " --max_iters 6");
+  REQUIRE_MESSAGE(b2.code == 0, b2.out);
+  CHECK(b2.out.find("frozen base kept as bf16") != std::string::npos);
+  CHECK(models_differing(dir / "A", dir / "B") == 0);
+  const io::CheckpointData cb = train::newest_valid_checkpoint(dir / "B").data;
+  REQUIRE(ca.optimizer.tensors.size() == cb.optimizer.tensors.size());
+  for (size_t i = 0; i < ca.optimizer.tensors.size(); ++i)
+    CHECK(test::bit_identical(ca.optimizer.tensors[i].second, cb.optimizer.tensors[i].second));
+  // refused: without LoRA, and a format that is not one
+  const Run full = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
+                              base.string() + " --base_weights bf16 --max_iters 1 --out " +
+                              (dir / "F").string());
+  CHECK(full.code != 0);
+  CHECK(full.out.find("--base_weights: is the format of a frozen base: give it with --lora_rank") !=
+        std::string::npos);
+  const Run bad = attend_cmd(lora_train(dir, base) + " --base_weights f16 --max_iters 1 --out " +
+                             (dir / "G").string());
+  CHECK(bad.code != 0);
+  CHECK(bad.out.find("--base_weights: must be f32 or bf16, got f16") != std::string::npos);
+  fs::remove_all(dir);
+}

@@ -189,18 +189,22 @@ TEST_CASE("LoRA finetuning trains the same bits at -np 2 as in one process") {
   const fs::path data = prepared(dir);
   const std::string base = flags(data) + " --arch llama --n_kv_head 1 --max_iters 2";
   REQUIRE(shell(std::string(ATTEND_BIN) + base + " --out " + (dir / "base").string()).code == 0);
-  // The adapters' own dropout on too (their masks keyed after the base's dropouts).
-  const std::string f = flags(data) + " --init_from " + (dir / "base").string() +
-                        " --lora_rank 4 --lora_targets q,k,v,o,gate,up,down --lora_dropout 0.1"
-                        " --max_iters 3";
-  REQUIRE(
-      shell("OMP_NUM_THREADS=2 " + std::string(ATTEND_BIN) + f + " --out " + (dir / "w1").string())
-          .code == 0);
-  const Run r = shell(mpirun(2) + ATTEND_BIN + f + " --out " + (dir / "w2").string());
-  CAPTURE(r.out);
-  REQUIRE(r.code == 0);
-  check_same_bits(dir / "w1" / train::checkpoint_name(3), dir / "w2" / train::checkpoint_name(3));
-  CHECK(losses(dir / "w1") == losses(dir / "w2"));
+  // The adapters' own dropout on too (their masks keyed after the base's dropouts); an f32
+  // base and a bf16 one (--base_weights bf16).
+  for (const std::string format : {"f32", "bf16"}) {
+    INFO("base_weights ", format);
+    const std::string f = flags(data) + " --init_from " + (dir / "base").string() +
+                          " --lora_rank 4 --lora_targets q,k,v,o,gate,up,down --lora_dropout 0.1"
+                          " --max_iters 3 --base_weights " + format;
+    const fs::path w1 = dir / ("w1" + format), w2 = dir / ("w2" + format);
+    REQUIRE(shell("OMP_NUM_THREADS=2 " + std::string(ATTEND_BIN) + f + " --out " + w1.string())
+                .code == 0);
+    const Run r = shell(mpirun(2) + ATTEND_BIN + f + " --out " + w2.string());
+    CAPTURE(r.out);
+    REQUIRE(r.code == 0);
+    check_same_bits(w1 / train::checkpoint_name(3), w2 / train::checkpoint_name(3));
+    CHECK(losses(w1) == losses(w2));
+  }
   fs::remove_all(dir);
 }
 

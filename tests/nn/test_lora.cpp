@@ -196,3 +196,60 @@ TEST_CASE("LoRA on the LM head: an untied head only, fresh equals the base, merg
   tied.lora_rank = 2, tied.lora_targets = "q,head";
   CHECK_THROWS_WITH(tied.validate("--"), doctest::Contains("LM head is tied to its token embedding"));
 }
+
+// --base_weights bf16 (store_frozen_as_bf16): the frozen matrices kept as bf16 bits give the
+// bits of an f32 base holding their rounded values: loss, logits and the adapters' gradients,
+// for both families (GPT-2's tied head through linear_cross_entropy, Llama's untied one), in
+// f32 and bf16 products.
+TEST_CASE("LoRA: a bf16 base gives the bits of an f32 base holding its rounded values") {
+  for (const auto prec : {kernel::GemmPrecision::f32, kernel::GemmPrecision::bf16}) {
+    const test::PrecisionGuard p(prec);
+    for (const std::string family : {"gpt2", "llama"}) {
+      INFO(family, " ", kernel::gemm_precision_name(prec));
+      GPTConfig c = tiny(family);
+      c.lora_rank = 2, c.lora_alpha = 4;
+      c.lora_targets = family == "llama" ? "q,v,o,down" : "q,v,fc";
+      GPT rounded(c, 9), half(c, 9);
+      {
+        NoGradGuard no_grad;
+        // B nonzero (the same draw in both), so A's gradient is too
+        for (auto* m : {&rounded, &half})
+          for (auto& [n, t] : m->named_parameters())
+            if (n.find(".lora_") != std::string::npos) {
+              Generator gi(4);
+              normal_(t, 0.0, 0.3, gi);
+            }
+        for (auto& t : rounded.parameters())
+          if (!t.requires_grad() && t.dim() == 2)
+            t.set_data(kernel::cast(kernel::cast(t, DType::BF16), DType::F32));
+      }
+      const int64_t freed = store_frozen_as_bf16(half);
+      int64_t matrices = 0;
+      for (const auto& t : half.parameters()) {
+        if (t.requires_grad()) {
+          CHECK(t.dtype() == DType::F32);
+        } else if (t.dim() == 2) {
+          CHECK(t.dtype() == DType::BF16);
+          matrices += t.numel();
+        } else {
+          CHECK(t.dtype() == DType::F32);  // gains and biases stay f32
+        }
+      }
+      CHECK(freed == 2 * matrices);
+      const Tensor x = ids(2, 16, 5), y = ids(2, 16, 6);
+      const Tensor la = rounded.forward(x, y).loss, lb = half.forward(x, y).loss;
+      CHECK(la.item() == lb.item());
+      la.backward();
+      lb.backward();
+      const auto ta = rounded.named_trainable_parameters(), tb = half.named_trainable_parameters();
+      REQUIRE(ta.size() == tb.size());
+      for (size_t i = 0; i < ta.size(); ++i) {
+        INFO(ta[i].first);
+        CHECK(test::bit_identical(ta[i].second.grad(), tb[i].second.grad()));
+      }
+      CHECK(abs_sum(ta[0].second.grad()) > 0.0);
+      NoGradGuard no_grad;
+      CHECK(test::bit_identical(rounded.forward(x).logits, half.forward(x).logits));
+    }
+  }
+}

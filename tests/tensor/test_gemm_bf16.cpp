@@ -226,3 +226,68 @@ TEST_CASE("to_bf16_bits and back give round_to_bf16's values, in parallel and in
   }
   CHECK(diff == 0);
 }
+
+// Products with a frozen bf16 weight (gemm_bf16_weight_t / gemm_bf16_weight: train
+// --base_weights bf16) against gemm on the weight's widened f32 values: the same bits, with
+// W widened in several blocks (N or K past one 8 MB block, K not a multiple of the GEMM's
+// K block), in f32 and in bf16 precision, with 1 and 2 threads, stored and accumulated.
+TEST_CASE("bf16 weight products give gemm's bits on the widened weight, blocks and all") {
+  Generator g(91);
+  for (const auto prec : {k::GemmPrecision::f32, k::GemmPrecision::bf16}) {
+    const PrecisionGuard p(prec);
+    // (M, N, K): x W^T with W (N, K) in three blocks of rows; g W with W (K, N) in three
+    // blocks of K (each a multiple of 256 rows); and a small one-block case
+    struct Case { int64_t M, N, K; };
+    for (const Case c : {Case{7, 700, 8192}, Case{5, 8192, 700}, Case{9, 33, 65}}) {
+      INFO(k::gemm_precision_name(prec), " M ", c.M, " N ", c.N, " K ", c.K);
+      const Tensor wt = k::cast(k::cast(randn({c.N, c.K}, g), DType::BF16), DType::F32);
+      const Tensor wn = k::cast(k::cast(randn({c.K, c.N}, g), DType::BF16), DType::F32);
+      const Tensor wt16 = k::cast(wt, DType::BF16), wn16 = k::cast(wn, DType::BF16);
+      const Tensor a = randn({c.M, c.K}, g), c0 = randn({c.M, c.N}, g);
+      for (const int threads : {1, 2}) {
+        INFO("threads ", threads);
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        const Tensor want_t = k::matmul(a, k::transpose(wt, 0, 1));
+        Tensor got_t = empty({c.M, c.N}, DType::F32);
+        k::gemm_bf16_weight_t(c.M, c.N, c.K, {a.data<float>(), c.K, 1}, wt16.data<uint16_t>(),
+                              got_t.data<float>(), c.N);
+        const Tensor want_n = k::matmul(a, wn);
+        Tensor got_n = empty({c.M, c.N}, DType::F32);
+        k::gemm_bf16_weight(c.M, c.N, c.K, {a.data<float>(), c.K, 1}, wn16.data<uint16_t>(),
+                            got_n.data<float>(), c.N);
+        // accumulated: C += product, as gemm's accumulate
+        Tensor want_acc = k::clone(c0), got_acc = k::clone(c0);
+        k::gemm<float>(c.M, c.N, c.K, {a.data<float>(), c.K, 1}, {wn.data<float>(), c.N, 1},
+                       want_acc.data<float>(), c.N, true, true);
+        k::gemm_bf16_weight(c.M, c.N, c.K, {a.data<float>(), c.K, 1}, wn16.data<uint16_t>(),
+                            got_acc.data<float>(), c.N, true);
+        omp_set_num_threads(before);
+        check_bits(got_t, want_t.to_vector<float>());
+        check_bits(got_n, want_n.to_vector<float>());
+        check_bits(got_acc, want_acc.to_vector<float>());
+      }
+    }
+  }
+}
+
+TEST_CASE("bf16 tensors: cast rounds as the GEMM does, widens exactly, and other ops refuse them") {
+  Generator g(17);
+  std::vector<float> v = spread(1000, g);
+  v[3] = 1e-39f;  // a subnormal: to a zero
+  const Tensor x = tensor(std::vector<double>(v.begin(), v.end()), {10, 100});
+  const Tensor h = k::cast(x, DType::BF16);
+  CHECK(h.dtype() == DType::BF16);
+  CHECK(h.numel() == 1000);
+  const Tensor back = k::cast(h, DType::F32);
+  std::vector<float> want(v.size());
+  for (size_t i = 0; i < v.size(); ++i) want[i] = k::round_to_bf16(v[i]);
+  check_bits(back, want);
+  // a view of bf16 bits copies as bits
+  check_bits(k::cast(k::contiguous(k::transpose(h, 0, 1)), DType::F32),
+             k::transpose(back, 0, 1).to_vector<float>());
+  CHECK_THROWS_WITH(k::cast(h, DType::F64), doctest::Contains("bf16 converts only to and from f32"));
+  CHECK_THROWS_WITH(k::binary(k::Binary::Add, h, h), doctest::Contains("bf16"));
+  Tensor w = k::clone(h);
+  CHECK_THROWS_WITH(w.requires_grad_(), doctest::Contains("only floating tensors"));
+}
