@@ -35,6 +35,11 @@ int run_prepare(const data::PrepareOptions& o) {
     std::printf("%lld train and %lld val preference pairs (template %s; for train --dpo)\n",
                 static_cast<long long>(r.train_examples), static_cast<long long>(r.val_examples),
                 o.template_name.c_str());
+  else if (o.format == "chat")
+    std::printf("%lld train and %lld val examples, one per assistant message with the "
+                "conversation before it (template %s; the loss counts that message only)\n",
+                static_cast<long long>(r.train_examples), static_cast<long long>(r.val_examples),
+                o.template_name.c_str());
   else if (o.format != "text")
     std::printf("%lld train and %lld val examples (template %s; the loss counts responses only)\n",
                 static_cast<long long>(r.train_examples), static_cast<long long>(r.val_examples),
@@ -60,15 +65,19 @@ void add_prepare(CLI::App& app, int& rc) {
   cmd->add_option("--format", o->format,
                   "text: a corpus; alpaca: a JSON array of {instruction, input, output} "
                   "examples, the loss on the responses only; preference: the same with "
-                  "{chosen, rejected} responses, for train --dpo (docs/finetune.md)")
-      ->check(CLI::IsMember({"text", "alpaca", "preference"}))
+                  "{chosen, rejected} responses, for train --dpo; chat: a JSON array of "
+                  "{messages: [{role, content}, ...]} conversations, the loss on the assistant's "
+                  "messages (docs/finetune.md)")
+      ->check(CLI::IsMember({"text", "alpaca", "chat", "preference"}))
       ->capture_default_str();
   cmd->add_option("--template", o->template_name,
-                  "--format alpaca or preference: the prompt template the examples are rendered through")
+                  "--format alpaca, chat or preference: the prompt template the examples are "
+                  "rendered through (chat: chatml or llama3)")
       ->check(CLI::IsMember(data::instruction_templates()))
       ->capture_default_str();
   cmd->add_option("--system", o->system,
-                  "--template chatml or llama3: a system message before every example");
+                  "--template chatml or llama3: a system message before every example (chat: "
+                  "for conversations without their own)");
   cmd->callback([o, &rc] { rc = run_prepare(*o); });
 }
 

@@ -192,8 +192,9 @@ namespace {
 // fields (a missing or null optional field reads as empty; a required one, or a field of
 // another type, is refused naming the file, the entry and the field).
 using FieldGetter = std::function<std::string(const char* field, bool required)>;
-void for_each_entry(const fs::path& file, const char* what,
-                    const std::function<void(size_t, const std::string&, const FieldGetter&)>& take) {
+// The JSON array an instruction, preference or conversation file holds (size and syntax
+// checked; `expected` describes an entry for the error when it is not an array).
+nlohmann::json read_json_array(const fs::path& file, const char* what, const char* expected) {
   std::error_code ec;
   ATTEND_CHECK(fs::is_regular_file(file, ec), "prepare: --data ", file.string(),
                ": not a regular file (--format ", what, " reads one JSON file)");
@@ -207,8 +208,16 @@ void for_each_entry(const fs::path& file, const char* what,
   } catch (const nlohmann::json::exception& e) {
     throw Error(str("prepare: --data ", file.string(), ": not JSON (", e.what(), ")"));
   }
-  ATTEND_CHECK(j.is_array(), "prepare: --data ", file.string(),
-               ": expected a JSON array of examples ({\"instruction\", \"input\", \"output\"})");
+  ATTEND_CHECK(j.is_array(), "prepare: --data ", file.string(), ": expected a JSON array of ",
+               expected);
+  ATTEND_CHECK(!j.empty(), "prepare: --data ", file.string(), " holds no examples");
+  return j;
+}
+
+void for_each_entry(const fs::path& file, const char* what,
+                    const std::function<void(size_t, const std::string&, const FieldGetter&)>& take) {
+  const nlohmann::json j =
+      read_json_array(file, what, "examples ({\"instruction\", \"input\", \"output\"})");
   for (size_t i = 0; i < j.size(); ++i) {
     const nlohmann::json& e = j[i];
     const std::string where = str("prepare: --data ", file.string(), ": example ", i);
@@ -225,7 +234,6 @@ void for_each_entry(const fs::path& file, const char* what,
     };
     take(i, where, text);
   }
-  ATTEND_CHECK(!j.empty(), "prepare: --data ", file.string(), " holds no examples");
 }
 
 }  // namespace
@@ -264,6 +272,78 @@ std::vector<PreferencePair> read_preference_file(const fs::path& file,
                                 ": \"rejected\" is empty (a pair needs both responses)");
                    out.push_back({render_prompt(t, instruction, input, system), chosen, rejected});
                  });
+  return out;
+}
+
+std::vector<RenderedExample> read_chat_file(const fs::path& file,
+                                            const std::string& template_name,
+                                            const std::string& system,
+                                            std::vector<int64_t>* conversation) {
+  const ChatTemplate& t = chat_template(template_name);
+  ATTEND_CHECK(t.multi_turn, "prepare --format chat: --template ", t.name,
+               " has one turn and no history; use chatml or llama3");
+  const nlohmann::json j = read_json_array(
+      file, "chat", "conversations ({\"messages\": [{\"role\", \"content\"}, ...]})");
+  std::vector<RenderedExample> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& e = j[i];
+    const std::string where = str("prepare: --data ", file.string(), ": conversation ", i);
+    ATTEND_CHECK(e.is_object(), where, " is not an object");
+    auto it = e.find("messages");
+    ATTEND_CHECK(it != e.end(), where, " has no \"messages\"");
+    ATTEND_CHECK(it->is_array() && !it->empty(), where, ": \"messages\" is ",
+                 it->is_array() ? "empty" : it->type_name(), ", expected an array of messages");
+    std::string sys = system;
+    Rendered history;  // the conversation so far, ending with an assistant header
+    std::string pending_user;
+    bool first_user = true;
+    const size_t before = out.size();
+    for (size_t m = 0; m < it->size(); ++m) {
+      const nlohmann::json& msg = (*it)[m];
+      const std::string at = str(where, ", message ", m);
+      ATTEND_CHECK(msg.is_object(), at, " is not an object");
+      auto field = [&](const char* name) {
+        auto f = msg.find(name);
+        ATTEND_CHECK(f != msg.end() && !f->is_null(), at, " has no \"", name, "\"");
+        ATTEND_CHECK(f->is_string(), at, ": \"", name, "\" is ", f->type_name(),
+                     ", expected a string");
+        return f->get<std::string>();
+      };
+      const std::string role = field("role"), content = field("content");
+      ATTEND_CHECK(role == "system" || role == "user" || role == "assistant", at,
+                   ": \"role\" is '", printable(role, 40),
+                   "', expected system, user or assistant");
+      ATTEND_CHECK(role == "system" || !content.empty(), at, ": \"content\" is empty");
+      if (role == "system") {
+        ATTEND_CHECK(m == 0, at, ": a system message comes first or not at all");
+        sys = content;
+        continue;
+      }
+      if (role == "user") {
+        ATTEND_CHECK(pending_user.empty(), at,
+                     ": two user messages in a row (the roles alternate, user first)");
+        pending_user = content;
+        continue;
+      }
+      // assistant: after a user message
+      ATTEND_CHECK(!pending_user.empty(), at,
+                   first_user ? ": the conversation starts with the assistant (a user message "
+                                "comes first)"
+                              : ": two assistant messages in a row (the roles alternate)");
+      const Rendered turn = first_user ? render_prompt(t, pending_user, "", sys)
+                                       : render_next_turn(t, pending_user);
+      history.insert(history.end(), turn.begin(), turn.end());
+      out.push_back({history, content});
+      if (conversation) conversation->push_back(static_cast<int64_t>(i));
+      history.push_back({content});
+      history.push_back({t.end_of_turn, true});
+      pending_user.clear();
+      first_user = false;
+    }
+    ATTEND_CHECK(out.size() > before, where, " has no assistant message to learn");
+    ATTEND_CHECK(pending_user.empty(), where,
+                 " ends with a user message (a conversation ends with the assistant's answer)");
+  }
   return out;
 }
 

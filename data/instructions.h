@@ -121,6 +121,24 @@ std::vector<PreferencePair> read_preference_file(const std::filesystem::path& fi
                                                  const std::string& template_name,
                                                  const std::string& system = "");
 
+// The examples of a conversation file (prepare --format chat): a JSON array of entries
+// {"messages": [{"role": R, "content": C}, ...]} (Hugging Face's and OpenAI's chat layout),
+// an optional "system" message first, then "user" and "assistant" alternating, from a user
+// message to an assistant one. Each assistant message becomes one example: its prompt is the
+// conversation before it rendered through a multi-turn template (each earlier assistant
+// message followed by the end-of-turn token, as the chat command keeps it), its response the
+// message. So every assistant message is learned once, with its whole history as context:
+// the (context, target) pairs of one row whose every assistant turn counts, for the cost of
+// repeating the history. A system message in the entry replaces `system` (the default).
+// `conversation` receives each example's entry index (the validation split keeps a
+// conversation's examples together). Refused, naming the file, entry, message and field: a
+// single-turn template, a missing or non-string field, an unknown role, a system message not
+// first, roles out of turn, an empty message, a conversation not ending with the assistant.
+std::vector<RenderedExample> read_chat_file(const std::filesystem::path& file,
+                                            const std::string& template_name,
+                                            const std::string& system,
+                                            std::vector<int64_t>* conversation);
+
 // The id of the tokenizer's end-of-text token (<|endoftext|>, <|end_of_text|>), or -1.
 int32_t end_of_text_id(const TokenizerSpec& spec);
 // The id of a token by its exact bytes, or -1.

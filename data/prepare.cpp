@@ -110,42 +110,54 @@ std::unique_ptr<Tokenizer> examples_tokenizer(const PrepareOptions& o, const Cha
 PrepareResult prepare_examples(const PrepareOptions& o) {
   const bool pairs = o.format == "preference";
   std::vector<RenderedExample> examples;  // pairs: chosen, rejected, chosen, ...
+  // each example's entry (an instruction, a pair, a conversation): the split keeps an
+  // entry's examples on one side
+  std::vector<int64_t> entry;
   if (pairs) {
     for (const PreferencePair& p : read_preference_file(o.data, o.template_name, o.system)) {
+      entry.push_back(static_cast<int64_t>(examples.size() / 2));
+      entry.push_back(static_cast<int64_t>(examples.size() / 2));
       examples.push_back({p.prompt, p.chosen});
       examples.push_back({p.prompt, p.rejected});
     }
+  } else if (o.format == "chat") {
+    examples = read_chat_file(o.data, o.template_name, o.system, &entry);
   } else {
     examples = read_instruction_file(o.data, o.template_name, o.system);
+    for (size_t k = 0; k < examples.size(); ++k) entry.push_back(static_cast<int64_t>(k));
   }
   int32_t end = -1;
   std::vector<std::string> added;
   const std::unique_ptr<Tokenizer> tok =
       examples_tokenizer(o, chat_template(o.template_name), end, added);
-  const int64_t per = pairs ? 2 : 1;  // examples per entry
-  const int64_t E = static_cast<int64_t>(examples.size()) / per;
+  const int64_t E = entry.back() + 1;  // entries
   const int64_t e_train = E - static_cast<int64_t>(static_cast<double>(E) * o.val_fraction);
-  ATTEND_CHECK(e_train >= 1 && E - e_train >= 1, "prepare: ", o.data.string(), " holds ", E,
-               pairs ? " pairs: " : " examples: ", e_train, " for training and ", E - e_train,
-               " for validation at --val_fraction ", o.val_fraction, "; each needs at least 1");
+  const char* unit = pairs ? " pairs: " : o.format == "chat" ? " conversations: " : " examples: ";
+  ATTEND_CHECK(e_train >= 1 && E - e_train >= 1, "prepare: ", o.data.string(), " holds ", E, unit,
+               e_train, " for training and ", E - e_train, " for validation at --val_fraction ",
+               o.val_fraction, "; each needs at least 1");
+  int64_t train_examples = 0;
   TokenIds ids[2];
   std::vector<ExampleSpan> spans[2];
   int64_t bytes = 0;
   TokenIds prompt;
-  for (int64_t k = 0; k < E * per; ++k) {
-    const int64_t e = k / per;
+  for (int64_t k = 0; k < static_cast<int64_t>(examples.size()); ++k) {
+    const int64_t e = entry[static_cast<size_t>(k)];
     const int split = e < e_train ? 0 : 1;
-    if (k % per == 0) prompt = encode_rendered(*tok, examples[k].prompt);  // a pair's once
+    train_examples += split == 0;
+    const bool new_prompt = !pairs || k % 2 == 0;  // a pair's prompt once
+    if (new_prompt) prompt = encode_rendered(*tok, examples[k].prompt);
     const TokenIds response = tok->encode(examples[k].response);
-    ATTEND_CHECK(!prompt.empty() && !response.empty(), "prepare: ", o.data.string(), ": example ",
-                 e, " encodes to no tokens");
+    ATTEND_CHECK(!prompt.empty() && !response.empty(), "prepare: ", o.data.string(),
+                 o.format == "chat" ? ": conversation " : ": example ", e,
+                 " encodes to no tokens");
     ids[split].insert(ids[split].end(), prompt.begin(), prompt.end());
     ids[split].insert(ids[split].end(), response.begin(), response.end());
     ids[split].push_back(end);
     spans[split].push_back({static_cast<int64_t>(prompt.size()),
                             static_cast<int64_t>(prompt.size() + response.size() + 1)});
     bytes += static_cast<int64_t>(
-        (k % per == 0 ? rendered_text(examples[k].prompt).size() : 0) +
+        (new_prompt ? rendered_text(examples[k].prompt).size() : 0) +
         examples[k].response.size());
   }
   StagedFolder stage(o.out, "prepare", prepare_owns);
@@ -163,7 +175,10 @@ PrepareResult prepare_examples(const PrepareOptions& o) {
   r.files = 1, r.bytes = bytes;
   r.train_tokens = static_cast<int64_t>(ids[0].size());
   r.val_tokens = static_cast<int64_t>(ids[1].size());
-  r.train_examples = e_train, r.val_examples = E - e_train;
+  // examples (pairs: pairs); a conversation counts each assistant message
+  const int64_t per = pairs ? 2 : 1;
+  r.train_examples = train_examples / per;
+  r.val_examples = (static_cast<int64_t>(examples.size()) - train_examples) / per;
   r.vocab_size = tok->vocab_size();
   r.tokenizer = tok->spec().name;
   r.added_tokens = added;
@@ -193,8 +208,9 @@ PrepareResult prepare(const PrepareOptions& o) {
                o.val_fraction);
   check_out_folder(o.out, o.data);
   if (o.format != "text") {
-    ATTEND_CHECK(o.format == "alpaca" || o.format == "preference", "prepare: --format '",
-                 printable(o.format, 40), "' is not text, alpaca or preference");
+    ATTEND_CHECK(o.format == "alpaca" || o.format == "preference" || o.format == "chat",
+                 "prepare: --format '", printable(o.format, 40),
+                 "' is not text, alpaca, chat or preference");
     return prepare_examples(o);
   }
   Corpus corpus = read_corpus(o.data);

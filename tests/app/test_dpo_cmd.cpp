@@ -13,6 +13,7 @@
 #include "convert/peft_io.h"
 #include "data/dataset.h"
 #include "data/instructions.h"
+#include "data/token_file.h"
 #include "io/checkpoint.h"
 #include "tensor/kernels.h"
 #include "train/dpo.h"
@@ -440,5 +441,64 @@ TEST_CASE("prepare --template chatml adds its tokens, train grows the embedding,
                            f.env);
   REQUIRE_MESSAGE(d.code == 0, d.out);
   CHECK(first_val_loss(f.dir / "D") == std::log(2.0));
+  fs::remove_all(f.dir);
+}
+
+// prepare --format chat: conversations become one example per assistant message (its history
+// as the prompt), the validation split keeps conversations whole, the loss tokens are each
+// answer and its <|im_end|>, and a LoRA finetune runs on it.
+TEST_CASE("prepare --format chat: an example per answer with its history, then a LoRA finetune") {
+  const Fixture f = fixture("chat_format");
+  if (f.dir.empty()) ATTEND_SKIP("../shared/data/gpt2 not found");
+  nlohmann::json conv = nlohmann::json::array();
+  for (int i = 0; i < 10; ++i) {
+    nlohmann::json m = nlohmann::json::array();
+    if (i % 3 == 0) m.push_back({{"role", "system"}, {"content", "Be terse."}});
+    m.push_back({{"role", "user"}, {"content", "Count to " + std::to_string(i % 4 + 1) + "."}});
+    m.push_back({{"role", "assistant"}, {"content", "One."}});
+    m.push_back({{"role", "user"}, {"content", "And then?"}});
+    m.push_back({{"role", "assistant"}, {"content", "Two, " + std::to_string(i) + "."}});
+    conv.push_back({{"messages", m}});
+  }
+  std::ofstream(f.dir / "conv.json") << conv.dump();
+  const Run p = attend_cmd("prepare --data " + (f.dir / "conv.json").string() +
+                               " --format chat --template chatml --tokenizer gpt2 --val_fraction 0.2"
+                               " --out " + (f.dir / "chat").string(),
+                           f.env);
+  REQUIRE_MESSAGE(p.code == 0, p.out);
+  CHECK(p.out.find("16 train and 4 val examples, one per assistant message") != std::string::npos);
+  const data::TokenFile val(f.dir / "chat" / "val.bin");
+  const auto spans = data::read_examples_file(f.dir / "chat" / "val.examples", val.size());
+  REQUIRE(spans.size() == 4);  // conversations 8 and 9, two answers each
+  const train::LoadedModel tok = train::load_model(f.base.string());
+  const auto wider = data::make_tokenizer(
+      data::with_template_tokens(tok.tokenizer->spec(), data::chat_template("chatml")));
+  int64_t at = 0;
+  const char* answers[4] = {"One.", "Two, 8.", "One.", "Two, 9."};
+  for (int k = 0; k < 4; ++k) {
+    INFO("val example ", k);
+    std::vector<int32_t> ids;
+    for (int64_t i = at; i < at + spans[k].length; ++i) ids.push_back(static_cast<int32_t>(val[i]));
+    const std::vector<int32_t> counted(ids.begin() + spans[k].prompt, ids.end());
+    CHECK(wider->decode(counted) == std::string(answers[k]) + "<|im_end|>");
+    // the second answer's prompt holds the first answer and its end of turn
+    if (k % 2 == 1)
+      CHECK(wider->decode(std::vector<int32_t>(ids.begin(), ids.begin() + spans[k].prompt))
+                .find("One.<|im_end|>\n<|im_start|>user\nAnd then?") != std::string::npos);
+    at += spans[k].length;
+  }
+  CHECK(at == val.size());
+  const Run t = attend_cmd("train --data " + (f.dir / "chat").string() + " --init_from " +
+                               f.base.string() + " --lora_rank 4 --max_iters 2 --eval_iters 1"
+                               " --batch_size 2 --out " + (f.dir / "C").string(),
+                           f.env);
+  REQUIRE_MESSAGE(t.code == 0, t.out);
+  const Run bad = attend_cmd("prepare --data " + (f.dir / "conv.json").string() +
+                                 " --format chat --template alpaca --tokenizer gpt2 --out " +
+                                 (f.dir / "bad").string(),
+                             f.env);
+  CHECK(bad.code != 0);
+  CHECK(bad.out.find("--template alpaca has one turn and no history; use chatml or llama3") !=
+        std::string::npos);
   fs::remove_all(f.dir);
 }

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "data/dataset.h"
 #include "data/instructions.h"
 #include "data/token_file.h"
@@ -242,4 +244,136 @@ TEST_CASE("chat templates: ChatML and Llama 3 render exactly, their special toke
   CHECK(tok->decode(ids) == rendered_text(render_prompt(chatml, "Hi.")));
   CHECK_THROWS_WITH(encode_rendered(*bpe, render_prompt(llama3, "Hi.")),
                     doctest::Contains("has no <|begin_of_text|> token"));
+}
+
+// --format chat: one example per assistant message, its prompt the conversation before it as
+// the chat command keeps it (each earlier answer followed by the end-of-turn token); the
+// entry's own system message wins over --system; the refusals name conversation, message
+// and field.
+TEST_CASE("chat data: each assistant message is an example with its history, refusals named") {
+  const fs::path dir = test::temp_dir("inst_chat");
+  const fs::path f = write_text(
+      dir / "c.json",
+      R"([{"messages": [{"role": "system", "content": "Be brief."},
+                        {"role": "user", "content": "Hi"},
+                        {"role": "assistant", "content": "Hello."},
+                        {"role": "user", "content": "Name a color"},
+                        {"role": "assistant", "content": "Blue."}]},
+          {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+           "id": 7}])");
+  std::vector<int64_t> conv;
+  const std::vector<RenderedExample> e = read_chat_file(f, "chatml", "Default.", &conv);
+  REQUIRE(e.size() == 3);
+  CHECK(conv == std::vector<int64_t>{0, 0, 1});
+  CHECK(rendered_text(e[0].prompt) ==
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n");
+  CHECK(e[0].response == "Hello.");
+  CHECK(rendered_text(e[1].prompt) ==
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nName a color<|im_end|>\n"
+        "<|im_start|>assistant\n");
+  CHECK(e[1].response == "Blue.");
+  // the end-of-turn token after an answer is a special piece (an id), not encoded text
+  size_t specials = 0;
+  for (const TemplatePiece& p : e[1].prompt) specials += p.special && p.text == "<|im_end|>";
+  CHECK(specials == 4);
+  // no system message of its own: --system's
+  CHECK(rendered_text(e[2].prompt) ==
+        "<|im_start|>system\nDefault.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n");
+  // the same history as the prompt, first turn, answer, end of turn and the next turn
+  const ChatTemplate& t = chat_template("chatml");
+  Rendered want = render_prompt(t, "Hi", "", "Be brief.");
+  want.push_back({"Hello."});
+  want.push_back({"<|im_end|>", true});
+  for (const TemplatePiece& p : render_next_turn(t, "Name a color")) want.push_back(p);
+  REQUIRE(want.size() == e[1].prompt.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CHECK(want[i].text == e[1].prompt[i].text);
+    CHECK(want[i].special == e[1].prompt[i].special);
+  }
+  // Llama 3: one <|begin_of_text|>, headers per message
+  const auto l = read_chat_file(f, "llama3", "", nullptr);
+  CHECK(rendered_text(l[1].prompt) ==
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nName a color<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+
+  auto refused = [&](const std::string& json, const std::string& want_msg,
+                     const std::string& tmpl = "chatml") {
+    INFO(json);
+    const fs::path g = write_text(dir / "bad.json", json);
+    CHECK_THROWS_WITH(read_chat_file(g, tmpl, "", nullptr), doctest::Contains(want_msg.c_str()));
+  };
+  const std::string ok = R"([{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}])";
+  refused(ok, "--template alpaca has one turn and no history", "alpaca");
+  refused(R"([{"message": []}])", "conversation 0 has no \"messages\"");
+  refused(R"([{"messages": []}])", "conversation 0: \"messages\" is empty");
+  refused(R"([{"messages": "hi"}])", "conversation 0: \"messages\" is string");
+  refused(R"([{"messages": [{"role": "user"}]}])", "conversation 0, message 0 has no \"content\"");
+  refused(R"([{"messages": [{"role": "user", "content": 3}]}])",
+          "message 0: \"content\" is number, expected a string");
+  refused(R"([{"messages": [{"role": "bot", "content": "x"}]}])",
+          "message 0: \"role\" is 'bot', expected system, user or assistant");
+  refused(R"([{"messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": "b"}]}])",
+          "message 0: \"content\" is empty");
+  refused(R"([{"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "s"}]}])",
+          "message 1: a system message comes first or not at all");
+  refused(R"([{"messages": [{"role": "assistant", "content": "a"}]}])",
+          "message 0: the conversation starts with the assistant");
+  refused(R"([{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}])",
+          "message 1: two user messages in a row");
+  refused(R"([{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "assistant", "content": "c"}]}])",
+          "message 2: two assistant messages in a row");
+  refused(R"([{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}])",
+          "conversation 0 ends with a user message");
+  refused(R"([{"messages": [{"role": "system", "content": "s"}]}])",
+          "conversation 0 has no assistant message to learn");
+  refused(R"([])", "holds no examples");
+  fs::remove_all(dir);
+}
+
+// Conversation files (prepare --format chat) mutated: refused with attend's error, or read
+// into examples that keep the reader's promises (a prompt ending with the assistant's header,
+// a nonempty answer, entries in order).
+TEST_CASE("fuzz: conversation files are refused cleanly or read consistently") {
+  const fs::path dir = test::temp_dir("fuzz_chat");
+  nlohmann::json conv = nlohmann::json::array();
+  for (int i = 0; i < 6; ++i) {
+    nlohmann::json m = nlohmann::json::array();
+    if (i % 2 == 0) m.push_back({{"role", "system"}, {"content", str("Sys ", i)}});
+    for (int t = 0; t <= i % 3; ++t) {
+      m.push_back({{"role", "user"}, {"content", str("Q", t)}});
+      m.push_back({{"role", "assistant"}, {"content", str("A", t)}});
+    }
+    conv.push_back({{"messages", m}});
+  }
+  const std::string good = conv.dump();
+  for (const char* tmpl : {"chatml", "llama3"}) {
+    INFO(tmpl);
+    const std::string header = std::string(tmpl) == "chatml" ? "<|im_start|>assistant\n"
+                                                             : "assistant<|end_header_id|>\n\n";
+    const auto r = test::fuzz_file(
+        "conversation file", good, dir / "c.json", 11, test::fuzz_cases(1500),
+        [&](const fs::path& p) { read_chat_file(p, tmpl, "", nullptr); },
+        [&](const fs::path& p) -> std::string {
+          std::vector<int64_t> conv_of;
+          const auto e = read_chat_file(p, tmpl, "", &conv_of);
+          if (e.size() != conv_of.size()) return "an example without its conversation";
+          for (size_t i = 0; i < e.size(); ++i) {
+            const std::string text = rendered_text(e[i].prompt);
+            if (e[i].response.empty()) return "an empty answer";
+            if (text.size() < header.size() ||
+                text.compare(text.size() - header.size(), header.size(), header) != 0)
+              return "a prompt that does not end with the assistant's header";
+            if (i > 0 && conv_of[i] < conv_of[i - 1]) return "conversations out of order";
+          }
+          return e.empty() ? "no examples accepted" : "";
+        });
+    CHECK(r.refused > 0);
+  }
+  fs::remove_all(dir);
 }
