@@ -20,7 +20,13 @@ for b in bench_train bench_bf16_layouts; do
 done
 case "$steps$rounds" in *[!0-9]*) echo "bench_bf16_goals: STEPS and ROUNDS must be whole numbers, got '$steps' '$rounds'" >&2; exit 2 ;; esac
 if grep -qw avx512_bf16 /proc/cpuinfo; then
-  kind="native (AVX512_BF16: vdpbf16ps)"
+  if [ "${ATTEND_BF16:-}" = native ] || { [ -z "${ATTEND_BF16:-}" ] && ! grep -q GenuineIntel /proc/cpuinfo; }; then
+    kind="native (AVX512_BF16: vdpbf16ps)"
+  else
+    kind="AVX-512 FMAs on bf16 values (attend's choice on Intel, where vdpbf16ps runs at half the FMA rate; ATTEND_BF16=native for vdpbf16ps)"
+  fi
+elif grep -qw avx512f /proc/cpuinfo; then
+  kind="AVX-512 FMAs on bf16 values (no AVX512_BF16 on this CPU: the goal needs it)"
 else
   kind="emulated (no AVX512_BF16 on this CPU: these ratios are the emulation's, not the goal's)"
 fi

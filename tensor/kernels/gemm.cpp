@@ -109,7 +109,7 @@ struct Product {
     if constexpr (std::is_same_v<T, float>) {
       if (!bf16) return;
       for (int64_t q = 0; q < (rows + MR - 1) / MR; ++q) {
-        if (path == Bf16Path::avx2) {
+        if (swapped_a(path)) {
           panel_to_bf16_swapped(out + q * kc * MR, kc, MR);
         } else {
           panel_to_bf16(out + q * kc * MR, kc, MR, path);

@@ -136,6 +136,16 @@ class PrecisionScope {
   GemmPrecision previous_;
 };
 bool gemm_has_native_bf16();  // AVX512_BF16 on this CPU
+// Which kernel runs bf16 products where the AVX-512 f32 kernel is in use: vdpbf16ps
+// (`native`, needs AVX512_BF16) or the emulation in AVX-512 FMAs (`fma`: two FMAs a pair,
+// the same bits). By default native where vdpbf16ps outruns two FMAs (AMD's Zen 4 and 5:
+// twice the f32 rate) and fma on Intel CPUs (Sapphire and Emerald Rapids: vdpbf16ps at half
+// the f32 FMA rate, measured) and where AVX512_BF16 is missing; ATTEND_BF16=native|fma
+// overrides it at start-up (the attend program refuses another value). The setter clamps
+// native to fma without AVX512_BF16 and returns the previous choice.
+enum class Bf16Kernel { native, fma };
+Bf16Kernel gemm_bf16_kernel();
+Bf16Kernel set_gemm_bf16_kernel(Bf16Kernel k);
 float round_to_bf16(float x);  // the packing's rounding, for tests and checkers
 // n f32 values -> their bf16 bits by that rounding, and back (bits << 16, exact): a tensor
 // kept for backward in half the bytes (tensor/kernels/kept_operand.h). In parallel, any thread count.

@@ -148,12 +148,22 @@ struct FlushToZero {
 // when the CPU has it and the f32 kernel in use is the AVX-512 one; else the emulation, in
 // AVX2 registers unless ATTEND_GEMM=portable (the scalar one, the twin the tests hold the
 // others to).
-enum class Bf16Path { native, avx2, scalar };
+// With the AVX-512 f32 kernel in use: vdpbf16ps where the CPU has it and g_bf16_kernel says
+// native, else the emulation in AVX-512 registers (avx512: the AVX2 emulation's arithmetic
+// and A layout, 6 x 32 tiles). Intel's vdpbf16ps (Sapphire and Emerald Rapids) runs at half
+// the f32 FMA rate, so there the emulation, two FMAs a pair, is the faster (gemm.h).
+enum class Bf16Path { native, avx512, avx2, scalar };
+extern std::atomic<Bf16Kernel> g_bf16_kernel;
 inline Bf16Path bf16_path() {
   const GemmKernel k = g_kernel.load(std::memory_order_relaxed);
-  if (kHasAvx512Bf16 && k == GemmKernel::avx512) return Bf16Path::native;
+  if (k == GemmKernel::avx512)
+    return kHasAvx512Bf16 && g_bf16_kernel.load(std::memory_order_relaxed) == Bf16Kernel::native
+               ? Bf16Path::native
+               : Bf16Path::avx512;
   return kHasAvx2 && k != GemmKernel::portable ? Bf16Path::avx2 : Bf16Path::scalar;
 }
+// The paths that read A's panel as swapped rounded f32 rows (panel_to_bf16_swapped).
+inline bool swapped_a(Bf16Path p) { return p == Bf16Path::avx2 || p == Bf16Path::avx512; }
 
 // A packed panel of kc rows of `width` f32 values (k-major) -> ceil(kc/2) rows of `width`
 // bf16 pairs, in place. Output row p is written after input rows 2p and 2p+1 are read, and
@@ -162,7 +172,7 @@ inline Bf16Path bf16_path() {
 inline void panel_to_bf16(float* panel, int64_t kc, int64_t width, Bf16Path path) {
   uint32_t* out = reinterpret_cast<uint32_t*>(panel);
   uint32_t row[32];
-  const bool x16 = width <= 16 && path == Bf16Path::native;
+  const bool x16 = width <= 16 && (path == Bf16Path::native || path == Bf16Path::avx512);
   const bool x8 = width == 16 && path == Bf16Path::avx2;
   for (int64_t p = 0; p < (kc + 1) / 2; ++p) {
     const float* lo = panel + 2 * p * width;
@@ -322,6 +332,56 @@ __attribute__((target("avx2,fma"), noinline)) inline void micro_bf16_avx2(
   t.store(out, ld, add);
 }
 
+// The emulation in AVX-512 registers: MR x 32 from two adjacent B panels (b0, b1), A's
+// swapped rounded panel as micro_bf16_avx2 reads it, the same two FMAs per pair in the same
+// order under flush-to-zero, so the same bits (one panel: micro_bf16_avx2 itself).
+__attribute__((target("avx512f"), noinline)) inline void micro_bf16_avx512_6x32(
+    int64_t kc, const float* a, const uint32_t* b0, const uint32_t* b1, float* out, int64_t ld,
+    bool add) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
+  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
+  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
+  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
+  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  auto rank1 = [&](const float* r, __m512 x0, __m512 x1) {
+    __m512 ai = _mm512_set1_ps(r[0]);
+    c00 = _mm512_fmadd_ps(ai, x0, c00), c01 = _mm512_fmadd_ps(ai, x1, c01);
+    ai = _mm512_set1_ps(r[1]);
+    c10 = _mm512_fmadd_ps(ai, x0, c10), c11 = _mm512_fmadd_ps(ai, x1, c11);
+    ai = _mm512_set1_ps(r[2]);
+    c20 = _mm512_fmadd_ps(ai, x0, c20), c21 = _mm512_fmadd_ps(ai, x1, c21);
+    ai = _mm512_set1_ps(r[3]);
+    c30 = _mm512_fmadd_ps(ai, x0, c30), c31 = _mm512_fmadd_ps(ai, x1, c31);
+    ai = _mm512_set1_ps(r[4]);
+    c40 = _mm512_fmadd_ps(ai, x0, c40), c41 = _mm512_fmadd_ps(ai, x1, c41);
+    ai = _mm512_set1_ps(r[5]);
+    c50 = _mm512_fmadd_ps(ai, x0, c50), c51 = _mm512_fmadd_ps(ai, x1, c51);
+  };
+  {
+    const FlushToZero ftz;
+    int64_t k = 0;
+    for (; k + 2 <= kc; k += 2, a += 2 * MR, b0 += 16, b1 += 16) {
+      const __m512i w0 = _mm512_loadu_si512(b0), w1 = _mm512_loadu_si512(b1);
+      rank1(a, _mm512_castsi512_ps(_mm512_and_si512(w0, high)),
+            _mm512_castsi512_ps(_mm512_and_si512(w1, high)));
+      rank1(a + MR, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w0, 16)),
+            _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w1, 16)));
+    }
+    if (k < kc) {
+      static const float zeros[MR] = {};
+      const __m512i w0 = _mm512_loadu_si512(b0), w1 = _mm512_loadu_si512(b1);
+      rank1(zeros, _mm512_castsi512_ps(_mm512_and_si512(w0, high)),
+            _mm512_castsi512_ps(_mm512_and_si512(w1, high)));
+      rank1(a, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w0, 16)),
+            _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w1, 16)));
+    }
+  }
+  const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  store_tile(c, out, ld, add);
+}
+
 // vdpbf16ps: MR x 16 (one B panel) or MR x 32 (two adjacent panels, b0 and b1).
 __attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x16(
     int64_t kc2, const uint32_t* a, const uint32_t* b, float* out, int64_t ld, bool add) {
@@ -381,11 +441,15 @@ inline void micro_bf16_tiles(Bf16Path path, int64_t kc, const float* a_panel,
     micro_bf16_6x32(kc2, a2, b2, b2 + bs, out, ld, add);
     return;
   }
+  if (path == Bf16Path::avx512 && panels == 2) {
+    micro_bf16_avx512_6x32(kc, a_panel, b2, b2 + bs, out, ld, add);
+    return;
+  }
   for (int64_t q = 0; q < panels; ++q) {
     const auto* bq = reinterpret_cast<const uint32_t*>(b_panel + q * bs);
     if (path == Bf16Path::native) {
       micro_bf16_6x16(kc2, a2, bq, out + q * NR, ld, add);
-    } else if (path == Bf16Path::avx2) {
+    } else if (swapped_a(path)) {
       micro_bf16_avx2(kc, a_panel, bq, out + q * NR, ld, add);
     } else {
       micro_bf16_emulated(kc2, a2, bq, out + q * NR, ld, add);

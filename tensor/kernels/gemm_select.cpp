@@ -48,6 +48,26 @@ GemmKernel initial_kernel() {
 
 std::atomic<GemmKernel> g_kernel{initial_kernel()};
 const bool kHasAvx512Bf16 = kHasAvx512 && __builtin_cpu_supports("avx512bf16");
+
+namespace {
+// vdpbf16ps where it outruns two FMAs (AMD), the FMA emulation on Intel (gemm.h), unless
+// ATTEND_BF16 says which.
+Bf16Kernel initial_bf16_kernel() {
+  const Bf16Kernel best =
+      kHasAvx512Bf16 && !__builtin_cpu_is("intel") ? Bf16Kernel::native : Bf16Kernel::fma;
+  const char* e = std::getenv("ATTEND_BF16");
+  if (!e) return best;
+  const std::string v = e;
+  if (v == "fma") return Bf16Kernel::fma;
+  if (v == "native" && kHasAvx512Bf16) return Bf16Kernel::native;
+  const std::string why = v == "native" ? "ATTEND_BF16=native: this CPU has no AVX512_BF16"
+                                        : "ATTEND_BF16='" + v + "': expected native or fma";
+  env_problem() += (env_problem().empty() ? "" : "; ") + why;
+  return best;
+}
+}  // namespace
+
+std::atomic<Bf16Kernel> g_bf16_kernel{initial_bf16_kernel()};
 std::atomic<GemmPrecision> g_precision{GemmPrecision::f32};
 
 }  // namespace gemm_detail
@@ -73,6 +93,11 @@ GemmKernel set_gemm_kernel(GemmKernel k) {
 GemmPrecision gemm_precision() { return gemm_detail::g_precision.load(); }
 GemmPrecision set_gemm_precision(GemmPrecision p) { return gemm_detail::g_precision.exchange(p); }
 bool gemm_has_native_bf16() { return gemm_detail::kHasAvx512Bf16; }
+Bf16Kernel gemm_bf16_kernel() { return gemm_detail::g_bf16_kernel.load(); }
+Bf16Kernel set_gemm_bf16_kernel(Bf16Kernel k) {
+  if (!gemm_detail::kHasAvx512Bf16) k = Bf16Kernel::fma;
+  return gemm_detail::g_bf16_kernel.exchange(k);
+}
 
 const char* gemm_precision_name(GemmPrecision p) {
   return p == GemmPrecision::bf16 ? "bf16" : "f32";
@@ -85,8 +110,17 @@ GemmPrecision parse_gemm_precision(const std::string& text, const std::string& w
 }
 
 std::string gemm_bf16_note(bool* native) {
-  *native = gemm_detail::kHasAvx512Bf16 && g_kernel.load() == GemmKernel::avx512;
-  if (*native) return "precision bf16: matrix products by this CPU's AVX512_BF16 (vdpbf16ps)";
+  const gemm_detail::Bf16Path path = gemm_detail::bf16_path();
+  *native = path == gemm_detail::Bf16Path::native || path == gemm_detail::Bf16Path::avx512;
+  if (path == gemm_detail::Bf16Path::native)
+    return "precision bf16: matrix products by this CPU's AVX512_BF16 (vdpbf16ps)";
+  if (path == gemm_detail::Bf16Path::avx512)
+    return gemm_detail::kHasAvx512Bf16
+               ? "precision bf16: matrix products by AVX-512 FMAs on the bf16 values (this "
+                 "CPU's vdpbf16ps runs at half the f32 FMA rate; the same bits; ATTEND_BF16="
+                 "native to use it)"
+               : "precision bf16: matrix products by AVX-512 FMAs on the bf16 values (this CPU "
+                 "has no AVX512_BF16; the same bits)";
   return str("precision bf16: ",
              gemm_detail::kHasAvx512Bf16 ? "ATTEND_GEMM chose a kernel without AVX512_BF16"
                                          : "this CPU has no AVX512_BF16",

@@ -146,9 +146,28 @@ TEST_CASE("the emulated bf16 GEMM (scalar, AVX2) gives its scalar twin's bits on
   check_twin({k::GemmKernel::portable, k::GemmKernel::avx2});
 }
 
+struct Bf16KernelGuard {
+  k::Bf16Kernel old;
+  explicit Bf16KernelGuard(k::Bf16Kernel b) : old(k::set_gemm_bf16_kernel(b)) {}
+  ~Bf16KernelGuard() { k::set_gemm_bf16_kernel(old); }
+};
+
 TEST_CASE("the native bf16 GEMM (vdpbf16ps) gives its scalar twin's bits on odd sizes") {
   if (!k::gemm_has_native_bf16())
     ATTEND_SKIP("this CPU has no AVX512_BF16: the native bf16 kernel was not checked");
+  const Bf16KernelGuard native(k::Bf16Kernel::native);
+  REQUIRE(k::gemm_bf16_kernel() == k::Bf16Kernel::native);
+  check_twin({k::GemmKernel::avx512});
+}
+
+TEST_CASE("the bf16 GEMM in AVX-512 FMAs (Intel's choice) gives its scalar twin's bits on odd sizes") {
+  bool avx512 = false;
+  {
+    const KernelGuard probe(k::GemmKernel::avx512);  // clamped to what the CPU has
+    avx512 = k::gemm_kernel() == k::GemmKernel::avx512;
+  }
+  if (!avx512) ATTEND_SKIP("this CPU has no AVX-512: the AVX-512 emulation was not checked");
+  const Bf16KernelGuard fma(k::Bf16Kernel::fma);
   check_twin({k::GemmKernel::avx512});
 }
 
