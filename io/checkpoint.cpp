@@ -33,6 +33,10 @@ struct Fnv {
     // bf16 (a frozen base) as the f32 values the file holds (hdf5_file.cpp)
     Tensor c = t.dtype() == DType::BF16 ? h5::widen_bf16_serial(t) : kernel::contiguous(t);
     add(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
+    if (t.dtype() == DType::BF16) {  // the widened copy back to the system, not cached
+      c = Tensor();
+      release_storage_cache();
+    }
   }
 };
 

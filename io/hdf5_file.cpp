@@ -203,6 +203,10 @@ void File::write_tensor(const std::string& name, const Tensor& t) {
   if (c.numel() > 0 &&
       H5Dwrite(d.get(), mem_type(c.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT, c.raw_data()) < 0)
     fail("cannot write dataset " + name + " (disk full?)");
+  if (t.dtype() == DType::BF16) {  // the widened copy back to the system, not cached
+    c = Tensor();
+    release_storage_cache();
+  }
 }
 
 Tensor File::read_tensor(const std::string& name, DType dtype) const {
