@@ -1,24 +1,14 @@
 // Products with a frozen bf16 weight (declared in tensor/kernels/gemm.h): W widened a block
 // of rows at a time into an f32 buffer, each block multiplied by the blocked GEMM.
 #include <algorithm>
-#include <vector>
 
 #include "tensor/error.h"
-#include "tensor/half.h"
 #include "tensor/kernels/gemm.h"
-#include "tensor/parallel.h"
+#include "tensor/tensor.h"
 
 namespace attend::kernel {
 
 namespace {
-
-// Rows [r0, r0 + rows) of the (., cols) bits W into out (rows x cols f32), in parallel.
-void widen_rows(const uint16_t* W, int64_t r0, int64_t rows, int64_t cols, float* out) {
-  const uint16_t* src = W + r0 * cols;
-  parallel_for(rows * cols, kElementwiseGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = bf16_to_float(src[i]);
-  });
-}
 
 // A block's rows: as many as fit kBf16WeightBlockBytes of f32, a multiple of `multiple`
 // (at least one multiple), at most `limit`.
@@ -35,11 +25,12 @@ void gemm_bf16_weight_t(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, con
   if (M == 0 || N == 0) return;
   // Blocks of W's rows are blocks of C's columns (a multiple of 32: whole AVX-512 tiles).
   const int64_t nb = block_rows(K, 32, N);
-  std::vector<float> buf(static_cast<size_t>(nb * K));
+  const Tensor buf = empty({nb * K});  // from the storage cache: no fresh pages, no zeroing
+  float* w = buf.data<float>();
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t n = std::min(nb, N - n0);
-    widen_rows(W, n0, n, K, buf.data());
-    gemm<float>(M, n, K, A, {buf.data(), 1, K}, C + n0, ldc, true, accumulate);
+    from_bf16_bits(W + n0 * K, w, n * K);
+    gemm<float>(M, n, K, A, {w, 1, K}, C + n0, ldc, true, accumulate);
   }
 }
 
@@ -55,11 +46,12 @@ void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
   // Blocks of W's rows are blocks of K: at multiples of kGemmKBlock, the first stored and the
   // rest added, which gives the whole product's bits (gemm.h).
   const int64_t kb = block_rows(N, kGemmKBlock, K);
-  std::vector<float> buf(static_cast<size_t>(kb * N));
+  const Tensor buf = empty({kb * N});
+  float* w = buf.data<float>();
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t k = std::min(kb, K - k0);
-    widen_rows(W, k0, k, N, buf.data());
-    gemm<float>(M, N, k, {A.data + k0, A.row_stride, 1}, {buf.data(), N, 1}, C, ldc, true,
+    from_bf16_bits(W + k0 * N, w, k * N);
+    gemm<float>(M, N, k, {A.data + k0, A.row_stride, 1}, {w, N, 1}, C, ldc, true,
                 accumulate || k0 > 0);
   }
 }

@@ -338,48 +338,28 @@ __attribute__((target("avx2,fma"), noinline)) inline void micro_bf16_avx2(
 __attribute__((target("avx512f"), noinline)) inline void micro_bf16_avx512_6x32(
     int64_t kc, const float* a, const uint32_t* b0, const uint32_t* b1, float* out, int64_t ld,
     bool add) {
-  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
-  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
-  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
-  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
-  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
-  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+  Avx512Tile t;
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  auto rank1 = [&](const float* r, __m512 x0, __m512 x1) {
-    __m512 ai = _mm512_set1_ps(r[0]);
-    c00 = _mm512_fmadd_ps(ai, x0, c00), c01 = _mm512_fmadd_ps(ai, x1, c01);
-    ai = _mm512_set1_ps(r[1]);
-    c10 = _mm512_fmadd_ps(ai, x0, c10), c11 = _mm512_fmadd_ps(ai, x1, c11);
-    ai = _mm512_set1_ps(r[2]);
-    c20 = _mm512_fmadd_ps(ai, x0, c20), c21 = _mm512_fmadd_ps(ai, x1, c21);
-    ai = _mm512_set1_ps(r[3]);
-    c30 = _mm512_fmadd_ps(ai, x0, c30), c31 = _mm512_fmadd_ps(ai, x1, c31);
-    ai = _mm512_set1_ps(r[4]);
-    c40 = _mm512_fmadd_ps(ai, x0, c40), c41 = _mm512_fmadd_ps(ai, x1, c41);
-    ai = _mm512_set1_ps(r[5]);
-    c50 = _mm512_fmadd_ps(ai, x0, c50), c51 = _mm512_fmadd_ps(ai, x1, c51);
-  };
   {
     const FlushToZero ftz;
     int64_t k = 0;
     for (; k + 2 <= kc; k += 2, a += 2 * MR, b0 += 16, b1 += 16) {
       const __m512i w0 = _mm512_loadu_si512(b0), w1 = _mm512_loadu_si512(b1);
-      rank1(a, _mm512_castsi512_ps(_mm512_and_si512(w0, high)),
-            _mm512_castsi512_ps(_mm512_and_si512(w1, high)));
-      rank1(a + MR, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w0, 16)),
-            _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w1, 16)));
+      t.rank1(a, _mm512_castsi512_ps(_mm512_and_si512(w0, high)),
+              _mm512_castsi512_ps(_mm512_and_si512(w1, high)));
+      t.rank1(a + MR, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w0, 16)),
+              _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w1, 16)));
     }
     if (k < kc) {
       static const float zeros[MR] = {};
       const __m512i w0 = _mm512_loadu_si512(b0), w1 = _mm512_loadu_si512(b1);
-      rank1(zeros, _mm512_castsi512_ps(_mm512_and_si512(w0, high)),
-            _mm512_castsi512_ps(_mm512_and_si512(w1, high)));
-      rank1(a, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w0, 16)),
-            _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w1, 16)));
+      t.rank1(zeros, _mm512_castsi512_ps(_mm512_and_si512(w0, high)),
+              _mm512_castsi512_ps(_mm512_and_si512(w1, high)));
+      t.rank1(a, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w0, 16)),
+              _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w1, 16)));
     }
   }
-  const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  store_tile(c, out, ld, add);
+  t.store(out, ld, add);
 }
 
 // vdpbf16ps: MR x 16 (one B panel) or MR x 32 (two adjacent panels, b0 and b1).

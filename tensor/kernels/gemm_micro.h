@@ -147,19 +147,15 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2(int64_t kc, const dou
   }
 }
 
-// Two adjacent B panels at once: out[i, 0:16] from b0's panel, out[i, 16:32] from b1's, each
-// element sum_k a[k*MR + i] * b[k*16 + j] by one FMA per k in k order, as micro_avx2.
-__attribute__((target("avx512f"))) inline void micro_avx512_6x32(int64_t kc, const float* a,
-                                                                 const float* b0, const float* b1,
-                                                                 float* out, int64_t ld, bool add) {
-  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
-  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
-  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
-  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
-  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
-  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k, a += MR, b0 += 16, b1 += 16) {
-    const __m512 x0 = _mm512_loadu_ps(b0), x1 = _mm512_loadu_ps(b1);
+// An MR x 32 f32 tile in twelve AVX-512 registers, named as Avx2Tile's (so GCC keeps them
+// in registers): the f32 kernel's and the bf16 emulation's (gemm_bf16.h).
+struct Avx512Tile {
+  __m512 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  __attribute__((target("avx512f"))) Avx512Tile() {
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm512_setzero_ps();
+  }
+  // Row i += a[i] x (x0, x1), one FMA per register.
+  __attribute__((target("avx512f"))) void rank1(const float* a, __m512 x0, __m512 x1) {
     __m512 ai = _mm512_set1_ps(a[0]);
     c00 = _mm512_fmadd_ps(ai, x0, c00), c01 = _mm512_fmadd_ps(ai, x1, c01);
     ai = _mm512_set1_ps(a[1]);
@@ -173,8 +169,22 @@ __attribute__((target("avx512f"))) inline void micro_avx512_6x32(int64_t kc, con
     ai = _mm512_set1_ps(a[5]);
     c50 = _mm512_fmadd_ps(ai, x0, c50), c51 = _mm512_fmadd_ps(ai, x1, c51);
   }
-  const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  store_tile(c, out, ld, add);
+  __attribute__((target("avx512f"))) void store(float* out, int64_t ld, bool add) const {
+    const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                             {c30, c31}, {c40, c41}, {c50, c51}};
+    store_tile(c, out, ld, add);
+  }
+};
+
+// Two adjacent B panels at once: out[i, 0:16] from b0's panel, out[i, 16:32] from b1's, each
+// element sum_k a[k*MR + i] * b[k*16 + j] by one FMA per k in k order, as micro_avx2.
+__attribute__((target("avx512f"))) inline void micro_avx512_6x32(int64_t kc, const float* a,
+                                                                 const float* b0, const float* b1,
+                                                                 float* out, int64_t ld, bool add) {
+  Avx512Tile t;
+  for (int64_t k = 0; k < kc; ++k, a += MR, b0 += 16, b1 += 16)
+    t.rank1(a, _mm512_loadu_ps(b0), _mm512_loadu_ps(b1));
+  t.store(out, ld, add);
 }
 
 template <typename T>

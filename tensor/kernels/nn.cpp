@@ -32,7 +32,6 @@
 #include <numeric>
 #include <vector>
 
-#include "tensor/half.h"
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
 #include "tensor/kernels/rowmath.h"
@@ -413,10 +412,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
     Tensor out = empty(shape, DType::F32);
     const uint16_t* w = wc.data<uint16_t>();
     float* o = out.data<float>();
-    for_rows(n, C, [&](int64_t i) {
-      const uint16_t* src = w + target_at(idc, i) * C;
-      for (int64_t c = 0; c < C; ++c) o[i * C + c] = bf16_to_float(src[c]);
-    });
+    for_rows(n, C, [&](int64_t i) { from_bf16_bits(w + target_at(idc, i) * C, o + i * C, C); });
     return out;
   }
   Tensor out = empty(shape, weight.dtype());
