@@ -24,6 +24,7 @@
 
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
+#include "tensor/kernels/gemm_rows.h"
 #include "tensor/kernels/rowmath.h"
 #include "tensor/parallel.h"
 
@@ -117,7 +118,11 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
   const T *Q = q.data<T>(), *K = k.data<T>(), *V = v.data<T>();
   T* O = out.data<T>();
   const T ts = static_cast<T>(scale);
-  const bool dropping = drop.p > 0, prepack = Tk <= kMaxPrepackedKeys && window == 0;
+  // A few query rows (a token at a time while sampling) read K and V in place through the
+  // few-rows products (gemm_rows.h): packing them would read the cache, write a copy and
+  // read that, every token and layer.
+  const bool dropping = drop.p > 0,
+             prepack = Tk <= kMaxPrepackedKeys && window == 0 && Tq > gemm_detail::kMaxFewRows;
   parallel_for(p.q.B * NH * p.nblk, 1, [&](int64_t s, int64_t e) {
     T* S = scratch<T>(0, kRows * Tk);
     T* M = dropping ? scratch<T>(1, Tk) : nullptr;

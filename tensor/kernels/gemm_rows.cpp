@@ -363,34 +363,38 @@ namespace {
 
 const bool kHasAvx512F = __builtin_cpu_supports("avx512f");
 
-// One row of A against a full f32 panel (K, 128) with its 128 sums in eight AVX-512
-// registers, not in memory: rows_row_major<1, false>'s arithmetic (each sum a chain of FMAs
-// over k, from zero in each KC block, then stored or added into C), so the same bits. The
-// memory version stores and reloads every sum at every k; this one only streams the panel.
+// One row of A against columns [j0, j0 + cols) of an f32 panel (K, ldb), cols <= 128, with
+// the sums in NV = ceil(cols / 16) AVX-512 registers (the last one masked), not in memory:
+// rows_row_major<1, false>'s arithmetic (each sum a chain of FMAs over k, from zero in each
+// KC block, then stored or added into C), so the same bits. The memory version stores and
+// reloads every sum at every k; this one only streams the panel.
 // 16 k-rows of the panel ahead: on the 2-core Xeon (2026-12-06) 8 KB gave the stories15m
 // shape ~5-10% over no prefetch and over 2 KB (this VM's noise is of that order).
 constexpr int64_t kPanelPrefetch = 8192;
 
-__attribute__((target("avx512f"))) void panel128_avx512(int64_t K, const float* A, const float* B,
-                                                        float* C) {
-  constexpr int64_t W = kDecodePanel;
-  static_assert(W == 128);
+template <int NV>
+__attribute__((target("avx512f"))) void panel_f32_avx512(int64_t K, const float* A, const float* B,
+                                                         int64_t ldb, int64_t cols, float* C) {
+  const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
   for (int64_t pc = 0; pc < K; pc += KC) {
     const int64_t end = std::min(K, pc + KC);
-    __m512 s[8];
+    __m512 s[NV];
     for (auto& v : s) v = _mm512_setzero_ps();
     for (int64_t k = pc; k < end; ++k) {
       const __m512 a = _mm512_set1_ps(A[k]);
-      const float* b = B + k * W;
+      const float* b = B + k * ldb;
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < NV; ++j) {
         _mm_prefetch(reinterpret_cast<const char*>(b + 16 * j) + kPanelPrefetch, _MM_HINT_T0);
-        s[j] = _mm512_fmadd_ps(a, _mm512_loadu_ps(b + 16 * j), s[j]);
+        const __m512 x = j + 1 < NV ? _mm512_loadu_ps(b + 16 * j)
+                                    : _mm512_maskz_loadu_ps(last, b + 16 * j);
+        s[j] = _mm512_fmadd_ps(a, x, s[j]);
       }
     }
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < NV; ++j) {
       float* c = C + 16 * j;
-      _mm512_storeu_ps(c, pc == 0 ? s[j] : _mm512_add_ps(_mm512_loadu_ps(c), s[j]));
+      const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
+      _mm512_mask_storeu_ps(c, m, pc == 0 ? s[j] : _mm512_add_ps(_mm512_maskz_loadu_ps(m, c), s[j]));
     }
   }
 }
@@ -405,67 +409,107 @@ __attribute__((target("avx512f"))) void panel128_avx512(int64_t K, const float* 
 // arithmetic, k in pairs (the pair's second product first, then the first, flushing tiny
 // results as the blocked bf16 kernel does; an odd block's last k pairs with zeros), the
 // bits widened to f32 as they are read.
-__attribute__((target("avx512f"))) inline __m512 widen16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+__attribute__((target("avx512f"))) inline __m512 widen16(const uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-__attribute__((target("avx512f"))) void panel128_bf16_avx512(int64_t K, const float* A,
-                                                             const uint16_t* B, float* C) {
-  constexpr int64_t W = kDecodePanel;
+template <int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void panel_bf16_avx512(
+    int64_t K, const float* A, const uint16_t* B, int64_t ldb, int64_t cols, float* C) {
+  const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
   const FlushToZero<> ftz;
   for (int64_t pc = 0; pc < K; pc += KC) {
     const int64_t end = std::min(K, pc + KC);
-    __m512 s[8];
+    __m512 s[NV];
     for (auto& v : s) v = _mm512_setzero_ps();
     for (int64_t k = pc; k < end; k += 2) {
-      const uint16_t* b0 = B + k * W;
+      const uint16_t* b0 = B + k * ldb;
       const bool two = k + 1 < end;
       const __m512 a0 = _mm512_set1_ps(A[k]), a1 = _mm512_set1_ps(two ? A[k + 1] : 0.0f);
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < NV; ++j) {
+        const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
         _mm_prefetch(reinterpret_cast<const char*>(b0 + 16 * j) + kPanelPrefetch / 2,
                      _MM_HINT_T0);
-        const __m512 x1 = two ? widen16(b0 + W + 16 * j) : _mm512_setzero_ps();
-        s[j] = _mm512_fmadd_ps(a0, widen16(b0 + 16 * j), _mm512_fmadd_ps(a1, x1, s[j]));
+        const __m512 x1 = two ? widen16(b0 + ldb + 16 * j, m) : _mm512_setzero_ps();
+        s[j] = _mm512_fmadd_ps(a0, widen16(b0 + 16 * j, m), _mm512_fmadd_ps(a1, x1, s[j]));
       }
     }
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < NV; ++j) {
       float* c = C + 16 * j;
-      _mm512_storeu_ps(c, pc == 0 ? s[j] : _mm512_add_ps(_mm512_loadu_ps(c), s[j]));
+      const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
+      _mm512_mask_storeu_ps(c, m, pc == 0 ? s[j] : _mm512_add_ps(_mm512_maskz_loadu_ps(m, c), s[j]));
     }
   }
 }
 
 #pragma GCC diagnostic pop
 
-// Panel p of B = W^T: columns [n0, n0 + width), (K, width) row-major, after the n0 K values
-// of the full panels before it. A thread takes whole panels, so threads for 64 KB and more
-// (use_threads: each streams its own contiguous bytes).
+static_assert(kDecodePanel == 128);  // eight vectors of 16 at most
+
+// Columns [j0, j0 + cols) of one panel (K, ldb) for one row of A, cols <= 128.
+template <bool Bf16, typename Src>
+void panel_one_row(int64_t K, const float* A, const Src* B, int64_t ldb, int64_t cols, float* C) {
+  const int nv = static_cast<int>((cols + 15) / 16);
+  auto run = [&]<int NV>() {
+    if constexpr (Bf16)
+      panel_bf16_avx512<NV>(K, A, B, ldb, cols, C);
+    else
+      panel_f32_avx512<NV>(K, A, B, ldb, cols, C);
+  };
+  switch (nv) {
+    case 1: run.template operator()<1>(); break;
+    case 2: run.template operator()<2>(); break;
+    case 3: run.template operator()<3>(); break;
+    case 4: run.template operator()<4>(); break;
+    case 5: run.template operator()<5>(); break;
+    case 6: run.template operator()<6>(); break;
+    case 7: run.template operator()<7>(); break;
+    default: run.template operator()<8>(); break;
+  }
+}
+
+const bool kHasAvx512Bw = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+
+// B = W^T in panels: panel p holds columns [n0, n0 + width), (K, width) row-major, after the
+// n0 K values of the full panels before it. Threads (for 64 KB and more, use_threads) split
+// the N columns evenly at multiples of 16, whatever the panels: a share may start or end
+// inside a panel and reads its columns of each of the panel's rows (N 288 in panels of 128,
+// 128 and 32 gave one thread 256 columns and the other 32 when threads took whole panels).
+// Each column's sum is the same chain whoever computes it: the bits do not depend on the
+// thread count.
 template <bool Bf16, typename Src>
 void panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B, float* C,
             int64_t ldc, bool parallel) {
   ATTEND_CHECK(gemm_panels_apply(M, N, K) && A.col_stride == 1, "decoding panels: a (", M, ", ",
                K, ") x (", K, ", ", N, ") product they do not take (see gemm_panels_apply)");
-  const int64_t count = (N + kDecodePanel - 1) / kDecodePanel;
+  const bool registers = M == 1 && kHasAvx512F && (!Bf16 || kHasAvx512Bw) &&
+                         g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512;
+  const int64_t vectors = (N + 15) / 16;
+  const int64_t shares =
+      use_threads(N, K, parallel, true) ? std::min<int64_t>(max_threads(), vectors) : 1;
   auto body = [&](int64_t b, int64_t e) {
-    for (int64_t p = b; p < e; ++p) {
-      const int64_t n0 = p * kDecodePanel, width = std::min(kDecodePanel, N - n0);
-      if (M == 1 && width == kDecodePanel && kHasAvx512F &&
-          g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
-        if constexpr (Bf16)
-          panel128_bf16_avx512(K, A.data, B + n0 * K, C + n0);
-        else
-          panel128_avx512(K, A.data, B + n0 * K, C + n0);
-        continue;
+    for (int64_t q = b; q < e; ++q) {
+      const int64_t c0 = std::min(N, vectors * q / shares * 16);
+      const int64_t c1 = std::min(N, vectors * (q + 1) / shares * 16);
+      for (int64_t n0 = c0 / kDecodePanel * kDecodePanel; n0 < c1; n0 += kDecodePanel) {
+        const int64_t width = std::min(kDecodePanel, N - n0);
+        const int64_t j0 = std::max(c0, n0) - n0, j1 = std::min(c1, n0 + width) - n0;
+        if (j1 <= j0) continue;
+        const Src* panel = B + n0 * K;
+        if (registers) {
+          panel_one_row<Bf16>(K, A.data, panel + j0, width, j1 - j0, C + n0 + j0);
+          continue;
+        }
+        with_rows(M, [&](auto rows) {
+          rows_row_major<rows(), Bf16>(j0, j1 - j0, K, A.data, A.row_stride, panel, width,
+                                       C + n0, ldc, false);
+        });
       }
-      with_rows(M, [&](auto rows) {
-        rows_row_major<rows(), Bf16>(0, width, K, A.data, A.row_stride, B + n0 * K, width,
-                                     C + n0, ldc, false);
-      });
     }
   };
-  use_threads(N, K, parallel, true) && count > 1 ? parallel_for(count, 1, body) : body(0, count);
+  shares > 1 ? parallel_for(shares, 1, body) : body(0, shares);
 }
 
 template <typename Dst, typename Put>

@@ -314,8 +314,9 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
   // column panels, f32 values or bf16 bits widened as read; their twins are the GEMM on the
   // f32 B (the few-rows kernel and the blocked one through a 7-row product), in f32 and
   // under bf16 precision (rounding as it reads). Tiny and subnormal values, K within and
-  // past 256-deep blocks, odd tails, 1 and 2 threads, N past several 128-wide panels
-  // (threads from N K >= 2^14).
+  // past 256-deep blocks, odd tails, 1-3 threads, N past several 128-wide panels (threads
+  // from N K >= 2^14; their shares of N start and end inside panels, e.g. 288 = 128 + 128 +
+  // 32 in two or three shares of 144 or 96 columns).
   if (!k::gemm_panels_apply(1, 8, 1))
     ATTEND_SKIP("no AVX2 kernel in use: the bf16-weight few-rows kernel was not checked");
   const int saved_threads = omp_get_max_threads();
@@ -323,9 +324,9 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
   std::normal_distribution<float> normal;
   int64_t compared = 0;
   for (const bool bf16 : {false, true})
-  for (int threads : {1, 2})
+  for (int threads : {1, 2, 3})
     for (int64_t M : {1, 2, 3, 4})
-      for (int64_t N : {8, 33, 100, 300, 1100})
+      for (int64_t N : {8, 33, 100, 288, 300, 1100})
         for (int64_t K : {1, 7, 257, 1000}) {
           CAPTURE(bf16);
           CAPTURE(threads);
@@ -361,7 +362,7 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
           ++compared;
         }
   omp_set_num_threads(saved_threads);
-  CHECK(compared == 2 * 2 * 4 * 5 * 4);
+  CHECK(compared == 2 * 3 * 4 * 6 * 4);
   // and what it does not take, it refuses
   CHECK_FALSE(k::gemm_panels_apply(5, 8, 1));
   std::vector<uint16_t> w(8 * 5);
