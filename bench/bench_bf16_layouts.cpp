@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
       {1, 768, 2304, "qkv"}, {1, 3072, 768, "c_proj"}, {1, 768, 50304, "lm_head"}};
   for (const Shape& s : tokens) {
     const Tensor a = randn({1, s.K}, g), bt = randn({s.K, s.N}, g);
-    std::vector<uint16_t> bits(static_cast<size_t>(s.K * s.N));
+    std::vector<uint32_t> bits(static_cast<size_t>(k::decode_panels_bf16_words(s.N, s.K)));
     const Tensor w = k::contiguous(k::transpose(bt, 0, 1));  // W (N, K): its decoding panels
     k::to_decode_panels_bf16(w.data<float>(), s.N, s.K, bits.data());
     std::vector<float> c(static_cast<size_t>(s.N));

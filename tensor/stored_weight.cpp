@@ -24,20 +24,22 @@ WeightFormat parse_weight_format(const std::string& w, const std::string& what) 
 
 namespace {
 
-// W^T's panels (kernel::to_decode_panels), f32 values or bf16 bits, made a panel's rows of
-// W at a time (a contiguous copy of those rows: 1 MB at most for K = 1024).
+// W^T's panels (kernel::to_decode_panels): f32 values, or bf16 pair words, made a panel's
+// rows of W at a time (a contiguous copy of those rows: 1 MB at most for K = 1024).
 template <typename T>
 std::shared_ptr<const Storage> decode_panels(const Tensor& w) {
   const int64_t outs = w.size(0), in = w.size(1);
-  auto out = std::make_shared<Storage>(static_cast<size_t>(outs * in) * sizeof(T));
+  constexpr bool f32 = std::is_same_v<T, float>;
+  const int64_t depth = f32 ? in : (in + 1) / 2;  // elements of a column
+  auto out = std::make_shared<Storage>(static_cast<size_t>(outs * depth) * sizeof(T));
   auto* dst = static_cast<T*>(out->data);
   for (int64_t n0 = 0; n0 < outs; n0 += kernel::kDecodePanel) {
     const int64_t n = std::min(kernel::kDecodePanel, outs - n0);
     const Tensor rows = kernel::contiguous(kernel::narrow(w, 0, n0, n));
-    if constexpr (std::is_same_v<T, float>)
-      kernel::to_decode_panels(rows.data<float>(), n, in, dst + n0 * in);
+    if constexpr (f32)
+      kernel::to_decode_panels(rows.data<float>(), n, in, dst + n0 * depth);
     else
-      kernel::to_decode_panels_bf16(rows.data<float>(), n, in, dst + n0 * in);
+      kernel::to_decode_panels_bf16(rows.data<float>(), n, in, dst + n0 * depth);
   }
   return out;
 }
@@ -73,7 +75,7 @@ StoredWeight::StoredWeight(const Tensor& w, WeightFormat format) : format_(forma
   } else if (format == WeightFormat::bf16) {
     ATTEND_CHECK(w.dtype() == DType::F32, "StoredWeight: bf16 from an f32 weight only, got ",
                  dtype_name(w.dtype()));
-    bf16_bits_ = decode_panels<uint16_t>(w);
+    bf16_bits_ = decode_panels<uint32_t>(w);
   } else {
     ATTEND_CHECK(w.dtype() == DType::F32, "StoredWeight: f32 from an f32 weight only, got ",
                  dtype_name(w.dtype()));
@@ -88,7 +90,9 @@ WeightFormat StoredWeight::format_for_products() {
 
 int64_t StoredWeight::bytes_for(const Tensor& w, WeightFormat format) {
   if (format == WeightFormat::q8_0) return w.numel() / quant::kQ8Block * quant::kQ8BlockBytes;
-  return w.numel() * (format == WeightFormat::bf16 ? 2 : static_cast<int64_t>(dtype_size(w.dtype())));
+  if (format == WeightFormat::bf16)  // pair words: an odd row length ends in a zero half
+    return w.size(0) * ((w.size(1) + 1) / 2) * 4;
+  return w.numel() * static_cast<int64_t>(dtype_size(w.dtype()));
 }
 
 Tensor StoredWeight::multiply(const Tensor& x) const {
@@ -106,7 +110,7 @@ Tensor StoredWeight::multiply(const Tensor& x) const {
   Tensor out = empty(shape, DType::F32);
   if (bf16)
     kernel::gemm_bf16_panels(rows, out_, in_, {xc.data<float>(), in_, 1},
-                             static_cast<const uint16_t*>(bf16_bits_->data), out.data<float>(),
+                             static_cast<const uint32_t*>(bf16_bits_->data), out.data<float>(),
                              out_, true);
   else
     kernel::gemm_f32_panels(rows, out_, in_, {xc.data<float>(), in_, 1},

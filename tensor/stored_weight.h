@@ -4,8 +4,10 @@
 // every panel contiguous, so threads split the weight into contiguous bytes), as
 //   f32   the weight's own values (the products give linear's bits: every sum runs in the
 //         same order either way);
-//   bf16  bf16 bits (to_bf16_bits of W^T): half the bytes, read by the few-rows kernel
-//         widening each value (kernel::gemm_bf16_panels); the bits bf16 products give on W.
+//   bf16  bf16 bits (to_bf16_bits of W^T) in pair words, k and k+1 of a column in one 32-bit
+//         word (the blocked GEMM's packed layout): half the bytes, read by vdpbf16ps where
+//         the CPU has it, else split into f32 by shifts (kernel::gemm_bf16_panels); the bits
+//         bf16 products give on W.
 //         Made and used under bf16 products only (Note [Precision is scoped] in
 //         kernels/gemm.h).
 // More rows of x than the few-rows kernels take (a prompt) multiply by W itself.

@@ -48,25 +48,26 @@ void gemm_prepacked(int64_t M, int64_t n, int64_t k, MatrixRef<T> A, const T* pa
 
 // Sampling's products against a weight kept for decoding (infer::DecodingWeights):
 // C (M, N) = A (M, K) @ B with B = W^T (K, N) stored in column panels: panel p holds
-// columns [p P, min(N, (p + 1) P)) as a (K, width) row-major block, P = kDecodePanel, the
-// panels one after another (to_decode_panels). A thread streams whole panels, each one
-// contiguous, where W^T's own rows would have each thread read a share of every row.
-// gemm_f32_panels gives gemm's bits for that B; gemm_bf16_panels, given B's bf16 bits
-// (to_bf16_bits of an f32 B), the bits gemm gives for the f32 B under bf16 precision, at
-// half the bytes read (the few-rows kernel, gemm_rows.h, widening B's values instead of
-// rounding them). Only for what gemm_panels_apply says this machine's kernels take (the AVX2
-// kernels in use, 1 <= M <= 4, N >= 8, K >= 1); elsewhere multiply by the f32 weight. A's
-// rows contiguous (column stride 1).
+// columns [p P, min(N, (p + 1) P)) as rows of `width` elements, P = kDecodePanel, the panels
+// one after another:
+//   f32   K rows of f32 values (to_decode_panels; N K floats in all);
+//   bf16  ceil(K / 2) rows of pair words, the bf16 bits (to_bf16_bits) of k in the low half
+//         and of k + 1 in the high half (zero past K), the blocked GEMM's packed layout and
+//         vdpbf16ps's operand (to_decode_panels_bf16; decode_panels_bf16_words in all).
+// Each thread streams its own share of the columns (gemm_rows.cpp). gemm_f32_panels gives
+// gemm's bits for that B; gemm_bf16_panels the bits gemm gives for the f32 B under bf16
+// precision, at half the bytes read. Only for what gemm_panels_apply says this machine's
+// kernels take (the AVX2 kernels in use, 1 <= M <= 4, N >= 8, K >= 1); elsewhere multiply by
+// the f32 weight. A's rows contiguous (column stride 1).
 inline constexpr int64_t kDecodePanel = 128;
 bool gemm_panels_apply(int64_t M, int64_t N, int64_t K);
 void gemm_f32_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const float* panels,
                      float* C, int64_t ldc, bool parallel);
 void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A,
-                      const uint16_t* panels, float* C, int64_t ldc, bool parallel);
-// W (N, K) f32 into B = W^T's panels: f32 values, or bf16 bits (to_bf16_bits); out holds N K.
+                      const uint32_t* panels, float* C, int64_t ldc, bool parallel);
 void to_decode_panels(const float* W, int64_t N, int64_t K, float* out);
-void to_decode_panels_bf16(const float* W, int64_t N, int64_t K, uint16_t* out);
-
+void to_decode_panels_bf16(const float* W, int64_t N, int64_t K, uint32_t* out);
+int64_t decode_panels_bf16_words(int64_t N, int64_t K);
 // Products with a frozen bf16 weight (tensor/dtype.h's bf16: LoRA's base under train
 // --base_weights bf16), W row-major bits, A f32 with column stride 1:
 //   gemm_bf16_weight_t  C (M, N) = A (M, K) W^T,  W (N, K)   (a Linear's forward)
@@ -146,6 +147,14 @@ bool gemm_has_native_bf16();  // AVX512_BF16 on this CPU
 enum class Bf16Kernel { native, fma };
 Bf16Kernel gemm_bf16_kernel();
 Bf16Kernel set_gemm_bf16_kernel(Bf16Kernel k);
+
+// Which kernel gemm_bf16_panels runs with the AVX-512 kernels in use: vdpbf16ps (native,
+// the default where the CPU has AVX512_BF16, Intel's included: a token's products wait on
+// memory, not on the arithmetic) or the emulation in FMAs; the same bits. The setter
+// returns the previous choice (native without AVX512_BF16 becomes fma).
+Bf16Kernel decode_bf16_kernel();
+Bf16Kernel set_decode_bf16_kernel(Bf16Kernel k);
+
 float round_to_bf16(float x);  // the packing's rounding, for tests and checkers
 // n f32 values -> their bf16 bits by that rounding, and back (bits << 16, exact): a tensor
 // kept for backward in half the bytes (tensor/kernels/kept_operand.h). In parallel, any thread count.

@@ -3,7 +3,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -405,35 +407,43 @@ __attribute__((target("avx512f"))) void panel_f32_avx512(int64_t K, const float*
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// The same for a panel of bf16 bits under bf16 products: rows_row_major<1, true>'s
-// arithmetic, k in pairs (the pair's second product first, then the first, flushing tiny
-// results as the blocked bf16 kernel does; an odd block's last k pairs with zeros), the
-// bits widened to f32 as they are read.
-__attribute__((target("avx512f"))) inline __m512 widen16(const uint16_t* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
+// The same for bf16 panels under bf16 products (gemm.h: pair words, k in the low half, k+1
+// in the high half, as the blocked GEMM packs B), rows_row_major<1, true>'s arithmetic: per
+// pair, the second product first, then the first, each result below f32's smallest normal
+// flushed (an odd K's last pair has a zero high half and a zero x). Two kernels, the same
+// bits (gemm_bf16.h):
+//   emulated  the word's halves split into two f32 vectors (a shift, an and), two FMAs
+//             under MXCSR's flush-to-zero;
+//   native    AVX512_BF16's vdpbf16ps on the word as it is and x's pair as a word: one
+//             instruction a pair and no splitting. Decoding waits on memory, not on the
+//             arithmetic, so it is the faster even on Intel, where vdpbf16ps has half the
+//             f32 FMA rate (2-core Xeon, 2026-12-06: 10.8-14.3 vs 9.5-12.7 GB/s from DRAM).
+// Sums are stored or added into C after the flush-to-zero scope, under the caller's MXCSR,
+// as the blocked kernels do.
 template <int NV>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void panel_bf16_avx512(
-    int64_t K, const float* A, const uint16_t* B, int64_t ldb, int64_t cols, float* C) {
+__attribute__((target("avx512f"))) void panel_bf16_emulated(int64_t K, const float* A,
+                                                            const uint32_t* B, int64_t ldb,
+                                                            int64_t cols, float* C) {
   const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
-  const FlushToZero<> ftz;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int64_t pc = 0; pc < K; pc += KC) {
     const int64_t end = std::min(K, pc + KC);
     __m512 s[NV];
     for (auto& v : s) v = _mm512_setzero_ps();
-    for (int64_t k = pc; k < end; k += 2) {
-      const uint16_t* b0 = B + k * ldb;
-      const bool two = k + 1 < end;
-      const __m512 a0 = _mm512_set1_ps(A[k]), a1 = _mm512_set1_ps(two ? A[k + 1] : 0.0f);
+    {
+      const FlushToZero<> ftz;
+      for (int64_t k = pc; k < end; k += 2) {
+        const uint32_t* w = B + k / 2 * ldb;
+        const __m512 a0 = _mm512_set1_ps(A[k]), a1 = _mm512_set1_ps(k + 1 < end ? A[k + 1] : 0.0f);
 #pragma GCC unroll 8
-      for (int j = 0; j < NV; ++j) {
-        const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
-        _mm_prefetch(reinterpret_cast<const char*>(b0 + 16 * j) + kPanelPrefetch / 2,
-                     _MM_HINT_T0);
-        const __m512 x1 = two ? widen16(b0 + ldb + 16 * j, m) : _mm512_setzero_ps();
-        s[j] = _mm512_fmadd_ps(a0, widen16(b0 + 16 * j, m), _mm512_fmadd_ps(a1, x1, s[j]));
+        for (int j = 0; j < NV; ++j) {
+          _mm_prefetch(reinterpret_cast<const char*>(w + 16 * j) + kPanelPrefetch, _MM_HINT_T0);
+          const __m512i x = _mm512_maskz_loadu_epi32(j + 1 < NV ? __mmask16(0xFFFF) : last,
+                                                     w + 16 * j);
+          const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+          const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+          s[j] = _mm512_fmadd_ps(a0, lo, _mm512_fmadd_ps(a1, hi, s[j]));
+        }
       }
     }
     for (int j = 0; j < NV; ++j) {
@@ -444,48 +454,126 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void panel_bf16_avx512(
   }
 }
 
+// xw: x's pairs as words (x_k's bf16 low, x_k+1's high; zero past K).
+template <int NV>
+__attribute__((target("avx512f,avx512bf16"))) void panel_bf16_native(int64_t K, const uint32_t* xw,
+                                                                      const uint32_t* B,
+                                                                      int64_t ldb, int64_t cols,
+                                                                      float* C) {
+  const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    const int64_t end = std::min(K, pc + KC);
+    __m512 s[NV];
+    for (auto& v : s) v = _mm512_setzero_ps();
+    for (int64_t k = pc; k < end; k += 2) {
+      const uint32_t* w = B + k / 2 * ldb;
+      const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xw[k / 2])));
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + 16 * j) + kPanelPrefetch, _MM_HINT_T0);
+        const __m512i x = _mm512_maskz_loadu_epi32(j + 1 < NV ? __mmask16(0xFFFF) : last,
+                                                   w + 16 * j);
+        s[j] = _mm512_dpbf16_ps(s[j], a, reinterpret_cast<__m512bh>(x));
+      }
+    }
+    for (int j = 0; j < NV; ++j) {
+      float* c = C + 16 * j;
+      const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
+      _mm512_mask_storeu_ps(c, m, pc == 0 ? s[j] : _mm512_add_ps(_mm512_maskz_loadu_ps(m, c), s[j]));
+    }
+  }
+}
+
+// The AVX2 twin for M rows of A (and for CPUs without AVX-512): sums in memory, eight
+// columns a vector, the rest one at a time with flush_tiny.
+template <int M>
+__attribute__((target("avx2,fma"))) void pairs_rows_avx2(int64_t K, const float* A, int64_t lda,
+                                                        const uint32_t* B, int64_t ldb,
+                                                        int64_t cols, float* C, int64_t ldc) {
+  thread_local std::vector<float> buffer;
+  const int64_t stride = (cols + 7) / 8 * 8;
+  if (static_cast<int64_t>(buffer.size()) < M * stride) buffer.resize(static_cast<size_t>(M * stride));
+  float* sum = buffer.data();
+  const int64_t full = cols / 8 * 8;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    const int64_t end = std::min(K, pc + KC);
+    std::fill(sum, sum + M * stride, 0.0f);
+    {
+      const FlushToZero<> ftz;
+      for (int64_t k = pc; k < end; k += 2) {
+        const uint32_t* w = B + k / 2 * ldb;
+        const bool two = k + 1 < end;
+        __m256 a0[M], a1[M];
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) {
+          a0[m] = _mm256_broadcast_ss(A + m * lda + k);
+          a1[m] = two ? _mm256_broadcast_ss(A + m * lda + k + 1) : _mm256_setzero_ps();
+        }
+        for (int64_t j = 0; j < full; j += 8) {
+          const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j));
+          const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+          const __m256 hi = _mm256_castsi256_ps(_mm256_and_si256(x, high));
+#pragma GCC unroll 4
+          for (int m = 0; m < M; ++m) {
+            float* s = sum + m * stride + j;
+            _mm256_storeu_ps(s, _mm256_fmadd_ps(a0[m], lo, _mm256_fmadd_ps(a1[m], hi, _mm256_loadu_ps(s))));
+          }
+        }
+        for (int64_t j = full; j < cols; ++j) {
+          const float lo = bf16_value(w[j] & 0xffffu), hi = bf16_value(w[j] >> 16);
+          for (int m = 0; m < M; ++m) {
+            float& s = sum[m * stride + j];
+            s = flush_tiny(std::fma(two ? A[m * lda + k + 1] : 0.0f, hi, s));
+            s = flush_tiny(std::fma(A[m * lda + k], lo, s));
+          }
+        }
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      float* c = C + m * ldc;
+      const float* s = sum + m * stride;
+      if (pc == 0) {
+        for (int64_t j = 0; j < cols; ++j) c[j] = s[j];
+      } else {
+        for (int64_t j = 0; j < cols; ++j) c[j] += s[j];
+      }
+    }
+  }
+}
+
 #pragma GCC diagnostic pop
 
 static_assert(kDecodePanel == 128);  // eight vectors of 16 at most
 
-// Columns [j0, j0 + cols) of one panel (K, ldb) for one row of A, cols <= 128.
-template <bool Bf16, typename Src>
-void panel_one_row(int64_t K, const float* A, const Src* B, int64_t ldb, int64_t cols, float* C) {
-  const int nv = static_cast<int>((cols + 15) / 16);
-  auto run = [&]<int NV>() {
-    if constexpr (Bf16)
-      panel_bf16_avx512<NV>(K, A, B, ldb, cols, C);
-    else
-      panel_f32_avx512<NV>(K, A, B, ldb, cols, C);
-  };
-  switch (nv) {
-    case 1: run.template operator()<1>(); break;
-    case 2: run.template operator()<2>(); break;
-    case 3: run.template operator()<3>(); break;
-    case 4: run.template operator()<4>(); break;
-    case 5: run.template operator()<5>(); break;
-    case 6: run.template operator()<6>(); break;
-    case 7: run.template operator()<7>(); break;
-    default: run.template operator()<8>(); break;
+// f(std::integral_constant<int, NV>) for NV = ceil(cols / 16) in 1..8: a panel's columns
+// in that many AVX-512 registers.
+template <typename F>
+void with_vectors(int64_t cols, F&& f) {
+  switch ((cols + 15) / 16) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
   }
 }
 
-const bool kHasAvx512Bw = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-
-// B = W^T in panels: panel p holds columns [n0, n0 + width), (K, width) row-major, after the
-// n0 K values of the full panels before it. Threads (for 64 KB and more, use_threads) split
-// the N columns evenly at multiples of 16, whatever the panels: a share may start or end
-// inside a panel and reads its columns of each of the panel's rows (N 288 in panels of 128,
-// 128 and 32 gave one thread 256 columns and the other 32 when threads took whole panels).
-// Each column's sum is the same chain whoever computes it: the bits do not depend on the
-// thread count.
-template <bool Bf16, typename Src>
-void panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B, float* C,
-            int64_t ldc, bool parallel) {
-  ATTEND_CHECK(gemm_panels_apply(M, N, K) && A.col_stride == 1, "decoding panels: a (", M, ", ",
-               K, ") x (", K, ", ", N, ") product they do not take (see gemm_panels_apply)");
-  const bool registers = M == 1 && kHasAvx512F && (!Bf16 || kHasAvx512Bw) &&
-                         g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512;
+// Panels of B = W^T (gemm.h): panel p holds columns [n0, n0 + width) as `depth` rows of
+// `width` elements (f32 values: K rows; bf16 pair words: ceil(K / 2) rows), after the n0
+// depth elements of the full panels before it. Threads (for 64 KB and more, use_threads)
+// split the N columns evenly at multiples of 16, whatever the panels: a share may start or
+// end inside a panel and reads its columns of each of the panel's rows (N 288 in panels of
+// 128, 128 and 32 gave one thread 256 columns and the other 32 when threads took whole
+// panels). Each column's sum is the same chain whoever computes it: the bits do not depend
+// on the thread count. piece(n0, width, j0, j1): columns [j0, j1) of the panel at n0.
+template <typename Piece>
+void for_panel_pieces(int64_t M, int64_t N, int64_t K, int64_t lda, bool parallel, Piece piece) {
+  ATTEND_CHECK(gemm_panels_apply(M, N, K) && lda >= 0, "decoding panels: a (", M, ", ", K,
+               ") x (", K, ", ", N, ") product they do not take (see gemm_panels_apply)");
   const int64_t vectors = (N + 15) / 16;
   const int64_t shares =
       use_threads(N, K, parallel, true) ? std::min<int64_t>(max_threads(), vectors) : 1;
@@ -496,20 +584,15 @@ void panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B, f
       for (int64_t n0 = c0 / kDecodePanel * kDecodePanel; n0 < c1; n0 += kDecodePanel) {
         const int64_t width = std::min(kDecodePanel, N - n0);
         const int64_t j0 = std::max(c0, n0) - n0, j1 = std::min(c1, n0 + width) - n0;
-        if (j1 <= j0) continue;
-        const Src* panel = B + n0 * K;
-        if (registers) {
-          panel_one_row<Bf16>(K, A.data, panel + j0, width, j1 - j0, C + n0 + j0);
-          continue;
-        }
-        with_rows(M, [&](auto rows) {
-          rows_row_major<rows(), Bf16>(j0, j1 - j0, K, A.data, A.row_stride, panel, width,
-                                       C + n0, ldc, false);
-        });
+        if (j1 > j0) piece(n0, width, j0, j1);
       }
     }
   };
   shares > 1 ? parallel_for(shares, 1, body) : body(0, shares);
+}
+
+bool avx512_in_use() {
+  return kHasAvx512F && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512;
 }
 
 template <typename Dst, typename Put>
@@ -522,28 +605,93 @@ void make_panels(const float* W, int64_t N, int64_t K, Dst* out, Put put) {
   }
 }
 
+const bool kHasAvx512Bf16Insn = __builtin_cpu_supports("avx512bf16");
+std::atomic<Bf16Kernel> g_decode_bf16{kHasAvx512Bf16Insn ? Bf16Kernel::native : Bf16Kernel::fma};
+
 }  // namespace
+
+Bf16Kernel decode_bf16_kernel() { return g_decode_bf16.load(); }
+
+Bf16Kernel set_decode_bf16_kernel(Bf16Kernel k) {
+  if (!kHasAvx512Bf16Insn) k = Bf16Kernel::fma;
+  return g_decode_bf16.exchange(k);
+}
 
 void gemm_f32_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const float* B,
                      float* C, int64_t ldc, bool parallel) {
-  panels<false>(M, N, K, A, B, C, ldc, parallel);
+  ATTEND_CHECK(A.col_stride == 1, "decoding panels: A's rows must be contiguous");
+  const bool registers = M == 1 && avx512_in_use();
+  for_panel_pieces(M, N, K, A.row_stride, parallel,
+                   [&](int64_t n0, int64_t width, int64_t j0, int64_t j1) {
+    const float* panel = B + n0 * K;
+    if (registers) {
+      with_vectors(j1 - j0, [&](auto nv) {
+        panel_f32_avx512<nv()>(K, A.data, panel + j0, width, j1 - j0, C + n0 + j0);
+      });
+      return;
+    }
+    with_rows(M, [&](auto rows) {
+      rows_row_major<rows(), false>(j0, j1 - j0, K, A.data, A.row_stride, panel, width, C + n0,
+                                    ldc, false);
+    });
+  });
 }
 
-void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
+int64_t decode_panels_bf16_words(int64_t N, int64_t K) { return N * ((K + 1) / 2); }
+
+void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint32_t* words,
                       float* C, int64_t ldc, bool parallel) {
-  panels<true>(M, N, K, rounded_rows(M, K, A), B, C, ldc, parallel);
+  ATTEND_CHECK(A.col_stride == 1, "decoding panels: A's rows must be contiguous");
+  const MatrixRef<float> R = rounded_rows(M, K, A);  // rows K apart
+  const int64_t Kw = (K + 1) / 2;                     // pair words a column
+  const bool registers = avx512_in_use();
+  const bool native = registers && g_decode_bf16.load(std::memory_order_relaxed) == Bf16Kernel::native;
+  std::vector<uint32_t> xw;  // x's pairs as words, for vdpbf16ps
+  if (native) {
+    xw.assign(static_cast<size_t>(M * Kw), 0u);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        uint32_t u;
+        std::memcpy(&u, R.data + m * K + k, 4);  // a rounded value: its bf16 is the high half
+        xw[static_cast<size_t>(m * Kw + k / 2)] |= k % 2 ? (u & 0xffff0000u) : (u >> 16);
+      }
+  }
+  for_panel_pieces(M, N, K, R.row_stride, parallel,
+                   [&](int64_t n0, int64_t width, int64_t j0, int64_t j1) {
+    const uint32_t* panel = words + n0 * Kw + j0;
+    if (registers) {
+      with_vectors(j1 - j0, [&](auto nv) {
+        for (int64_t m = 0; m < M; ++m) {
+          float* c = C + m * ldc + n0 + j0;
+          if (native)
+            panel_bf16_native<nv()>(K, xw.data() + m * Kw, panel, width, j1 - j0, c);
+          else
+            panel_bf16_emulated<nv()>(K, R.data + m * K, panel, width, j1 - j0, c);
+        }
+      });
+      return;
+    }
+    with_rows(M, [&](auto rows) {
+      pairs_rows_avx2<rows()>(K, R.data, K, panel, width, j1 - j0, C + n0 + j0, ldc);
+    });
+  });
 }
 
 void to_decode_panels(const float* W, int64_t N, int64_t K, float* out) {
   make_panels(W, N, K, out, [](float v) { return v; });
 }
 
-void to_decode_panels_bf16(const float* W, int64_t N, int64_t K, uint16_t* out) {
-  make_panels(W, N, K, out, [](float v) {
-    uint16_t b;
-    to_bf16_bits(&v, &b, 1);
-    return b;
-  });
+void to_decode_panels_bf16(const float* W, int64_t N, int64_t K, uint32_t* words) {
+  const int64_t Kw = (K + 1) / 2;
+  for (int64_t n0 = 0; n0 < N; n0 += kDecodePanel) {
+    const int64_t width = std::min(kDecodePanel, N - n0);
+    uint32_t* panel = words + n0 * Kw;
+    for (int64_t j = 0; j < width; ++j) {
+      const float* w = W + (n0 + j) * K;
+      for (int64_t p = 0; p < Kw; ++p)
+        panel[p * width + j] = bf16_word(w + 2 * p, 2 * p + 1 < K ? w + 2 * p + 1 : nullptr);
+    }
+  }
 }
 
 }  // namespace attend::kernel

@@ -313,7 +313,8 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
   // gemm_f32_panels and gemm_bf16_panels (sampling with infer::DecodingWeights): B = W^T in
   // column panels, f32 values or bf16 bits widened as read; their twins are the GEMM on the
   // f32 B (the few-rows kernel and the blocked one through a 7-row product), in f32 and
-  // under bf16 precision (rounding as it reads). Tiny and subnormal values, K within and
+  // under bf16 precision (rounding as it reads; bf16 panels through vdpbf16ps where the CPU
+  // has AVX512_BF16 and through the emulation). Tiny and subnormal values, K within and
   // past 256-deep blocks, odd tails, 1-3 threads, N past several 128-wide panels (threads
   // from N K >= 2^14; their shares of N start and end inside panels, e.g. 288 = 128 + 128 +
   // 32 in two or three shares of 144 or 96 columns).
@@ -323,6 +324,11 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
   std::mt19937 rng(29);
   std::normal_distribution<float> normal;
   int64_t compared = 0;
+  // Each SIMD kernel this CPU has: the AVX-512 one keeps one row's sums in registers, the
+  // AVX2 one (and rows 2-4) in memory.
+  std::vector<k::GemmKernel> kernels{k::GemmKernel::avx2};
+  if (__builtin_cpu_supports("avx512f")) kernels.push_back(k::GemmKernel::avx512);
+  for (const k::GemmKernel simd : kernels)
   for (const bool bf16 : {false, true})
   for (int threads : {1, 2, 3})
     for (int64_t M : {1, 2, 3, 4})
@@ -333,7 +339,9 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
           CAPTURE(M);
           CAPTURE(N);
           CAPTURE(K);
+          CAPTURE(k::gemm_kernel_name(simd));
           omp_set_num_threads(threads);
+          const k::GemmKernel kernel_before = k::set_gemm_kernel(simd);
           const int64_t rows = 7;
           std::vector<float> a(rows * K), b(K * N);
           for (auto* v : {&a, &b})
@@ -345,27 +353,35 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
           std::vector<float> w(b.size()), panels(b.size());  // W = B^T (N, K), its panels
           for (int64_t n = 0; n < N; ++n)
             for (int64_t kk = 0; kk < K; ++kk) w[n * K + kk] = b[kk * N + n];
-          std::vector<uint16_t> bits(b.size());
+          std::vector<uint32_t> bits(static_cast<size_t>(k::decode_panels_bf16_words(N, K)));
           k::to_decode_panels(w.data(), N, K, panels.data());
           k::to_decode_panels_bf16(w.data(), N, K, bits.data());
           const test::PrecisionGuard precision(bf16 ? k::GemmPrecision::bf16 : k::GemmPrecision::f32);
           const k::MatrixRef<float> A{a.data(), K, 1}, B{b.data(), N, 1};
           std::vector<float> got(M * N), few(M * N), blocked(rows * N);
-          if (bf16)
-            k::gemm_bf16_panels(M, N, K, A, bits.data(), got.data(), N, true);
-          else
-            k::gemm_f32_panels(M, N, K, A, panels.data(), got.data(), N, true);
           k::gemm<float>(M, N, K, A, B, few.data(), N, true);
           k::gemm<float>(rows, N, K, A, B, blocked.data(), N, true);
-          REQUIRE(std::memcmp(got.data(), few.data(), got.size() * sizeof(float)) == 0);
-          REQUIRE(std::memcmp(got.data(), blocked.data(), got.size() * sizeof(float)) == 0);
+          // bf16: vdpbf16ps (where the CPU has it) and the emulation, each against the GEMM
+          for (const k::Bf16Kernel kernel : {k::Bf16Kernel::native, k::Bf16Kernel::fma}) {
+            const k::Bf16Kernel before = k::set_decode_bf16_kernel(kernel);
+            std::fill(got.begin(), got.end(), -1.0f);
+            if (bf16)
+              k::gemm_bf16_panels(M, N, K, A, bits.data(), got.data(), N, true);
+            else
+              k::gemm_f32_panels(M, N, K, A, panels.data(), got.data(), N, true);
+            k::set_decode_bf16_kernel(before);
+            REQUIRE(std::memcmp(got.data(), few.data(), got.size() * sizeof(float)) == 0);
+            REQUIRE(std::memcmp(got.data(), blocked.data(), got.size() * sizeof(float)) == 0);
+            if (!bf16) break;
+          }
+          k::set_gemm_kernel(kernel_before);
           ++compared;
         }
   omp_set_num_threads(saved_threads);
-  CHECK(compared == 2 * 3 * 4 * 6 * 4);
+  CHECK(compared == static_cast<int64_t>(kernels.size()) * 2 * 3 * 4 * 6 * 4);
   // and what it does not take, it refuses
   CHECK_FALSE(k::gemm_panels_apply(5, 8, 1));
-  std::vector<uint16_t> w(8 * 5);
+  std::vector<uint32_t> w(8 * 3);
   std::vector<float> x(5 * 5), y(5 * 8);
   CHECK_THROWS_AS(k::gemm_bf16_panels(5, 8, 5, {x.data(), 5, 1}, w.data(), y.data(), 8, true),
                   Error);

@@ -1,0 +1,97 @@
+// The decoding products' speed against their roof (issue #40): y = x W^T for one row of x
+// (a token) with W (N, 768) in the format sampling reads it in (f32 or bf16 panels, Q8_0
+// blocks), for working sets of W from L2's size to past the last-level cache, at 1 and 2
+// threads: the GB/s of W read and the multiply-adds per second, the best of several passes.
+// Run it beside bench_bandwidth: where a product is well under the read bandwidth of the
+// same working set, the kernel's arithmetic (or its threads) is what waits, not memory.
+//
+//   build/bench/bench_decode_kernels [MAX_MB (default 256)] [FORMATS (default f32,bf16,q8_0)]
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/kernels/gemm.h"
+#include "tensor/quant.h"
+
+namespace {
+
+using namespace attend;
+
+// bytes of W a format stores for n weights
+double bytes_per_weight(const std::string& f) {
+  return f == "f32" ? 4.0 : f == "bf16" ? 2.0 : 34.0 / 32.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double max_mb = argc > 1 ? std::strtod(argv[1], nullptr) : 256;
+  const std::string formats = argc > 2 ? argv[2] : "f32,bf16,q8_0";
+  const int64_t K = 768;
+  std::printf("decoding products, one row of x, K %lld, kernel %s; GB/s of W read (best of the "
+              "passes) and G multiply-adds/s\n",
+              static_cast<long long>(K), kernel::gemm_kernel_name(kernel::gemm_kernel()));
+  std::printf("%-6s %-10s %-22s %-22s\n", "format", "W MB", "1 thread", "2 threads");
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(K);
+  for (float& v : x) v = normal(rng);
+  for (const std::string f : {"f32", "bf16", "q8_0"}) {
+    if (formats.find(f) == std::string::npos) continue;
+    for (double mb = 0.5; mb <= max_mb; mb *= 2) {
+      const int64_t N =
+          std::max<int64_t>(64, static_cast<int64_t>(mb * 1048576 / (K * bytes_per_weight(f))));
+      std::vector<float> w(static_cast<size_t>(N * K));
+      for (float& v : w) v = normal(rng) * 0.05f;
+      std::vector<float> p32;
+      std::vector<uint32_t> p16;
+      std::vector<uint8_t> q;
+      std::function<void(float*)> product;
+      if (f == "f32") {
+        p32.resize(w.size());
+        kernel::to_decode_panels(w.data(), N, K, p32.data());
+        product = [&](float* y) {
+          kernel::gemm_f32_panels(1, N, K, {x.data(), K, 1}, p32.data(), y, N, true);
+        };
+      } else if (f == "bf16") {
+        p16.resize(static_cast<size_t>(kernel::decode_panels_bf16_words(N, K)));
+        kernel::to_decode_panels_bf16(w.data(), N, K, p16.data());
+        product = [&](float* y) {
+          kernel::gemm_bf16_panels(1, N, K, {x.data(), K, 1}, p16.data(), y, N, true);
+        };
+      } else {
+        q.resize(static_cast<size_t>(N * K / 32 * 34));
+        quant::quantize_q8_0(w.data(), N * K, q.data());
+        product = [&](float* y) { quant::gemm_q8_0(1, N, K, x.data(), K, q.data(), y, N, true); };
+      }
+      std::vector<float>().swap(w);
+      std::vector<float> y(static_cast<size_t>(N));
+      const double bytes = static_cast<double>(N * K) * bytes_per_weight(f);
+      std::printf("%-6s %-10.1f", f.c_str(), bytes / 1048576);
+      for (int threads = 1; threads <= 2; ++threads) {
+        omp_set_num_threads(threads);
+        const int reps = std::max(3, static_cast<int>(2e8 / bytes));
+        double best = 1e30;
+        for (int pass = 0; pass < 5; ++pass) {
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int r = 0; r < reps; ++r) product(y.data());
+          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                                        .count() /
+                                    reps);
+        }
+        std::printf(" %7.1f GB/s %6.1f G/s", bytes / best / 1e9,
+                    static_cast<double>(N * K) / best / 1e9);
+      }
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
