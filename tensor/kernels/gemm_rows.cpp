@@ -289,6 +289,64 @@ bool use_threads(int64_t N, int64_t K, bool parallel, bool rows_of_w) {
   return parallel && N * K >= (rows_of_w ? (1 << 14) : (1 << 20)) && max_threads() > 1;
 }
 
+const bool kHasAvx512F = __builtin_cpu_supports("avx512f");
+
+// One row of A against `cols` <= 128 columns of a row-major B (K, ldb) (a decoding panel's,
+// or V's rows in attention), with
+// the sums in NV = ceil(cols / 16) AVX-512 registers (the last one masked), not in memory:
+// rows_row_major<1, false>'s arithmetic (each sum a chain of FMAs over k, from zero in each
+// KC block, then stored or added into C), so the same bits. The memory version stores and
+// reloads every sum at every k; this one only streams the panel.
+// 16 k-rows of the panel ahead: on the 2-core Xeon (2026-12-06) 8 KB gave the stories15m
+// shape ~5-10% over no prefetch and over 2 KB (this VM's noise is of that order).
+constexpr int64_t kPanelPrefetch = 8192;
+
+template <int NV>
+__attribute__((target("avx512f"))) void panel_f32_avx512(int64_t K, const float* A, const float* B,
+                                                         int64_t ldb, int64_t cols, float* C,
+                                                         bool accumulate = false) {
+  const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    const int64_t end = std::min(K, pc + KC);
+    __m512 s[NV];
+    for (auto& v : s) v = _mm512_setzero_ps();
+    for (int64_t k = pc; k < end; ++k) {
+      const __m512 a = _mm512_set1_ps(A[k]);
+      const float* b = B + k * ldb;
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(b + 16 * j) + kPanelPrefetch, _MM_HINT_T0);
+        const __m512 x = j + 1 < NV ? _mm512_loadu_ps(b + 16 * j)
+                                    : _mm512_maskz_loadu_ps(last, b + 16 * j);
+        s[j] = _mm512_fmadd_ps(a, x, s[j]);
+      }
+    }
+    for (int j = 0; j < NV; ++j) {
+      float* c = C + 16 * j;
+      const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
+      _mm512_mask_storeu_ps(c, m, pc == 0 && !accumulate
+                                      ? s[j]
+                                      : _mm512_add_ps(_mm512_maskz_loadu_ps(m, c), s[j]));
+    }
+  }
+}
+
+// f(std::integral_constant<int, NV>) for NV = ceil(cols / 16) in 1..8: a panel's columns
+// in that many AVX-512 registers.
+template <typename F>
+void with_vectors(int64_t cols, F&& f) {
+  switch ((cols + 15) / 16) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
+
 // Row-major B: one share of N per thread (multiples of 8, so shares start on whole vectors).
 template <bool Bf16, typename Src>
 void row_major(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B, int64_t ldb,
@@ -299,6 +357,17 @@ void row_major(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B
       const int64_t n0 = (N + 7) / 8 * q / shares * 8;
       const int64_t n1 = std::min(N, (N + 7) / 8 * (q + 1) / shares * 8), w = n1 - n0;
       if (w <= 0) continue;
+      if constexpr (!Bf16) {
+        if (M == 1 && kHasAvx512F && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
+          for (int64_t c0 = n0; c0 < n1; c0 += kDecodePanel) {  // sums in registers
+            const int64_t cols = std::min(kDecodePanel, n1 - c0);
+            with_vectors(cols, [&](auto nv) {
+              panel_f32_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
+            });
+          }
+          continue;
+        }
+      }
       with_rows(M, [&](auto rows) {
         rows_row_major<rows(), Bf16>(n0, w, K, A.data, A.row_stride, B, ldb, C, ldc, accumulate);
       });
@@ -362,44 +431,6 @@ bool gemm_panels_apply(int64_t M, int64_t N, int64_t K) {
 }
 
 namespace {
-
-const bool kHasAvx512F = __builtin_cpu_supports("avx512f");
-
-// One row of A against columns [j0, j0 + cols) of an f32 panel (K, ldb), cols <= 128, with
-// the sums in NV = ceil(cols / 16) AVX-512 registers (the last one masked), not in memory:
-// rows_row_major<1, false>'s arithmetic (each sum a chain of FMAs over k, from zero in each
-// KC block, then stored or added into C), so the same bits. The memory version stores and
-// reloads every sum at every k; this one only streams the panel.
-// 16 k-rows of the panel ahead: on the 2-core Xeon (2026-12-06) 8 KB gave the stories15m
-// shape ~5-10% over no prefetch and over 2 KB (this VM's noise is of that order).
-constexpr int64_t kPanelPrefetch = 8192;
-
-template <int NV>
-__attribute__((target("avx512f"))) void panel_f32_avx512(int64_t K, const float* A, const float* B,
-                                                         int64_t ldb, int64_t cols, float* C) {
-  const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
-  for (int64_t pc = 0; pc < K; pc += KC) {
-    const int64_t end = std::min(K, pc + KC);
-    __m512 s[NV];
-    for (auto& v : s) v = _mm512_setzero_ps();
-    for (int64_t k = pc; k < end; ++k) {
-      const __m512 a = _mm512_set1_ps(A[k]);
-      const float* b = B + k * ldb;
-#pragma GCC unroll 8
-      for (int j = 0; j < NV; ++j) {
-        _mm_prefetch(reinterpret_cast<const char*>(b + 16 * j) + kPanelPrefetch, _MM_HINT_T0);
-        const __m512 x = j + 1 < NV ? _mm512_loadu_ps(b + 16 * j)
-                                    : _mm512_maskz_loadu_ps(last, b + 16 * j);
-        s[j] = _mm512_fmadd_ps(a, x, s[j]);
-      }
-    }
-    for (int j = 0; j < NV; ++j) {
-      float* c = C + 16 * j;
-      const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
-      _mm512_mask_storeu_ps(c, m, pc == 0 ? s[j] : _mm512_add_ps(_mm512_maskz_loadu_ps(m, c), s[j]));
-    }
-  }
-}
 
 // GCC 12's headers leave _mm512_undefined_* uninitialised on purpose and then warn about it
 // where the conversions inline (GCC bug 105593, fixed in 13); as rowmath.h does.
@@ -545,22 +576,6 @@ __attribute__((target("avx2,fma"))) void pairs_rows_avx2(int64_t K, const float*
 #pragma GCC diagnostic pop
 
 static_assert(kDecodePanel == 128);  // eight vectors of 16 at most
-
-// f(std::integral_constant<int, NV>) for NV = ceil(cols / 16) in 1..8: a panel's columns
-// in that many AVX-512 registers.
-template <typename F>
-void with_vectors(int64_t cols, F&& f) {
-  switch ((cols + 15) / 16) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    case 6: return f(std::integral_constant<int, 6>{});
-    case 7: return f(std::integral_constant<int, 7>{});
-    default: return f(std::integral_constant<int, 8>{});
-  }
-}
 
 // Panels of B = W^T (gemm.h): panel p holds columns [n0, n0 + width) as `depth` rows of
 // `width` elements (f32 values: K rows; bf16 pair words: ceil(K / 2) rows), after the n0
