@@ -16,11 +16,20 @@
 namespace attend::infer {
 
 int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, double u) {
-  for (int64_t i = 0; i < V; ++i)
-    ATTEND_CHECK(std::isfinite(logits[i]), "sample: the model's logit for token ", i, " is ",
-                 logits[i], "; its weights are broken");
-  if (o.temperature <= 0)
-    return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+  // One pass the compiler vectorizes (a check per logit was 2% of decoding stories15m's
+  // shape): every logit finite, and their maximum; the first non-finite one is named.
+  bool finite = true;
+  float largest = logits[0];
+  for (int64_t i = 0; i < V; ++i) {
+    finite &= std::isfinite(logits[i]);
+    largest = std::max(largest, logits[i]);
+  }
+  if (!finite)
+    for (int64_t i = 0; i < V; ++i)
+      ATTEND_CHECK(std::isfinite(logits[i]), "sample: the model's logit for token ", i, " is ",
+                   logits[i], "; its weights are broken");
+  if (o.temperature <= 0)  // greedy: the first token holding the maximum (max_element's)
+    return static_cast<int32_t>(std::find(logits, logits + V, largest) - logits);
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
   // Most likely first; ties by id, so the order is total (the logits are finite) and only

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "test_util.h"
@@ -28,6 +29,31 @@ SampleOptions opts(double temperature, int64_t top_k, double top_p) {
 TEST_CASE("choose_token: temperature 0 is greedy, ties to the lower id") {
   const std::vector<float> l{0.5f, 2.0f, 2.0f, -1.0f};
   for (double u : {0.0, 0.5, 0.999}) CHECK(choose_token(l.data(), 4, opts(0, 0, 1), u) == 1);
+}
+
+TEST_CASE("choose_token: greedy over a vocabulary equals max_element; a non-finite logit is named") {
+  // The greedy pass is one vectorised loop (maximum, then its first index): its twin is
+  // std::max_element, ties included, over a GPT-2-sized vocabulary with repeated values.
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> level(-40, 40);
+  std::vector<float> l(50257);
+  for (int round = 0; round < 20; ++round) {
+    for (float& x : l) x = 0.25f * static_cast<float>(level(rng));
+    CHECK(choose_token(l.data(), static_cast<int64_t>(l.size()), opts(0, 0, 1), 0.5) ==
+          std::max_element(l.begin(), l.end()) - l.begin());
+  }
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY})
+    for (const double t : {0.0, 1.0}) {
+      std::vector<float> b = l;
+      b[31000] = bad;
+      b[40000] = bad;
+      try {
+        (void)choose_token(b.data(), static_cast<int64_t>(b.size()), opts(t, 0, 1), 0.5);
+        FAIL("a non-finite logit was accepted");
+      } catch (const Error& e) {
+        CHECK(std::string(e.what()).find("logit for token 31000 is") != std::string::npos);
+      }
+    }
 }
 
 TEST_CASE("choose_token: u walks the cumulative distribution, most likely first") {
