@@ -12,6 +12,7 @@
 #include <ctime>
 #include <functional>
 #include <set>
+#include <vector>
 
 #include "tensor/kernels.h"
 #include "tensor/util.h"
@@ -30,13 +31,17 @@ struct Fnv {
   void add(const void* p, size_t n) { h = fnv1a64(p, n, h); }
   void add(const std::string& s) { add(s.data(), s.size() + 1); }
   void add(const Tensor& t) {
-    // bf16 (a frozen base) as the f32 values the file holds (hdf5_file.cpp)
-    Tensor c = t.dtype() == DType::BF16 ? h5::widen_bf16_serial(t) : kernel::contiguous(t);
-    add(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
-    if (t.dtype() == DType::BF16) {  // the widened copy back to the system, not cached
-      c = Tensor();
-      release_storage_cache();
+    if (t.dtype() == DType::BF16) {
+      // bf16 (a frozen base) as the f32 values the file holds (hdf5_file.cpp), widened a
+      // block at a time: the hash runs bytes in order, so it is that of the whole widened
+      // tensor, never made (GPT-2's embedding would be 154 MB beside the model)
+      kernel::for_each_f32_block(t, 1 << 16, [&](const float* v, int64_t, int64_t n) {
+        add(v, static_cast<size_t>(n) * sizeof(float));
+      });
+      return;
     }
+    const Tensor c = kernel::contiguous(t);
+    add(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
   }
 };
 

@@ -168,25 +168,18 @@ hid_t mem_type(DType d) {
 
 }  // namespace
 
-Tensor widen_bf16_serial(const Tensor& t) {
-  ATTEND_CHECK(t.dtype() == DType::BF16 && t.is_contiguous(),
-               "widen_bf16_serial: expected a contiguous bf16 tensor, got ", dtype_name(t.dtype()));
-  Tensor out = empty(t.shape(), DType::F32);
-  const uint16_t* s = t.data<uint16_t>();
-  float* d = out.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) d[i] = bf16_to_float(s[i]);
-  return out;
-}
-
 void File::write_tensor(const std::string& name, const Tensor& t) {
-  // a bf16 tensor (a frozen base, tensor/dtype.h) is written as its f32 values: checkpoints
-  // hold f32 weights
-  Tensor c = t.dtype() == DType::BF16 ? widen_bf16_serial(t) : kernel::contiguous(t);
+  // A bf16 tensor (a frozen base, tensor/dtype.h) is written as its f32 values, checkpoints
+  // holding f32 weights: widened a chunk of rows at a time, never whole (this runs in the
+  // forked writer, whose memory is the trainer's plus what it allocates).
+  const bool bf16 = t.dtype() == DType::BF16;
+  const Tensor c = bf16 ? t : kernel::contiguous(t);
+  const DType stored = bf16 ? DType::F32 : c.dtype();
   const int rank = std::max<int>(1, static_cast<int>(c.dim()));
   std::vector<hsize_t> dims(rank, 1), chunk(rank, 1);
   for (int i = 0; i < c.dim(); ++i) dims[i] = static_cast<hsize_t>(c.shape()[i]);
   // Chunks of about 1 MiB along the first dim (Fletcher32 needs a chunked layout).
-  hsize_t row = dtype_size(c.dtype());
+  hsize_t row = dtype_size(stored);
   for (int i = 1; i < rank; ++i) row *= dims[i];
   for (int i = 0; i < rank; ++i) chunk[i] = std::max<hsize_t>(1, dims[i]);
   chunk[0] = std::max<hsize_t>(
@@ -196,17 +189,29 @@ void File::write_tensor(const std::string& name, const Tensor& t) {
   if (space.get() < 0 || dcpl.get() < 0 || H5Pset_chunk(dcpl.get(), rank, chunk.data()) < 0 ||
       H5Pset_fletcher32(dcpl.get()) < 0)
     fail("cannot set up dataset " + name);
-  Handle d(H5Dcreate2(file_.get(), name.c_str(), file_type(c.dtype()), space.get(), H5P_DEFAULT,
+  Handle d(H5Dcreate2(file_.get(), name.c_str(), file_type(stored), space.get(), H5P_DEFAULT,
                       dcpl.get(), H5P_DEFAULT),
            H5Dclose);
   if (d.get() < 0) fail("cannot create dataset " + name);
-  if (c.numel() > 0 &&
-      H5Dwrite(d.get(), mem_type(c.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT, c.raw_data()) < 0)
-    fail("cannot write dataset " + name + " (disk full?)");
-  if (t.dtype() == DType::BF16) {  // the widened copy back to the system, not cached
-    c = Tensor();
-    release_storage_cache();
+  if (c.numel() == 0) return;
+  if (!bf16) {
+    if (H5Dwrite(d.get(), mem_type(stored), H5S_ALL, H5S_ALL, H5P_DEFAULT, c.raw_data()) < 0)
+      fail("cannot write dataset " + name + " (disk full?)");
+    return;
   }
+  const auto row_elems = static_cast<int64_t>(row / sizeof(float));
+  kernel::for_each_f32_block(
+      c, static_cast<int64_t>(chunk[0]) * row_elems, [&](const float* v, int64_t first, int64_t n) {
+        std::vector<hsize_t> start(rank, 0), count(dims);
+        start[0] = static_cast<hsize_t>(first / row_elems);
+        count[0] = static_cast<hsize_t>(n / row_elems);
+        Handle mem(H5Screate_simple(rank, count.data(), nullptr), H5Sclose);
+        if (mem.get() < 0 ||
+            H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                                nullptr) < 0 ||
+            H5Dwrite(d.get(), mem_type(stored), mem.get(), space.get(), H5P_DEFAULT, v) < 0)
+          fail("cannot write dataset " + name + " (disk full?)");
+      });
 }
 
 Tensor File::read_tensor(const std::string& name, DType dtype) const {

@@ -12,12 +12,6 @@
 
 namespace attend::io::h5 {
 
-// A bf16 tensor's f32 values (contiguous bf16 only), widened serially: checkpoints write a
-// frozen bf16 base as f32, and they are written in a forked child (io/child.h), where an
-// OpenMP region would hang.
-Tensor widen_bf16_serial(const Tensor& t);
-
-
 // An hid_t closed by the function given with it.
 class Handle {
  public:

@@ -255,28 +255,33 @@ GPT::Transformer::Transformer(const GPTConfig& c) {
   ln_f = register_module("ln_f", make_norm(c));
 }
 
-GPT::GPT(const GPTConfig& c, uint64_t seed, bool init) : config((c.validate(), c)) {
+GPT::GPT(const GPTConfig& c, uint64_t seed, bool init)
+    : GPT(c, seed, init ? Init::all : Init::none) {}
+
+GPT::GPT(const GPTConfig& c, uint64_t seed, Init init) : config((c.validate(), c)) {
   transformer = register_module("transformer", std::make_shared<Transformer>(c));
   lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
   if (c.tie_embeddings) lm_head->tie_weight(transformer->wte->weight);
   attach_dropout_context(*this, dropout_context);
   dropout_context->seed = seed;
-  if (!init) {
+  if (init == Init::none) {
     add_lora(*this, nullptr);
     return;
   }
   Generator gen(seed);
-  init_weights(gen);
+  init_weights(gen, init == Init::all);
   add_lora(*this, &gen);  // after the base's draws, which then equal a plain model's
 }
 
-void GPT::init_weights(Generator& gen) {
+void GPT::init_weights(Generator& gen, bool draw_matrices) {
   NoGradGuard no_grad;
   const double proj_std = 0.02 / std::sqrt(2.0 * config.n_layer);
   for (auto& [name, p] : named_parameters()) {
     const bool is_proj =
         name.size() >= 13 && name.compare(name.size() - 13, 13, "c_proj.weight") == 0;
-    if (p.dim() >= 2) {
+    if (p.dim() >= 2 && !draw_matrices) {
+      gen.advance(static_cast<uint64_t>(p.numel()));  // normal_'s blocks, not drawn
+    } else if (p.dim() >= 2) {
       normal_(p, 0.0, is_proj ? proj_std : 0.02, gen);
     } else if (name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0) {
       kernel::fill_(p, 1.0);  // LayerNorm gain

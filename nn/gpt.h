@@ -170,6 +170,15 @@ class GPT : public Module {
   // that sets every one next (a checkpoint's load_state_dict): drawing 124M normal values
   // took a third of `attend sample`'s start-up on GPT-2 124M.
   explicit GPT(const GPTConfig& config, uint64_t seed = 0, bool init = true);
+  // What the constructor initialises: everything (GPT(config, seed), init true), nothing
+  // (init false), or for_load: a model whose base weights a checkpoint replaces next
+  // (finetuning with --init_from). Its matrices are not drawn: the generator is advanced
+  // past their draws (one Philox block an element), so LoRA's adapters, drawn after them,
+  // are a full initialisation's bit for bit; the matrices stay the zeros of a fresh
+  // mapping, whose pages are not resident until written (GPT-2 124M: 497 MB the load then
+  // never holds beside the checkpoint's copy). Norm gains and biases are set as usual.
+  enum class Init { all, none, for_load };
+  GPT(const GPTConfig& config, uint64_t seed, Init init);
 
   // idx (B, T) integer ids. With caches (one per layer, for decoding), idx holds the new
   // positions only and positions continue from the caches' position. Past block_size
@@ -191,7 +200,9 @@ class GPT : public Module {
   // GPT-2 initialisation (llama2.c's for a Llama too): N(0, 0.02) for Linear and
   // Embedding weights, N(0, 0.02 / sqrt(2 n_layer)) for every c_proj weight, zero biases,
   // norm gains 1.
-  void init_weights(Generator& gen);
+  // With draw_matrices false, the matrices' draws are skipped (the generator advanced
+  // past them) and the matrices left as they are.
+  void init_weights(Generator& gen, bool draw_matrices = true);
 
   // With targets, forward computes the LM head and the loss in one chunked op
   // (linear_cross_entropy): the (B, T, V) logits are never made, and out.logits stays

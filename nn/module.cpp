@@ -84,8 +84,10 @@ int64_t Module::num_parameters() const {
   return n;
 }
 
-void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
-  NamedTensors mine = state_dict();
+namespace {
+
+// load_state_dict's checks: every missing, unexpected or mismatched entry, in one error.
+void check_state(const NamedTensors& mine, const std::map<std::string, Tensor>& state) {
   std::vector<std::string> missing, unexpected, mismatched;
   std::set<std::string> known;
   for (const auto& [name, t] : mine) {
@@ -123,8 +125,43 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
     list("wrong shape", mismatched);
     throw Error(msg);
   }
+}
+
+}  // namespace
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
+  NamedTensors mine = state_dict();
+  check_state(mine, state);
   NoGradGuard no_grad;
   for (const auto& [name, t] : mine) kernel::copy_(t, state.at(name));
+}
+
+void Module::take_state_dict(std::map<std::string, Tensor>&& state, bool frozen_bf16) {
+  NamedTensors mine = state_dict();
+  check_state(mine, state);
+  NoGradGuard no_grad;
+  std::set<const TensorImpl*> done;  // a tied parameter is set once, under its first name
+  for (const auto& [name, t] : mine) {
+    if (!done.insert(t.impl()).second) {
+      state.erase(name);
+      continue;
+    }
+    Tensor src = std::move(state.at(name));
+    state.erase(name);
+    if (frozen_bf16 && !t.requires_grad() && t.dim() == 2 && t.dtype() == DType::F32)
+      t.set_data(kernel::cast(src, DType::BF16));
+    else if (src.dtype() == t.dtype() && src.is_contiguous() && !src.requires_grad() &&
+             src.impl()->offset == 0 && src.numel() * dtype_size(src.dtype()) ==
+                                            src.impl()->storage->nbytes)
+      t.set_data(src);  // the buffer is the parameter's now
+    else
+      kernel::copy_(t, src);
+    // The state's other names for this tensor (a tie) let it go too.
+    for (auto it = state.begin(); it != state.end();)
+      it = it->second.impl() == src.impl() ? state.erase(it) : std::next(it);
+    src = Tensor();
+    release_storage_cache();  // the parameter's old buffer and a copied source's
+  }
 }
 
 void Module::train(bool on) {

@@ -46,6 +46,14 @@ class Module {
   // Copies values in by name. Every missing, unexpected or mismatched (shape) entry is
   // reported by name in one error; nothing is changed unless all match.
   void load_state_dict(const std::map<std::string, Tensor>& state);
+  // The same checks, then takes the state's tensors instead of copying them: a contiguous
+  // tensor of the parameter's dtype becomes the parameter's storage (no copy), another is
+  // copied, and each is let go as soon as it is in (its buffer back to the system), so
+  // loading a checkpoint never holds two copies of more than one tensor. With frozen_bf16,
+  // every frozen matrix (requires_grad off, 2-D) is stored as bf16 straight from the state
+  // (nn::store_frozen_as_bf16's conversion, the same bits). The caller must hold no other
+  // reference to the state's tensors if their memory is to go.
+  void take_state_dict(std::map<std::string, Tensor>&& state, bool frozen_bf16 = false);
 
   // Submodules, depth first, self first with name "".
   std::vector<std::pair<std::string, Module*>> named_modules();

@@ -7,6 +7,7 @@
 // take f32 or f64 and require all floating operands to share one dtype.
 #pragma once
 
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,12 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index);
 Tensor contiguous(const Tensor& x);  // x itself when already contiguous
 Tensor clone(const Tensor& x);       // always a fresh copy
 Tensor cast(const Tensor& x, DType dtype);
+// A tensor's values as f32, `block` elements at a time in order: f(values, first, count).
+// A contiguous bf16 tensor is widened into one block-sized buffer (never the whole f32
+// copy: hashing or writing a bf16 base must not hold it twice); any other dtype is cast,
+// blocks then pointing into the f32 copy. Serial: safe in a forked child.
+void for_each_f32_block(const Tensor& x, int64_t block,
+                        const std::function<void(const float*, int64_t, int64_t)>& f);
 void copy_(const Tensor& dst, const Tensor& src);  // src broadcast to dst's shape
 void add_(const Tensor& dst, const Tensor& src);   // dst += src (src broadcast)
 void fill_(const Tensor& dst, double value);

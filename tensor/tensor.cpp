@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
 #include <iomanip>
 #include <mutex>
 #include <ostream>
@@ -21,9 +22,14 @@ namespace {
 // on 2 threads). Buffers under kPoolMin go straight to malloc; the cache holds at most
 // kPoolMaxBytes and frees beyond that. Never destroyed, so storages freed during static
 // destruction still find it.
+// Buffers of kMapMin and more are mapped from the system directly (mmap), so that a fresh
+// one is known to be zeros without writing it: zeros() then leaves its pages untouched, and
+// a model built to be overwritten by a checkpoint (GPT's Init::for_load) holds no memory
+// for its matrices until they are written (GPT-2 124M: 497 MB).
 class BufferPool {
  public:
   static constexpr size_t kPoolMin = 64 << 10;
+  static constexpr size_t kMapMin = 1 << 20;
   static constexpr size_t kPoolMaxBytes = size_t{1} << 30;
 
   static size_t round(size_t n) {
@@ -31,7 +37,9 @@ class BufferPool {
     return (n + 4095) / 4096 * 4096;
   }
 
-  void* take(size_t bytes) {
+  // *zero: set when the buffer is known to hold zeros (fresh from mmap).
+  void* take(size_t bytes, bool* zero) {
+    *zero = false;
     if (bytes >= kPoolMin) {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.find(bytes);
@@ -41,6 +49,12 @@ class BufferPool {
         cached_ -= bytes;
         return p;
       }
+    }
+    if (bytes >= kMapMin) {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      *zero = true;
+      return p;
     }
     void* p = std::aligned_alloc(64, bytes);
     if (!p) throw std::bad_alloc();
@@ -56,14 +70,14 @@ class BufferPool {
         return;
       }
     }
-    std::free(p);
+    unmap_or_free(p, bytes);
   }
 
   // Frees every cached buffer; returns the bytes.
   size_t release() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [bytes, list] : free_)
-      for (void* p : list) std::free(p);
+      for (void* p : list) unmap_or_free(p, bytes);
     free_.clear();
     const size_t n = cached_;
     cached_ = 0;
@@ -71,6 +85,13 @@ class BufferPool {
   }
 
  private:
+  static void unmap_or_free(void* p, size_t bytes) {
+    if (bytes >= kMapMin)
+      ::munmap(p, bytes);
+    else
+      std::free(p);
+  }
+
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t cached_ = 0;
@@ -88,7 +109,7 @@ std::atomic<size_t> g_live{0}, g_peak{0};
 }  // namespace
 
 Storage::Storage(size_t n) : nbytes(n) {
-  data = pool().take(BufferPool::round(n));
+  data = pool().take(BufferPool::round(n), &zero);
   const size_t now = g_live.fetch_add(n, std::memory_order_relaxed) + n;
   size_t peak = g_peak.load(std::memory_order_relaxed);
   while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
@@ -235,7 +256,8 @@ Tensor empty(const Shape& shape, DType dtype) {
 
 Tensor zeros(const Shape& shape, DType dtype) {
   Tensor t = empty(shape, dtype);
-  std::memset(t.raw_data(), 0, t.numel() * dtype_size(dtype));
+  // a buffer fresh from the system is zeros already: its pages stay untouched
+  if (!t.impl()->storage->zero) std::memset(t.raw_data(), 0, t.numel() * dtype_size(dtype));
   return t;
 }
 

@@ -51,6 +51,7 @@ struct Storage {
   Storage& operator=(const Storage&) = delete;
   void* data = nullptr;
   size_t nbytes = 0;
+  bool zero = false;  // known to hold zeros when made (a fresh mapping), until written
 };
 
 struct TensorImpl {

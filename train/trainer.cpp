@@ -285,7 +285,13 @@ std::string weights_hash(const nn::GPT& model, bool base_only = false) {
     if (base_only && name.find(".lora_") != std::string::npos) continue;
     h = fnv1a64(name.data(), name.size(), h);
     // a bf16 base (--base_weights bf16) hashes as its f32 values: as its checkpoint holds it
-    const Tensor c = t.dtype() == DType::BF16 ? kernel::cast(t, DType::F32) : kernel::contiguous(t);
+    if (t.dtype() == DType::BF16) {
+      kernel::for_each_f32_block(t, 1 << 16, [&](const float* v, int64_t, int64_t n) {
+        h = fnv1a64(v, static_cast<size_t>(n) * sizeof(float), h);
+      });
+      continue;
+    }
+    const Tensor c = kernel::contiguous(t);
     h = fnv1a64(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()), h);
   }
   return fmt::format("{:016x}", h);
@@ -352,23 +358,34 @@ std::unique_ptr<nn::GPT> load_reference(TrainConfig& c, const TrainData& d, bool
 // metrics. It writes the checkpoints and the metrics files.
 class Run {
  public:
-  Run(const RunStart& s, TrainData& d, Dist& dist, const nn::GPT* reference)
+  // Finetuning (s.init) takes the checkpoint's weights out of s.init as it loads them.
+  Run(RunStart& s, TrainData& d, Dist& dist, const nn::GPT* reference)
       : dist_(dist),
         reference_(reference),
         c_(s.config),
         dir_(s.run_dir),
         data_(d),
-        model_(model_config(s.config, d), s.config.seed),
+        // A model a checkpoint's weights replace next keeps its matrices unwritten: only
+        // the checkpoint's copy is ever resident (nn::GPT::Init::for_load).
+        model_(model_config(s.config, d), s.config.seed,
+               s.init ? nn::GPT::Init::for_load : nn::GPT::Init::all),
         opt_(make_optimizer(c_, model_)),
         schedule_(make_schedule(c_)) {
     model_.train();
     if (s.resumed) restore(*s.resumed);
     if (s.init) take_weights(s.init->data);
-    if (dist_.size() > 1) share_state();
     if (c_.base_weights == "bf16") {
-      const int64_t freed = nn::store_frozen_as_bf16(model_);
-      spdlog::info("frozen base kept as bf16: {:.1f} MB of weights freed", freed / 1e6);
+      // What take_weights did not convert: a resumed run's base, the other ranks' (whose
+      // values rank 0's bf16 bits replace next: every rank's tensors have the same dtypes
+      // before they are shared)
+      nn::store_frozen_as_bf16(model_);
+      int64_t bf16 = 0;
+      for (const Tensor& p : model_.parameters())
+        if (p.dtype() == DType::BF16) bf16 += p.numel() * 2;
+      spdlog::info("frozen base kept as bf16: {:.1f} MB of weights (half their f32 size)",
+                   bf16 / 1e6);
     }
+    if (dist_.size() > 1) share_state();
     if (c_.model.lora_rank > 0 && dist_.root()) check_base(s.resumed ? &s.resumed->path : nullptr);
   }
 
@@ -398,16 +415,19 @@ class Run {
     best_val_ = reals[0], elapsed_before_ = reals[1];
   }
 
-  // Finetuning: the checkpoint's weights, the position table cropped to block_size.
-  void take_weights(const io::CheckpointData& d) {
+  // Finetuning: the checkpoint's weights, the position table cropped to block_size. They
+  // leave d as they go into the model (each tensor's memory freed once it is in), and a
+  // frozen base to be kept as bf16 is converted on the way.
+  void take_weights(io::CheckpointData& d) {
     std::map<std::string, Tensor> state(d.model.begin(), d.model.end());
+    d.model.clear();
     auto wpe = state.find("transformer.wpe.weight");  // gpt2 only
     if (wpe != state.end()) wpe->second = kernel::narrow(wpe->second, 0, 0, c_.model.block_size);
     grow_vocabulary(state);
     // New LoRA adapters are the model's own (A drawn, B zero); the rest is the checkpoint's.
     for (const auto& [name, t] : model_.named_parameters())
       if (name.find(".lora_") != std::string::npos && !state.count(name)) state[name] = t;
-    model_.load_state_dict(state);
+    model_.take_state_dict(std::move(state), c_.base_weights == "bf16");
     spdlog::info("finetuning from {} (weights only: a fresh optimizer at step 0)", c_.init_from);
     if (c_.model.lora_rank > 0) {
       int64_t trained = 0;

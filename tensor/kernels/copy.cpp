@@ -1,5 +1,7 @@
 // Copies, casts, in-place accumulation, concatenation and selection.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "tensor/half.h"
 #include "tensor/kernels.h"
@@ -89,6 +91,25 @@ Tensor cast(const Tensor& x, DType dtype) {
   Tensor out = empty(x.shape(), dtype);
   copy_(out, x);
   return out;
+}
+
+void for_each_f32_block(const Tensor& x, int64_t block,
+                        const std::function<void(const float*, int64_t, int64_t)>& f) {
+  ATTEND_CHECK(block > 0, "for_each_f32_block: block must be positive, got ", block);
+  const int64_t n = x.numel();
+  if (x.dtype() == DType::BF16) {
+    ATTEND_CHECK(x.is_contiguous(), "for_each_f32_block: a bf16 tensor must be contiguous");
+    const uint16_t* bits = x.data<uint16_t>();
+    std::vector<float> buffer(static_cast<size_t>(std::min(block, std::max<int64_t>(n, 1))));
+    for (int64_t i = 0; i < n; i += block) {
+      const int64_t m = std::min(block, n - i);
+      for (int64_t j = 0; j < m; ++j) buffer[static_cast<size_t>(j)] = bf16_to_float(bits[i + j]);
+      f(buffer.data(), i, m);
+    }
+    return;
+  }
+  const Tensor c = x.dtype() == DType::F32 ? contiguous(x) : cast(x, DType::F32);
+  for (int64_t i = 0; i < n; i += block) f(c.data<float>() + i, i, std::min(block, n - i));
 }
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {

@@ -31,7 +31,7 @@ TEST_CASE("choose_token: temperature 0 is greedy, ties to the lower id") {
   for (double u : {0.0, 0.5, 0.999}) CHECK(choose_token(l.data(), 4, opts(0, 0, 1), u) == 1);
 }
 
-TEST_CASE("choose_token: greedy over a vocabulary equals max_element; a non-finite logit is named") {
+TEST_CASE("choose_token: greedy over a vocabulary equals max_element, and a non-finite logit is named") {
   // The greedy pass is one vectorised loop (maximum, then its first index): its twin is
   // std::max_element, ties included, over a GPT-2-sized vocabulary with repeated values.
   std::mt19937 rng(3);

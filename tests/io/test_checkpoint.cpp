@@ -513,3 +513,30 @@ TEST_CASE("loading without the optimizer: the model alone, and still refused whe
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("a bf16 tensor is written as its f32 values a chunk of rows at a time, and hashes as them") {
+  // A frozen bf16 base (train --base_weights bf16) goes to the file as f32, widened 1 MiB
+  // of rows at a time (here 700 rows of 1000: three chunks, the last one short); the
+  // content hash, widened a block at a time too, must equal that of the f32 values.
+  fs::path dir = temp_dir("bf16_chunks");
+  Generator g(4);
+  const Tensor values = kernel::cast(kernel::cast(normal({700, 1000}, 0.0, 1.0, g), DType::BF16),
+                                     DType::F32);  // exactly representable in bf16
+  const Tensor bits = kernel::cast(values, DType::BF16);
+  REQUIRE(bits.dtype() == DType::BF16);
+  {
+    io::h5::File f = io::h5::File::create((dir / "t.h5").string());
+    f.write_tensor("/w", bits);
+    f.close();
+  }
+  const io::h5::File f = io::h5::File::open((dir / "t.h5").string());
+  CHECK(test::bit_identical(f.read_tensor("/w", DType::F32), values));
+  Saved a, b;
+  a.d.model = {{"w", values}};
+  b.d.model = {{"w", bits}};
+  CHECK(io::content_hash(a.d) == io::content_hash(b.d));
+  const Tensor doubled = kernel::binary(kernel::Binary::Mul, values, scalar_tensor(2.0));
+  b.d.model = {{"w", kernel::cast(doubled, DType::BF16)}};
+  CHECK(io::content_hash(a.d) != io::content_hash(b.d));
+  fs::remove_all(dir);
+}

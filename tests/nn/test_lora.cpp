@@ -253,3 +253,63 @@ TEST_CASE("LoRA: a bf16 base gives the bits of an f32 base holding its rounded v
     }
   }
 }
+
+TEST_CASE("a model built for a load draws the adapters a full initialisation draws, and take_state_dict equals load_state_dict") {
+  // GPT::Init::for_load skips the base matrices' draws (advancing the generator past
+  // them), so the adapters drawn after them are bit for bit a full init's; the matrices are
+  // left zero, the gains and biases set. take_state_dict then gives the model load_state_dict
+  // gives (and with frozen_bf16 what load_state_dict + store_frozen_as_bf16 gives), takes a
+  // contiguous tensor's buffer rather than copying it, and empties the state.
+  for (const std::string family : {"gpt2", "llama"}) {
+    INFO(family);
+    GPTConfig c = tiny(family);
+    c.lora_rank = 2, c.lora_alpha = 4;
+    c.lora_targets = family == "llama" ? "q,v,o,down" : "q,v,fc";
+    GPT full(c, 21), light(c, 21, GPT::Init::for_load);
+    const NamedTensors a = full.named_parameters(), b = light.named_parameters();
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO(a[i].first);
+      const bool adapter = a[i].first.find(".lora_") != std::string::npos;
+      if (adapter || a[i].second.dim() < 2)
+        CHECK(test::bit_identical(a[i].second, b[i].second));
+      else
+        CHECK(abs_sum(b[i].second) == 0.0);
+    }
+    GPT source(c, 5);  // the checkpoint's weights: another seed
+    for (const bool bf16 : {false, true}) {
+      INFO("frozen_bf16 ", bf16);
+      GPT loaded(c, 21), taken(c, 21, GPT::Init::for_load);
+      const NamedTensors sd = source.state_dict();
+      loaded.load_state_dict({sd.begin(), sd.end()});
+      if (bf16) store_frozen_as_bf16(loaded);
+      std::map<std::string, Tensor> state;
+      for (const auto& [name, t] : sd) state[name] = kernel::clone(t);  // the only references
+      const void* wte_buffer = state.at("transformer.wte.weight").raw_data();
+      taken.take_state_dict(std::move(state), bf16);
+      CHECK(state.empty());
+      const NamedTensors x = loaded.state_dict(), y = taken.state_dict();
+      REQUIRE(x.size() == y.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        INFO(x[i].first);
+        CHECK(x[i].second.dtype() == y[i].second.dtype());
+        CHECK(x[i].second.requires_grad() == y[i].second.requires_grad());
+        auto f32 = [](const Tensor& t) {  // bf16 widens exactly
+          return t.dtype() == DType::BF16 ? kernel::cast(t, DType::F32) : t;
+        };
+        CHECK(test::bit_identical(f32(x[i].second), f32(y[i].second)));
+      }
+      // frozen, so kept as bf16 in one case; taken as it is (no copy) in the other
+      const Tensor wte = taken.transformer->wte->weight;
+      CHECK((wte.dtype() == DType::BF16) == bf16);
+      if (!bf16) CHECK(wte.raw_data() == wte_buffer);
+    }
+    // the same checks as load_state_dict, before anything changes
+    GPT target(c, 21, GPT::Init::for_load);
+    std::map<std::string, Tensor> partial;
+    for (const auto& [name, t] : source.state_dict())
+      if (name != "lm_head.weight" && name != "transformer.wte.weight") partial[name] = t;
+    test::check_error([&] { target.take_state_dict(std::move(partial)); },
+                      "load_state_dict: the state does not match the model:\n  missing: ");
+  }
+}

@@ -33,6 +33,26 @@ TEST_CASE("storage is 64-byte aligned and shared by views") {
   CHECK(v.impl()->storage == t.impl()->storage);
 }
 
+TEST_CASE("zeros are zeros whether the buffer is fresh from the system or reused dirty") {
+  // Buffers of 1 MB and more are mapped from the system: a fresh one is known to be zeros
+  // and zeros() leaves its pages unwritten; a reused one (the cache of freed buffers) held
+  // other values and must be cleared. Sizes below, at and above the threshold.
+  for (const int64_t n : {int64_t{1000}, int64_t{1} << 18, (int64_t{1} << 20) + 3}) {
+    CAPTURE(n);
+    release_storage_cache();
+    const Tensor fresh = zeros({n});
+    CHECK(reinterpret_cast<uintptr_t>(fresh.raw_data()) % 64 == 0);
+    CHECK(k::contiguous(fresh).to_vector<float>() == std::vector<float>(static_cast<size_t>(n), 0.0f));
+    {
+      Tensor dirty = full({n}, 7.0);  // freed into the cache at the end of the scope
+    }
+    const Tensor reused = zeros({n});
+    CHECK(reused.to_vector<float>() == std::vector<float>(static_cast<size_t>(n), 0.0f));
+    Tensor alive = full({n}, 3.0);  // a buffer in use is never handed out again
+    CHECK(alive.raw_data() != reused.raw_data());
+  }
+}
+
 TEST_CASE("views: reshape, view, transpose, permute, narrow, expand, squeeze") {
   Tensor t = arange(0, 24).detach();
   Tensor a = k::view(t, {2, 3, 4});
