@@ -18,6 +18,7 @@ namespace attend::infer {
 int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, double u) {
   // One pass the compiler vectorizes (a check per logit was 2% of decoding stories15m's
   // shape): every logit finite, and their maximum; the first non-finite one is named.
+  ATTEND_CHECK(V > 0, "sample: no logits to choose from (vocabulary size ", V, ")");
   bool finite = true;
   float largest = logits[0];
   for (int64_t i = 0; i < V; ++i) {

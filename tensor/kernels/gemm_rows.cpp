@@ -661,7 +661,9 @@ void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
   const int64_t Kw = (K + 1) / 2;                     // pair words a column
   const bool registers = avx512_in_use();
   const bool native = registers && g_decode_bf16.load(std::memory_order_relaxed) == Bf16Kernel::native;
-  std::vector<uint32_t> xw;  // x's pairs as words, for vdpbf16ps
+  // x's pairs as words, for vdpbf16ps: this thread's buffer (no allocation a token), read
+  // by the others through `xwords` (a thread_local named inside the region is theirs)
+  thread_local std::vector<uint32_t> xw;
   if (native) {
     xw.assign(static_cast<size_t>(M * Kw), 0u);
     for (int64_t m = 0; m < M; ++m)
@@ -671,6 +673,7 @@ void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
         xw[static_cast<size_t>(m * Kw + k / 2)] |= k % 2 ? (u & 0xffff0000u) : (u >> 16);
       }
   }
+  const uint32_t* xwords = xw.data();
   for_panel_pieces(M, N, K, R.row_stride, parallel,
                    [&](int64_t n0, int64_t width, int64_t j0, int64_t j1) {
     const uint32_t* panel = words + n0 * Kw + j0;
@@ -679,7 +682,7 @@ void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
         for (int64_t m = 0; m < M; ++m) {
           float* c = C + m * ldc + n0 + j0;
           if (native)
-            panel_bf16_native<nv()>(K, xw.data() + m * Kw, panel, width, j1 - j0, c);
+            panel_bf16_native<nv()>(K, xwords + m * Kw, panel, width, j1 - j0, c);
           else
             panel_bf16_emulated<nv()>(K, R.data + m * K, panel, width, j1 - j0, c);
         }
