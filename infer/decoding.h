@@ -11,10 +11,11 @@ namespace attend::infer {
 
 // Decoding a token at a time reads every weight once per token. While it lives, every
 // Linear of `model` holds W^T in column panels (tensor/stored_weight.h): in f32, as much
-// memory again as its weights; made under bf16 products, as bf16 bits (half that, and half
-// the bytes a token reads), which only bf16 products may use. gemm_rows.cpp streams a panel
-// row by row with the blocked GEMM's summation order (the same bits as without it), and
-// threads take whole panels, each contiguous. Panels, not W^T's own rows: measured on a
+// memory again as its weights; made under bf16 products, as bf16 pair words (half that, and
+// half the bytes a token reads), which only bf16 products may use. gemm_rows.cpp streams a
+// panel row by row with the blocked GEMM's summation order (the same bits as without it),
+// and threads split the columns evenly, a share reading its columns of each panel row.
+// Panels, not W^T's own rows: measured on a
 // 2-core Zen 5 (docs/numbers.md, 2026-12-05), threads splitting W^T's rows each read a share
 // of every row, and at 2 threads reading W itself was then 1.2-1.8x faster (stories15m's
 // shape to GPT-2 124M); W itself, eight rows at a time through 8x8 transposes, was up to
