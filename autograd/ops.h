@@ -115,8 +115,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // and the gradients are formed in the forward (for an upstream gradient of 1, scaled in
 // backward). chunk_rows 0: up to 2^24 logits at once, in multiples of 256 rows. The
 // backward hands its gradients out once: retain_graph is refused.
+// rows (n, C), defined: w's rows [rows_from, rows_from + n) are w's plus these, and rows is
+// differentiated (the trainable token rows of a frozen head, nn/lora.h).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
-                            int64_t ignore_index = -100, int64_t chunk_rows = 0);
+                            int64_t ignore_index = -100, int64_t chunk_rows = 0,
+                            const Tensor& rows = Tensor(), int64_t rows_from = 0);
 // weight (V, C), ids (...) integer -> (..., C)
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 

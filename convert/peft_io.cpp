@@ -70,6 +70,9 @@ ExportResult export_peft(const ExportSource& m, const fs::path& out, const std::
                "export --format peft: ", m.name,
                " has an adapter on the LM head, which attend does not write as PEFT yet; "
                "export --merge writes the merged model");
+  ATTEND_CHECK(c.lora_new_tokens == 0, "export --format peft: ", m.name, " trains the rows of ",
+               c.lora_new_tokens, " added tokens (lora_new_tokens), which attend does not write "
+               "as PEFT (its trainable_token_indices) yet; export --merge writes the merged model");
   std::map<std::string, const nn::LoraAdapter*> adapters;
   for (auto& [name, mod] : const_cast<nn::GPT&>(m.model).named_modules())
     if (auto* a = dynamic_cast<nn::LoraAdapter*>(mod)) adapters[name] = a;

@@ -75,6 +75,11 @@ void GPTConfig::validate(const std::string& flag) const {
                  "lora_dropout must be in [0, 1), got ", lora_dropout);
     parse_lora_targets(*this, lora_targets);
   }
+  ATTEND_CHECK(lora_new_tokens >= 0 && lora_new_tokens < vocab_size, who, flag,
+               "lora_new_tokens must be in [0, ", flag, "vocab_size ", vocab_size, "), got ",
+               lora_new_tokens);
+  ATTEND_CHECK(lora_new_tokens == 0 || lora_rank > 0, who, flag, "lora_new_tokens ",
+               lora_new_tokens, " needs ", flag, "lora_rank > 0 (the rows train beside adapters)");
   // Sizes a machine could hold, so that every count below fits int64 without overflow.
   const double C = static_cast<double>(n_embd);
   const double H = hidden_dim > 0 ? static_cast<double>(hidden_dim) : 4 * C;
@@ -167,6 +172,7 @@ ParameterCount count_parameters(const GPTConfig& c) {
   p.final_layernorm = c.bias ? 2 * C : C;
   p.lora = lora_parameters_per_layer(c);
   p.lora_head = lora_head_parameters(c);
+  p.lora_tokens = lora_token_parameters(c);
   return p;
 }
 
@@ -341,6 +347,22 @@ Tensor GPT::hidden(const Tensor& idx, std::vector<AttentionTrace>* trace,
   return x;
 }
 
+GPT::HeadRows GPT::head_rows() const {
+  // Fused when the head's adapters that are on are none, or trainable token rows alone.
+  HeadRows h;
+  const Adapter* on = nullptr;
+  int64_t n = 0;
+  for (const auto& a : lm_head->adapters)
+    if (a->enabled) on = a.get(), ++n;
+  if (n == 0) return h;
+  if (const auto* rows = dynamic_cast<const TokenRows*>(on); rows && n == 1) {
+    h.rows = rows->D, h.from = rows->lo;
+    return h;
+  }
+  h.fused = false;
+  return h;
+}
+
 GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<AttentionTrace>* trace,
                        std::vector<KVCache>* caches, Taps* taps) const {
   const Tensor x = hidden(idx, trace, caches, taps);
@@ -350,9 +372,12 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
     ATTEND_CHECK(targets.shape() == Shape({B, T}), "GPT: expected targets of shape ",
                  shape_str({B, T}), ", got ", shape_str(targets.shape()));
     // A head held in a decoding format (infer::DecodingWeights) makes its logits itself.
-    // (An adapter on the head needs its logits: Linear::forward adds its update to them.)
-    if (!keep_logits && !lm_head->decoding && lm_head->adapters.empty()) {
-      out.loss = linear_cross_entropy(x, lm_head->weight, targets);  // no (B, T, V) logits
+    // (A LoRA adapter on the head needs its logits: Linear::forward adds its update to them;
+    // trainable token rows go into the fused op.)
+    const HeadRows head = head_rows();
+    if (!keep_logits && !lm_head->decoding && head.fused) {
+      // no (B, T, V) logits
+      out.loss = linear_cross_entropy(x, lm_head->weight, targets, -100, 0, head.rows, head.from);
       return out;
     }
   }
@@ -378,9 +403,10 @@ Tensor GPT::sequence_log_probs(const Tensor& idx, const Tensor& targets) const {
     // The row's mean -log p times its count: the sum of its targets' log p. (A head with
     // an adapter makes its logits, as forward does.)
     const Tensor xb = narrow(x, 0, b, 1), yb = narrow(y, 0, b, 1);
-    const Tensor mean = lm_head->adapters.empty()
-                            ? linear_cross_entropy(xb, lm_head->weight, yb)
-                            : cross_entropy(lm_head->forward(xb), yb);
+    const HeadRows head = head_rows();
+    const Tensor mean =
+        head.fused ? linear_cross_entropy(xb, lm_head->weight, yb, -100, 0, head.rows, head.from)
+                   : cross_entropy(lm_head->forward(xb), yb);
     rows.push_back(reshape(mul(mean, -static_cast<double>(counted)), {1}));
   }
   return cat(rows, 0);

@@ -57,6 +57,9 @@ struct GPTConfig {
   double lora_alpha = 16.0;           // the update is scaled by alpha / R
   double lora_dropout = 0.0;          // dropout on the adapters' input
   std::string lora_targets = "q,v";   // comma-separated: q,k,v,o and gate,up,down or fc,proj
+  // LoRA: the last N token rows (tokens a chat template added) train as a delta on the frozen
+  // embedding and head (nn/lora.h TokenRows); set by train when the data adds tokens
+  int64_t lora_new_tokens = 0;
 
   bool is_llama() const { return arch == "llama"; }
 
@@ -106,6 +109,7 @@ struct ParameterCount {
   int64_t layernorms = 0, biases = 0;
   int64_t lora = 0;  // per layer: the LoRA adapters, R (in + rows) per target (nn/lora.h)
   int64_t lora_head = 0;  // the LM head's adapter, R (C + V), when it is a target
+  int64_t lora_tokens = 0;  // the trainable token rows, N C (twice for an untied head)
   int64_t final_layernorm = 0;
 
   int64_t attention_matrices() const { return n_layer * (attn_q + attn_k + attn_v + attn_o); }
@@ -114,7 +118,8 @@ struct ParameterCount {
            lora;
   }
   int64_t total() const {
-    return token_embedding + position_embedding + lm_head + lora_head + n_layer * per_layer() +
+    return token_embedding + position_embedding + lm_head + lora_head + lora_tokens +
+           n_layer * per_layer() +
            final_layernorm;
   }
 };
@@ -221,6 +226,16 @@ class GPT : public Module {
   };
   std::shared_ptr<Transformer> transformer;
   std::shared_ptr<Linear> lm_head;  // weight tied to transformer->wte->weight unless untied
+
+ private:
+  // How the loss reads the head: fused (linear_cross_entropy) unless a LoRA adapter on it
+  // is on; rows: the trainable token rows (nn/lora.h) the fused op adds, if any.
+  struct HeadRows {
+    bool fused = true;
+    Tensor rows;
+    int64_t from = 0;
+  };
+  HeadRows head_rows() const;
 };
 
 }  // namespace attend::nn

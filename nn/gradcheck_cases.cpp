@@ -81,6 +81,15 @@ std::vector<GradcheckCase> make_cases() {
                      return check_module(m, {ids}, g,
                                          [&](const Inputs& x) { return m.forward(x[0]); });
                    }});
+  cases.push_back({"nn.Embedding.token_rows", "V 7, C 3, rows 5:7 train, ids (2,4)",
+                   [](uint64_t seed) {
+                     Generator g(seed);
+                     Embedding m(7, 3);
+                     m.add_token_rows(std::make_shared<TokenRows>(3, 5, 7));
+                     const Tensor ids = tensor({6, 1, 5, 6, 0, 4, 6, 2}, {2, 4}, DType::I64);
+                     return check_module(m, {}, g,
+                                         [&](const Inputs&) { return m.forward(ids); });
+                   }});
   cases.push_back({"nn.LayerNorm", "(2,3,6)", [](uint64_t seed) {
                      Generator g(seed);
                      LayerNorm m(6);
@@ -192,6 +201,31 @@ std::vector<GradcheckCase> make_cases() {
                        return m.forward(x[0], targets).loss;
                      });
                    }});
+  // LoRA with trainable token rows: the adapters and the rows' deltas differentiated, the
+  // frozen base not; the new tokens (9, 10) both read and predicted
+  for (const bool tied : {true, false}) {
+    cases.push_back(
+        {tied ? "nn.GPT.lora_tokens.loss" : "nn.GPT.llama.lora_tokens.loss",
+         tied ? "gpt2, R 2 on q,v, rows 9:11 of wte (the tied head's too), V 11, C 8"
+              : "llama untied, R 2 on q,v, rows 9:11 of wte and lm_head, V 11, C 8",
+         [tied](uint64_t seed) {
+           Generator g(seed);
+           GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2,
+                       .n_kv_head = 2, .n_embd = 8, .dropout = 0.0, .bias = true};
+           if (!tied) {
+             c = gpt_preset("llama-char");
+             c.vocab_size = 11, c.block_size = 8, c.n_layer = 1, c.n_head = 2;
+             c.n_kv_head = 2, c.n_embd = 8, c.hidden_dim = 6, c.tie_embeddings = false;
+           }
+           c.lora_rank = 2, c.lora_new_tokens = 2;
+           GPT m(c, seed);
+           const Tensor idx = tensor({9, 1, 10, 3, 9, 4, 2, 10, 5, 0}, {2, 5}, DType::I64);
+           const Tensor targets = tensor({1, 10, 3, 9, 4, 10, 9, 5, 0, 2}, {2, 5}, DType::I64);
+           return check_module(m, {}, g, [&](const Inputs&) {
+             return m.forward(idx, targets).loss;
+           });
+         }});
+  }
   return cases;
 }
 

@@ -29,11 +29,16 @@ Tensor Linear::forward(const Tensor& x) const {
   return adapters.empty() ? y : add_adapters(y, x, adapters);
 }
 
-void Linear::add_adapter(const std::string& name, std::shared_ptr<LoraAdapter> adapter) {
-  ATTEND_CHECK(adapter->A.size(1) == weight.size(1) && adapter->hi <= weight.size(0),
-               "Linear: an adapter for ", adapter->A.size(1), " inputs and rows up to ",
-               adapter->hi, " on a weight ", shape_str(weight.shape()));
-  adapters.push_back(register_module(name, std::move(adapter)));
+void Linear::add_adapter(const std::string& name, std::shared_ptr<Adapter> adapter) {
+  share_adapter(adapter);
+  adapters.back() = register_module(name, std::move(adapter));
+}
+
+void Linear::share_adapter(std::shared_ptr<Adapter> adapter) {
+  ATTEND_CHECK(adapter->in == weight.size(1) && adapter->hi <= weight.size(0),
+               "Linear: an adapter for ", adapter->in, " inputs and rows up to ", adapter->hi,
+               " on a weight ", shape_str(weight.shape()));
+  adapters.push_back(std::move(adapter));
 }
 
 void Linear::tie_weight(const Tensor& w) {
@@ -48,7 +53,17 @@ Embedding::Embedding(int64_t n, int64_t dim) {
   weight = register_parameter("weight", zeros({n, dim}));
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight, ids); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  const Tensor x = embedding(weight, ids);
+  return tokens && tokens->enabled ? add(x, tokens->rows_of(ids)) : x;
+}
+
+void Embedding::add_token_rows(std::shared_ptr<TokenRows> rows) {
+  ATTEND_CHECK(rows->D.size(1) == weight.size(1) && rows->hi <= weight.size(0),
+               "Embedding: token rows [", rows->lo, ", ", rows->hi, ") of width ",
+               rows->D.size(1), " on a table ", shape_str(weight.shape()));
+  tokens = register_module("lora_tokens", std::move(rows));
+}
 
 LayerNorm::LayerNorm(int64_t dim, bool has_bias, double e) {
   eps = e;

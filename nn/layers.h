@@ -27,7 +27,8 @@
 #pragma GCC visibility push(default)  // the API a shared build exports (docs/library.md)
 namespace attend::nn {
 
-class LoraAdapter;  // nn/lora.h
+class Adapter;    // nn/lora.h
+class TokenRows;  // nn/lora.h
 
 class Linear : public Module {
  public:
@@ -41,16 +42,23 @@ class Linear : public Module {
   // as bf16 bits under bf16 products; tensor/stored_weight.h). Forward without grad then
   // multiplies by it where its format takes x, else by the weight: the same bits either way.
   std::shared_ptr<const StoredWeight> decoding;
-  // Registers a LoRA adapter under `name` (its parameters name.A, name.B).
-  void add_adapter(const std::string& name, std::shared_ptr<LoraAdapter> adapter);
-  std::vector<std::shared_ptr<LoraAdapter>> adapters;
+  // Registers an adapter under `name` (a LoRA adapter's parameters name.A, name.B).
+  void add_adapter(const std::string& name, std::shared_ptr<Adapter> adapter);
+  // Uses an adapter another module registered (a tied head's token rows, which are wte's):
+  // its parameters keep their one name.
+  void share_adapter(std::shared_ptr<Adapter> adapter);
+  std::vector<std::shared_ptr<Adapter>> adapters;
 };
 
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim);
+  // weight's rows, plus the token rows' delta where they are on (nn/lora.h)
   Tensor forward(const Tensor& ids) const;
+  // Registers trainable token rows as "lora_tokens" (parameter lora_tokens.delta).
+  void add_token_rows(std::shared_ptr<TokenRows> rows);
   Tensor weight;
+  std::shared_ptr<TokenRows> tokens;
 };
 
 // A normalisation over the last dim with a gain: LayerNorm or RMSNorm (a block holds

@@ -12,7 +12,8 @@ namespace attend::nn {
 
 LoraAdapter::LoraAdapter(int64_t in, int64_t lo_, int64_t hi_, int64_t rank, double alpha,
                          double dropout)
-    : lo(lo_), hi(hi_), scale(alpha / static_cast<double>(rank)) {
+    : scale(alpha / static_cast<double>(rank)) {
+  this->in = in, lo = lo_, hi = hi_;
   ATTEND_CHECK(in > 0 && rank > 0 && 0 <= lo && lo < hi, "LoraAdapter: expected in > 0, rank > 0 ",
                "and rows 0 <= lo < hi, got in ", in, ", rank ", rank, ", rows [", lo, ", ", hi,
                ")");
@@ -26,9 +27,38 @@ Tensor LoraAdapter::delta(const Tensor& x) const {
   return mul(linear(linear(drop->forward(x), A, Tensor()), B, Tensor()), scale);
 }
 
+Tensor LoraAdapter::update() const {
+  NoGradGuard no_grad;
+  return mul(kernel::matmul(B, A), scale);  // (hi - lo, R) @ (R, in), scaled
+}
+
+TokenRows::TokenRows(int64_t dim, int64_t lo_, int64_t hi_) {
+  ATTEND_CHECK(dim > 0 && 0 <= lo_ && lo_ < hi_, "TokenRows: expected dim > 0 and rows 0 <= lo < "
+               "hi, got dim ", dim, ", rows [", lo_, ", ", hi_, ")");
+  in = dim, lo = lo_, hi = hi_;
+  D = register_parameter("delta", zeros({hi - lo, dim}));
+}
+
+Tensor TokenRows::delta(const Tensor& x) const { return linear(x, D, Tensor()); }
+
+Tensor TokenRows::update() const { return D.detach(); }
+
+Tensor TokenRows::rows_of(const Tensor& ids) const {
+  // D with a zero row after it, indexed by id - lo inside [lo, hi) and by that zero row
+  // elsewhere: the embedding's backward then sums each new token's gradient into its row
+  const int64_t n = hi - lo;
+  const Tensor idc = kernel::contiguous(kernel::cast(ids, DType::I64));
+  Tensor at = empty(idc.shape(), DType::I64);
+  const int64_t* src = idc.data<int64_t>();
+  int64_t* dst = at.data<int64_t>();
+  for (int64_t i = 0; i < idc.numel(); ++i)
+    dst[i] = src[i] >= lo && src[i] < hi ? src[i] - lo : n;
+  return embedding(cat({D, zeros({1, in}, D.dtype())}, 0), at);
+}
+
 Tensor add_adapters(const Tensor& y, const Tensor& x,
-                    const std::vector<std::shared_ptr<LoraAdapter>>& all) {
-  std::vector<std::shared_ptr<LoraAdapter>> adapters;
+                    const std::vector<std::shared_ptr<Adapter>>& all) {
+  std::vector<std::shared_ptr<Adapter>> adapters;
   for (const auto& a : all)
     if (a->enabled) adapters.push_back(a);
   if (adapters.empty()) return y;  // switched off (AdaptersOff): the base's y itself
@@ -36,13 +66,13 @@ Tensor add_adapters(const Tensor& y, const Tensor& x,
   if (adapters.size() == 1 && adapters[0]->lo == 0 && adapters[0]->hi == out)
     return add(y, adapters[0]->delta(x));
   // Rows in order: the untouched runs of y as they are, each adapter's rows plus its delta.
-  std::vector<const LoraAdapter*> sorted;
+  std::vector<const Adapter*> sorted;
   for (const auto& a : adapters) sorted.push_back(a.get());
   std::sort(sorted.begin(), sorted.end(),
-            [](const LoraAdapter* a, const LoraAdapter* b) { return a->lo < b->lo; });
+            [](const Adapter* a, const Adapter* b) { return a->lo < b->lo; });
   std::vector<Tensor> pieces;
   int64_t at = 0;
-  for (const LoraAdapter* a : sorted) {
+  for (const Adapter* a : sorted) {
     ATTEND_CHECK(a->lo >= at && a->hi <= out, "LoRA: adapters on rows [", a->lo, ", ", a->hi,
                  ") overlap another or pass the output's ", out);
     if (a->lo > at) pieces.push_back(narrow(y, last, at, a->lo - at));
@@ -114,6 +144,11 @@ int64_t lora_head_parameters(const GPTConfig& c) {
              : 0;
 }
 
+int64_t lora_token_parameters(const GPTConfig& c) {
+  if (c.lora_rank <= 0) return 0;
+  return c.lora_new_tokens * c.n_embd * (c.tied_head() ? 1 : 2);
+}
+
 int64_t lora_parameters_per_layer(const GPTConfig& c) {
   if (c.lora_rank <= 0) return 0;
   const std::vector<std::string> names = parse_lora_targets(c, c.lora_targets);
@@ -183,27 +218,39 @@ void add_lora(GPT& model, Generator* gen) {
     }
     model.lm_head->add_adapter("lora_head", a);
   }
+  if (c.lora_new_tokens > 0) {  // zero deltas: nothing to draw
+    const int64_t V = c.vocab_size, lo = V - c.lora_new_tokens;
+    auto rows = std::make_shared<TokenRows>(c.n_embd, lo, V);
+    model.transformer->wte->add_token_rows(rows);
+    if (c.tied_head())
+      model.lm_head->share_adapter(rows);  // the head is wte: its rows are these
+    else
+      model.lm_head->add_adapter("lora_tokens", std::make_shared<TokenRows>(c.n_embd, lo, V));
+  }
 }
 
 NamedTensors merged_state(const GPT& model) {
   NoGradGuard no_grad;
-  std::map<std::string, Tensor> merged;  // Linear weight name -> its merged copy
-  for (auto& [name, m] : const_cast<GPT&>(model).named_modules()) {
-    auto* lin = dynamic_cast<Linear*>(m);
-    if (!lin || lin->adapters.empty()) continue;
-    Tensor w = kernel::contiguous(kernel::clone(lin->weight));
-    for (const auto& a : lin->adapters) {
-      // (hi - lo, R) @ (R, in), scaled, added to the adapter's rows
-      const Tensor ba = kernel::matmul(a->B, a->A);
+  // Each table once, keyed by its storage (a tied head is wte: its adapter is wte's rows,
+  // added once), then every name of it mapped to the merged copy.
+  std::map<const TensorImpl*, Tensor> merged;
+  auto merge = [&](const Tensor& weight, const std::vector<std::shared_ptr<Adapter>>& adapters) {
+    if (adapters.empty() || merged.count(weight.impl())) return;
+    Tensor w = kernel::contiguous(kernel::clone(weight));
+    for (const auto& a : adapters) {
       Tensor rows = kernel::narrow(w, 0, a->lo, a->hi - a->lo);
-      kernel::add_(rows, mul(ba, a->scale));
+      kernel::add_(rows, a->update());
     }
-    merged[name + ".weight"] = w;
+    merged[weight.impl()] = w;
+  };
+  for (auto& [name, m] : const_cast<GPT&>(model).named_modules()) {
+    if (auto* lin = dynamic_cast<Linear*>(m)) merge(lin->weight, lin->adapters);
+    if (auto* emb = dynamic_cast<Embedding*>(m); emb && emb->tokens) merge(emb->weight, {emb->tokens});
   }
   NamedTensors out;
   for (auto& [name, t] : model.state_dict()) {
     if (name.find(".lora_") != std::string::npos) continue;
-    auto it = merged.find(name);
+    auto it = merged.find(t.impl());
     out.emplace_back(name, it == merged.end() ? t : it->second);
   }
   return out;
@@ -211,7 +258,7 @@ NamedTensors merged_state(const GPT& model) {
 
 std::unique_ptr<GPT> merge_lora(const GPT& model) {
   GPTConfig plain = model.config;
-  plain.lora_rank = 0;
+  plain.lora_rank = 0, plain.lora_new_tokens = 0;
   auto out = std::make_unique<GPT>(plain, model.dropout_context->seed, false);
   const NamedTensors state = merged_state(model);
   out->load_state_dict(std::map<std::string, Tensor>(state.begin(), state.end()));
@@ -220,14 +267,14 @@ std::unique_ptr<GPT> merge_lora(const GPT& model) {
 
 AdaptersOff::AdaptersOff(const GPT& model) {
   for (auto& [_, m] : const_cast<GPT&>(model).named_modules())
-    if (auto* a = dynamic_cast<LoraAdapter*>(m); a && a->enabled) {
+    if (auto* a = dynamic_cast<Adapter*>(m); a && a->enabled) {
       a->enabled = false;
       off_.push_back(a);
     }
 }
 
 AdaptersOff::~AdaptersOff() {
-  for (LoraAdapter* a : off_) a->enabled = true;
+  for (Adapter* a : off_) a->enabled = true;
 }
 
 int64_t store_frozen_as_bf16(Module& model) {

@@ -18,6 +18,8 @@
 //                                                       adapter would untie them)
 // Parameter names: <linear>.lora_<target>.A and .B (transformer.h.0.attn.c_attn.lora_q.A,
 // lm_head.lora_head.A).
+// Trainable token rows (TokenRows below, GPTConfig::lora_new_tokens) let the tokens a chat
+// template added train beside the adapters.
 // A model with adapters trains only them: every other parameter is frozen
 // (requires_grad false), so no gradient and no optimizer state exists for it.
 #pragma once
@@ -34,17 +36,43 @@ namespace attend::nn {
 struct GPTConfig;
 class GPT;
 
-class LoraAdapter : public Module {
+// An update on rows [lo, hi) of a weight with `in` columns: a LoRA adapter, or the
+// trainable token rows below. Linear::forward adds delta(x) to its output's rows [lo, hi);
+// a merge adds update() to the weight's rows.
+class Adapter : public Module {
+ public:
+  virtual Tensor delta(const Tensor& x) const = 0;  // (..., in) -> (..., hi - lo)
+  virtual Tensor update() const = 0;                // (hi - lo, in), no graph
+  int64_t in = 0, lo = 0, hi = 0;
+  bool enabled = true;  // false: Linear::forward skips it (AdaptersOff)
+};
+
+class LoraAdapter : public Adapter {
  public:
   // An adapter of rank r on rows [lo, hi) of a Linear with `in` inputs.
   LoraAdapter(int64_t in, int64_t lo, int64_t hi, int64_t rank, double alpha, double dropout);
   // (alpha / R) * dropout(x) A^T B^T: (..., in) -> (..., hi - lo).
-  Tensor delta(const Tensor& x) const;
+  Tensor delta(const Tensor& x) const override;
+  Tensor update() const override;  // (alpha / R) B A
   Tensor A, B;
-  int64_t lo = 0, hi = 0;
   double scale = 1.0;  // alpha / R
   std::shared_ptr<Dropout> drop;
-  bool enabled = true;  // false: Linear::forward skips it (AdaptersOff)
+};
+
+// Trainable token rows (GPTConfig::lora_new_tokens; PEFT's trainable_token_indices): the
+// rows [lo, hi) of a frozen token table (the embedding, and the LM head, tied or not) plus
+// a delta D (hi - lo, C) that trains, zero at the start so the model is the base's bit for
+// bit. This is how the tokens a chat template adds learn under LoRA: they start as the mean
+// row, all alike, so without it <|im_start|> and <|im_end|> could never be told apart.
+// Parameter: <table>.lora_tokens.delta (transformer.wte.lora_tokens.delta).
+class TokenRows : public Adapter {
+ public:
+  TokenRows(int64_t dim, int64_t lo, int64_t hi);
+  Tensor delta(const Tensor& x) const override;  // x D^T: the head's logits of rows [lo, hi)
+  Tensor update() const override;                // D
+  // The embedding's part: (..., C) rows, D[id - lo] for ids in [lo, hi), zeros elsewhere.
+  Tensor rows_of(const Tensor& ids) const;
+  Tensor D;
 };
 
 // While it lives, the model's adapters are switched off: forward is the frozen base's, bit
@@ -57,12 +85,12 @@ class AdaptersOff {
   AdaptersOff& operator=(const AdaptersOff&) = delete;
 
  private:
-  std::vector<LoraAdapter*> off_;
+  std::vector<Adapter*> off_;
 };
 
 // y with every adapter's delta(x) added to its rows (Linear::forward's last step).
 Tensor add_adapters(const Tensor& y, const Tensor& x,
-                    const std::vector<std::shared_ptr<LoraAdapter>>& adapters);
+                    const std::vector<std::shared_ptr<Adapter>>& adapters);
 
 // The target names valid for a config's family, in the order above.
 std::vector<std::string> lora_target_names(const GPTConfig& c);
@@ -72,6 +100,8 @@ std::vector<std::string> parse_lora_targets(const GPTConfig& c, const std::strin
 int64_t lora_parameters_per_layer(const GPTConfig& c);
 // The head adapter's: R (C + V) when "head" is a target, else 0.
 int64_t lora_head_parameters(const GPTConfig& c);
+// The trainable token rows': lora_new_tokens * C, twice for an untied head.
+int64_t lora_token_parameters(const GPTConfig& c);
 
 // train --base_weights bf16: every frozen matrix of the model (the 2-D weights: Linear
 // layers', the embeddings'; a tied one once) kept as bf16 bits (tensor/dtype.h) in place, so
@@ -83,12 +113,13 @@ int64_t lora_head_parameters(const GPTConfig& c);
 int64_t store_frozen_as_bf16(Module& model);
 
 // Adds the config's adapters (lora_rank > 0) to a built model and freezes everything else;
-// with gen, draws each A (Kaiming-uniform) and leaves B zero. Their dropouts take indices
+// with gen, draws each A (Kaiming-uniform) and leaves B zero. lora_new_tokens > 0 adds the
+// trainable token rows too: one TokenRows on wte, shared by a tied head, or one each. Their dropouts take indices
 // after the model's own, so the base's dropout masks do not change.
 void add_lora(GPT& model, Generator* gen);
 
-// The weights with every adapter merged in, W[lo:hi] + (alpha / R) B A (copies; the model is
-// unchanged): the state of a plain model (lora_rank 0), every name but the adapters'.
+// The weights with every adapter merged in, W[lo:hi] + update() (copies; the model is
+// unchanged; a tied table merged once, its names sharing the copy): the state of a plain model (lora_rank 0), every name but the adapters'.
 NamedTensors merged_state(const GPT& model);
 // A plain model (lora_rank 0) holding merged_state(model): what export --merge writes.
 std::unique_ptr<GPT> merge_lora(const GPT& model);

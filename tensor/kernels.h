@@ -146,13 +146,17 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
 // chunk_rows a multiple of 256 (the GEMM's K block) or >= N, the same bits.
 struct LinearCrossEntropyOut {
   Tensor loss;  // 0-dim
-  Tensor dx, dw;
+  Tensor dx, dw, drows;
   int64_t count;
 };
 // grad_x, grad_w: which gradients to form (a frozen w, LoRA's head, needs none).
+// rows (n, C), defined: w's rows [rows_from, rows_from + n) are w's plus these (trainable
+// token rows, nn/lora.h): their logits get x rows^T added, dx gets dL rows, and grad_rows
+// forms drows (n, C). All-zero rows leave every bit as without them.
 LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
                                            int64_t ignore_index, bool grad_x, bool grad_w,
-                                           int64_t chunk_rows);
+                                           int64_t chunk_rows, const Tensor& rows = Tensor(),
+                                           int64_t rows_from = 0, bool grad_rows = false);
 
 // weight (V, C), ids any shape of integers in [0, V) -> ids.shape + (C,)
 Tensor embedding(const Tensor& weight, const Tensor& ids);

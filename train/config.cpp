@@ -110,6 +110,10 @@ const std::vector<ConfigField>& config_fields() {
       {"lora_targets",
        "LoRA: q,k,v,o (attention) and gate,up,down (llama) or fc,proj (gpt2), comma-separated",
        G::Model, R::Refuse, &M::lora_targets},
+      {"lora_new_tokens",
+       "LoRA: the last N token rows (a template's added tokens) train as well; train sets it "
+       "when the data adds tokens",
+       G::Model, R::Refuse, &M::lora_new_tokens, false},
       {"base_weights",
        "LoRA: the frozen base's weights as f32 or bf16 (half the bytes; the products read the "
        "bf16-rounded values)",

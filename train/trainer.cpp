@@ -305,7 +305,7 @@ std::unique_ptr<nn::GPT> load_reference(TrainConfig& c, const TrainData& d, bool
   if (!c.dpo || (c.model.lora_rank > 0 && c.ref.empty())) return nullptr;
   nn::GPTConfig want = c.model;
   want.vocab_size = d.tokenizer->vocab_size();
-  want.lora_rank = 0, want.dropout = 0;
+  want.lora_rank = 0, want.lora_new_tokens = 0, want.dropout = 0;
   std::unique_ptr<nn::GPT> ref;
   std::string hash;
   if (dist.root()) {
@@ -440,8 +440,9 @@ class Run {
   void grow_vocabulary(std::map<std::string, Tensor>& state) {
     const bool grew = grow_embedding_rows(state, model_.config.vocab_size);
     if (c_.model.lora_rank > 0 && grew)
-      spdlog::warn("with LoRA the embedding is frozen: the new tokens' rows keep their "
-                   "starting value (the mean row); a full finetune trains them");
+      spdlog::info("LoRA: the embedding is frozen but the {} new tokens' rows train, as a delta "
+                   "on their starting value (the mean row){}",
+                   c_.model.lora_new_tokens, c_.model.tied_head() ? "" : ", in the head too");
   }
 
   void restore(const LoadedCheckpoint& ck) {
@@ -684,9 +685,20 @@ TrainOutcome run_training(const TrainRequest& req) {
     full.model.block_size = saved.block_size;
     // New adapters are not in the checkpoint (a LoRA checkpoint's own are)
     full.model.lora_rank = saved.lora_rank, full.model.lora_targets = saved.lora_targets;
+    full.model.lora_new_tokens = saved.lora_new_tokens;
     nn::GPTConfig as_saved = Run::model_config(full, data);
     as_saved.vocab_size = saved.vocab_size;  // the data's tokenizer may add special tokens
     check_config_matches_model(*s.init, as_saved);
+  }
+  // LoRA on data whose tokenizer adds tokens (a chat template's) to the --init_from model's:
+  // those rows train too (nn/lora.h TokenRows), recorded in the config for resume and export
+  if (!resumed_run && c.model.lora_rank > 0 && !c.init_from.empty()) {
+    int64_t added = 0;
+    if (s.init)
+      added = data.tokenizer->vocab_size() - from_values(s.init->data.config).model.vocab_size;
+    dist.broadcast(&added, sizeof added);
+    s.config.model.lora_new_tokens = std::max<int64_t>(added, 0);
+    s.config.validate();
   }
   const std::unique_ptr<nn::GPT> reference = load_reference(s.config, data, resumed_run, dist);
   Run run(s, data, dist, reference.get());

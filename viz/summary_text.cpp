@@ -94,6 +94,10 @@ std::string components(const nn::ModelSummary& s) {
          L);
   if (p.lora_head > 0)
     line(fmt::format("LoRA adapter on the LM head, R {}", c.lora_rank), p.lora_head, 1);
+  if (p.lora_tokens > 0)
+    line(fmt::format("trainable rows of the {} added tokens ({})", c.lora_new_tokens,
+                     c.tied_head() ? "wte, tied head" : "wte and lm_head"),
+         p.lora_tokens, 1);
   line("attention matrices Q, K, V, O (all layers)", p.attention_matrices(), 1);
   line("total", p.total(), 1);
   if (c.n_kv_head != c.n_head) {
@@ -152,6 +156,7 @@ std::string format_summary(const nn::ModelSummary& s) {
   if (c.lora_rank > 0)
     o += fmt::format(", lora_rank {}, lora_alpha {}, lora_targets {}", c.lora_rank, c.lora_alpha,
                      c.lora_targets);
+  if (c.lora_new_tokens > 0) o += fmt::format(", lora_new_tokens {}", c.lora_new_tokens);
   o += fmt::format("\ninput: B {} x T {} token ids\n\n", s.batch, s.seq);
   return o + module_table(s) + components(s) + costs(s);
 }

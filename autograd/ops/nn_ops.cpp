@@ -2,6 +2,9 @@
 // tensor/kernels/nn.cpp), so the graph holds one saved tensor or two instead of the
 // chain of a composition; tests check each against its composition from primitives.
 #include "autograd/ops.h"
+
+#include <algorithm>
+
 #include "tensor/kernels/kept_operand.h"
 #include "tensor/kernels.h"
 
@@ -150,7 +153,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 }
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
-                            int64_t ignore_index, int64_t chunk_rows) {
+                            int64_t ignore_index, int64_t chunk_rows, const Tensor& rows,
+                            int64_t rows_from) {
   ATTEND_CHECK(x.dim() >= 1 && w.dim() == 2 && x.size(-1) == w.size(1),
                "linear_cross_entropy: expected x (..., C) and w (V, C), got ", shape_str(x.shape()),
                " and ", shape_str(w.shape()));
@@ -164,25 +168,31 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targ
     const int64_t fit = (int64_t{1} << 24) / std::max<int64_t>(V, 1);
     chunk_rows = N <= fit ? std::max<int64_t>(N, 1) : std::max<int64_t>(256, fit / 256 * 256);
   }
-  const bool gx = autograd::needs_grad({flat}), gw = autograd::needs_grad({w}), grads = gx || gw;
+  const bool gx = autograd::needs_grad({flat}), gw = autograd::needs_grad({w});
+  const bool gr = rows.defined() && autograd::needs_grad({rows}), grads = gx || gw || gr;
   auto r = kernel::linear_cross_entropy(flat, w, kernel::reshape(targets, {-1}), ignore_index, gx,
-                                        gw, chunk_rows);
+                                        gw, chunk_rows, rows, rows_from, gr);
   if (!grads) return r.loss;
-  // saves: the two gradients (formed in the forward), handed out by the one backward
-  auto state = std::make_shared<std::pair<Tensor, Tensor>>(r.dx, r.dw);
-  autograd::record("linear_cross_entropy", {flat, w}, r.loss,
+  // saves: the gradients (formed in the forward), handed out by the one backward
+  auto state = std::make_shared<std::vector<Tensor>>(std::vector<Tensor>{r.dx, r.dw});
+  if (rows.defined()) state->push_back(r.drows);
+  std::vector<Tensor> inputs = {flat, w};
+  if (rows.defined()) inputs.push_back(rows);
+  autograd::record("linear_cross_entropy", inputs, r.loss,
                    [state](const Tensor& g, const Needs&) {
-                     ATTEND_CHECK(state->first.defined() || state->second.defined(),
+                     ATTEND_CHECK(std::any_of(state->begin(), state->end(),
+                                              [](const Tensor& t) { return t.defined(); }),
                                   "linear_cross_entropy: backward ran twice (retain_graph is not "
                                   "supported: the gradients are handed out once)");
-                     Tensor dx = std::move(state->first), dw = std::move(state->second);
+                     std::vector<Tensor> out = std::move(*state);
+                     state->assign(out.size(), Tensor());
                      const double s = g.item();
                      if (s != 1.0) {  // e.g. 1/M under gradient accumulation
                        const Tensor k = scalar_tensor(s, g.dtype());
-                       if (dx.defined()) dx = kernel::binary(kernel::Binary::Mul, dx, k);
-                       if (dw.defined()) dw = kernel::binary(kernel::Binary::Mul, dw, k);
+                       for (Tensor& d : out)
+                         if (d.defined()) d = kernel::binary(kernel::Binary::Mul, d, k);
                      }
-                     return std::vector<Tensor>{dx, dw};
+                     return out;
                    });
   return r.loss;
 }

@@ -313,8 +313,11 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
 
 LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
                                            int64_t ignore_index, bool grad_x, bool grad_w,
-                                           int64_t chunk_rows) {
-  const bool grads = grad_x || grad_w;
+                                           int64_t chunk_rows, const Tensor& rows_in,
+                                           int64_t rows_from, bool grad_rows) {
+  const bool has_rows = rows_in.defined();
+  grad_rows = grad_rows && has_rows;
+  const bool grads = grad_x || grad_w || grad_rows;
   ATTEND_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
                "linear_cross_entropy: expected x (N, C) and w (V, C), got ", shape_str(x.shape()),
                " and ", shape_str(w.shape()));
@@ -331,34 +334,57 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
   ATTEND_CHECK(chunk_rows > 0, "linear_cross_entropy: chunk_rows must be positive, got ",
                chunk_rows);
   const int64_t N = x.size(0), C = x.size(1), V = w.size(0);
+  const int64_t n_rows = has_rows ? rows_in.size(0) : 0;
+  ATTEND_CHECK(!has_rows || (rows_in.dim() == 2 && rows_in.size(1) == C &&
+                             rows_in.dtype() == x.dtype() && rows_from >= 0 &&
+                             rows_from + n_rows <= V),
+               "linear_cross_entropy: expected rows (n, ", C, ") of x's dtype inside w's ", V,
+               " rows, got ", shape_str(rows_in.shape()), " ", dtype_name(rows_in.dtype()),
+               " from row ", rows_from);
   Tensor xc = contiguous(x), wc = contiguous(w), tc = contiguous(targets);
+  const Tensor dc = has_rows ? contiguous(rows_in) : Tensor();
   const int64_t count = count_targets(tc, N, V, ignore_index);
-  LinearCrossEntropyOut o{empty({}, x.dtype()), Tensor(), Tensor(), count};
+  LinearCrossEntropyOut o{empty({}, x.dtype()), Tensor(), Tensor(), Tensor(), count};
   if (grad_x) o.dx = empty({N, C}, x.dtype());
   if (grad_w) o.dw = empty({V, C}, x.dtype());
+  if (grad_rows) o.drows = empty({n_rows, C}, x.dtype());
   dispatch_float(x.dtype(), "linear_cross_entropy", [&]<typename T>() {
     const T* xp = xc.data<T>();
     const T* wp = w16 ? nullptr : wc.data<T>();
     // x w^T into L, and dL w into dx: through the bf16 weight's products for a bf16 w (the
     // bits of gemm on its f32 values)
+    const T* dp = has_rows ? dc.data<T>() : nullptr;
     auto logits = [&](int64_t r0, int64_t rows, T* L) {
+      // the token rows' part, each logit's finished sum added once
+      auto add_rows = [&] {
+        if (has_rows)
+          gemm<T>(rows, n_rows, C, {xp + r0 * C, C, 1}, {dp, 1, C}, L + rows_from, V, true, true);
+      };
       if constexpr (std::is_same_v<T, float>) {
         if (w16) {
           gemm_bf16_weight_t(rows, V, C, {xp + r0 * C, C, 1}, wc.data<uint16_t>(), L, V);
+          add_rows();
           return;
         }
       }
       gemm<T>(rows, V, C, {xp + r0 * C, C, 1}, {wp, 1, C}, L, V, true);
+      add_rows();
     };
     auto input_grad = [&](int64_t r0, int64_t rows, const T* L) {
+      T* dx = o.dx.data<T>() + r0 * C;
+      auto add_rows = [&] {  // dL[:, rows] D
+        if (has_rows)
+          gemm<T>(rows, C, n_rows, {L + rows_from, V, 1}, {dp, C, 1}, dx, C, true, true);
+      };
       if constexpr (std::is_same_v<T, float>) {
         if (w16) {
-          gemm_bf16_weight(rows, C, V, {L, V, 1}, wc.data<uint16_t>(), o.dx.data<T>() + r0 * C,
-                           C);
+          gemm_bf16_weight(rows, C, V, {L, V, 1}, wc.data<uint16_t>(), dx, C);
+          add_rows();
           return;
         }
       }
-      gemm<T>(rows, C, V, {L, V, 1}, {wp, C, 1}, o.dx.data<T>() + r0 * C, C, true);
+      gemm<T>(rows, C, V, {L, V, 1}, {wp, C, 1}, dx, C, true);
+      add_rows();
     };
     const int64_t rows_max = std::min(N, chunk_rows);
     Tensor buf = empty({rows_max, V}, x.dtype());  // one chunk's logits, then their gradient
@@ -387,6 +413,9 @@ LinearCrossEntropyOut linear_cross_entropy(const Tensor& x, const Tensor& w, con
       if (grad_x) input_grad(r0, rows, L);  // dL w
       if (grad_w)  // dL^T x
         gemm<T>(V, C, rows, {L, 1, V}, {xp + r0 * C, C, 1}, o.dw.data<T>(), C, true, r0 > 0);
+      if (grad_rows)  // dL[:, rows]^T x
+        gemm<T>(n_rows, C, rows, {L + rows_from, 1, V}, {xp + r0 * C, C, 1}, o.drows.data<T>(), C,
+                true, r0 > 0);
     }
     // All rows ignored: 0/0 = NaN, as PyTorch.
     o.loss.data<T>()[0] = static_cast<T>(total / static_cast<double>(count));

@@ -397,13 +397,49 @@ TEST_CASE("prepare --template chatml adds its tokens, train grows the embedding,
       CHECK(after.data<float>()[50258 * C + j] == want);
     }
   }
-  // Trained a few steps (LoRA: the new rows stay frozen, and it says so), then chat.
+  // Trained a few steps under LoRA: the new rows train too (a delta on the mean row), so the
+  // model tells <|im_start|> from <|im_end|>, which a frozen mean row never could; then chat.
   const Run t = attend_cmd("train --data " + (f.dir / "chatml").string() + " --init_from " +
                                f.base.string() + " --lora_rank 4 --max_iters 3 --eval_iters 1"
                                " --batch_size 2 --out " + (f.dir / "C").string(),
                            f.env);
   REQUIRE_MESSAGE(t.code == 0, t.out);
-  CHECK(t.out.find("the new tokens' rows keep their starting value") != std::string::npos);
+  CHECK(t.out.find("the 2 new tokens' rows train, as a delta on their starting value") !=
+        std::string::npos);
+  {
+    const train::LoadedModel tuned = train::load_model((f.dir / "C").string());
+    CHECK(tuned.config.model.lora_new_tokens == 2);
+    Tensor delta;
+    for (const auto& [n, v] : tuned.model->state_dict())
+      if (n == "transformer.wte.lora_tokens.delta") delta = v;
+    REQUIRE(delta.defined());
+    CHECK(delta.shape() == Shape({2, tuned.config.model.n_embd}));
+    double moved = 0;
+    for (const float v : delta.to_vector<float>()) moved = std::max(moved, std::abs(double(v)));
+    CHECK(moved > 0.0);
+    NoGradGuard no_grad;
+    const Tensor ids = tensor({50257, 40, 50258}, {1, 3}, DType::I64);
+    const std::vector<float> logits = tuned.model->forward(ids).logits.to_vector<float>();
+    const size_t last = 2 * 50259;
+    CHECK(logits[last + 50257] != logits[last + 50258]);
+    // and the untrained start could not tell them apart
+    const std::vector<float> start = grown.model->forward(ids).logits.to_vector<float>();
+    CHECK(start[last + 50257] == start[last + 50258]);
+  }
+  // 2 steps and a resume to 3 equal 3 straight, the rows' deltas and their moments included
+  REQUIRE(attend_cmd("train --data " + (f.dir / "chatml").string() + " --init_from " +
+                         f.base.string() + " --lora_rank 4 --max_iters 2 --eval_iters 1"
+                         " --batch_size 2 --out " + (f.dir / "R").string(),
+                     f.env)
+              .code == 0);
+  const Run r = attend_cmd("train --resume " + (f.dir / "R").string() + " --max_iters 3", f.env);
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  CHECK(models_differing(f.dir / "C", f.dir / "R") == 0);
+  const Run peft = attend_cmd("export --checkpoint " + (f.dir / "C").string() +
+                                  " --format peft --out " + (f.dir / "peft").string(),
+                              f.env);
+  CHECK(peft.code != 0);
+  CHECK(peft.out.find("trains the rows of 2 added tokens (lora_new_tokens)") != std::string::npos);
   // Three turns; the second too long for the context: refused, and the chat goes on.
   std::string long_turn;
   for (int i = 0; i < 150; ++i) long_turn += " word";

@@ -36,6 +36,28 @@ double abs_sum(const Tensor& t) {
   return s;
 }
 
+// Every adapter parameter drawn at random, then merged: how far the merged model's logits
+// are from the adapters' (worst), and how far the adapters moved them from the base's.
+struct Merged {
+  std::unique_ptr<GPT> model;
+  double worst = 0, moved = 0;
+};
+Merged randomize_and_merge(GPT& lora, const GPT& base, const Tensor& x) {
+  NoGradGuard no_grad;
+  Generator g(3);
+  for (auto& [n, t] : lora.named_parameters())
+    if (n.find(".lora_") != std::string::npos) normal_(t, 0.0, 0.2, g);
+  Merged m{merge_lora(lora)};
+  const std::vector<float> a = lora.forward(x).logits.to_vector<float>(),
+                           b = m.model->forward(x).logits.to_vector<float>(),
+                           z = base.forward(x).logits.to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    m.worst = std::max(m.worst, std::abs(double(a[i]) - b[i]));
+    m.moved = std::max(m.moved, std::abs(double(a[i]) - z[i]));
+  }
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("LoRA: a fresh adapter (B zero) gives the base model's logits and loss bit for bit") {
@@ -175,26 +197,76 @@ TEST_CASE("LoRA on the LM head: an untied head only, fresh equals the base, merg
   }
   // Merged: the head's weight plus (alpha / R) B A.
   {
-    NoGradGuard no_grad;
-    Generator g(3);
-    for (auto& [n, t] : lora.named_parameters())
-      if (n.find(".lora_") != std::string::npos) normal_(t, 0.0, 0.2, g);
-    const std::unique_ptr<GPT> merged = merge_lora(lora);
-    const std::vector<float> a = lora.forward(x).logits.to_vector<float>(),
-                             b = merged->forward(x).logits.to_vector<float>(),
-                             z = base.forward(x).logits.to_vector<float>();
-    double worst = 0, moved = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      worst = std::max(worst, std::abs(double(a[i]) - b[i]));
-      moved = std::max(moved, std::abs(double(a[i]) - z[i]));
-    }
-    CHECK(worst < 1e-5);
-    CHECK(moved > 1e-2);
+    const Merged m = randomize_and_merge(lora, base, x);
+    CHECK(m.worst < 1e-5);
+    CHECK(m.moved > 1e-2);
   }
   // A tied head (GPT-2's, or a Llama's with tie_embeddings) is refused, saying why.
   GPTConfig tied = tiny("gpt2");
   tied.lora_rank = 2, tied.lora_targets = "q,head";
   CHECK_THROWS_WITH(tied.validate("--"), doctest::Contains("LM head is tied to its token embedding"));
+}
+
+// Trainable token rows (lora_new_tokens; TokenRows): the rows of a chat template's added
+// tokens train under LoRA as a delta on the frozen embedding (and head). Gradients are
+// gradcheck rows (nn.Embedding.token_rows, nn.GPT.lora_tokens.loss, linear_cross_entropy.rows).
+TEST_CASE("LoRA token rows: zero deltas give the base's bits, the rows train, merged equals unmerged") {
+  for (const std::string family : {"gpt2", "llama"}) {
+    INFO(family);
+    GPTConfig c = tiny(family);
+    if (family == "llama") c.tie_embeddings = false;
+    const GPT base(c, 7);
+    c.lora_rank = 2, c.lora_new_tokens = 3;  // rows 10, 11, 12
+    GPT lora(c, 7);
+    REQUIRE(lora.transformer->wte->tokens);
+    const bool tied = family == "gpt2";
+    CHECK(count_parameters(c).lora_tokens == 3 * c.n_embd * (tied ? 1 : 2));
+    CHECK(count_parameters(c).total() == static_cast<int64_t>(lora.num_parameters()));
+    // ids() covers 0..12, the new tokens included, as inputs and as targets
+    const Tensor x = ids(2, 16, 1), y = ids(2, 16, 2);
+    {
+      NoGradGuard no_grad;
+      CHECK(test::bit_identical(base.forward(x).logits, lora.forward(x).logits));
+      CHECK(base.forward(x, y).loss.item() == lora.forward(x, y).loss.item());
+    }
+    // The deltas get gradients (the embedding's and the head's rows), the base none.
+    lora.forward(x, y).loss.backward();
+    int deltas = 0;
+    for (const auto& [n, t] : lora.named_parameters()) {
+      INFO(n);
+      if (n.find("lora_tokens.delta") != std::string::npos) {
+        ++deltas;
+        CHECK(abs_sum(t.grad()) > 0.0);
+      }
+      if (n == "transformer.wte.weight" || n == "lm_head.weight") CHECK(!t.grad().defined());
+    }
+    CHECK(deltas == (tied ? 1 : 2));
+    // Deltas set: merged into the tables, the model computes the same logits and loss
+    // (through the fused head and through the logits), and the rows did move the model.
+    {
+      NoGradGuard no_grad;
+      const Merged m = randomize_and_merge(lora, base, x);
+      const std::unique_ptr<GPT>& merged = m.model;
+      if (tied)  // one table for both names, the delta added to it once
+        CHECK(merged->lm_head->weight.impl() == merged->transformer->wte->weight.impl());
+      CHECK(m.worst < 1e-5);
+      CHECK(m.moved > 1e-2);
+      CHECK(std::abs(lora.forward(x, y).loss.item() - merged->forward(x, y).loss.item()) < 1e-5);
+      // the loss through the logits (keep_logits) equals the fused op's
+      lora.keep_logits = true;
+      const double unfused = lora.forward(x, y).loss.item();
+      lora.keep_logits = false;
+      CHECK(std::abs(unfused - lora.forward(x, y).loss.item()) < 1e-5);
+      // Switched off (DPO's reference): the base's bits again.
+      const AdaptersOff off(lora);
+      CHECK(test::bit_identical(base.forward(x).logits, lora.forward(x).logits));
+    }
+  }
+  GPTConfig bad = tiny("gpt2");
+  bad.lora_new_tokens = 2;
+  CHECK_THROWS_WITH(bad.validate("--"), doctest::Contains("--lora_new_tokens 2 needs --lora_rank > 0"));
+  bad.lora_rank = 2, bad.lora_new_tokens = 13;
+  CHECK_THROWS_WITH(bad.validate("--"), doctest::Contains("lora_new_tokens must be in [0, --vocab_size 13)"));
 }
 
 // --base_weights bf16 (store_frozen_as_bf16): the frozen matrices kept as bf16 bits give the
