@@ -3,8 +3,10 @@
 // until the template's end-of-turn token (or --max_new_tokens), streamed to stdout. With
 // chatml and llama3 the conversation is kept, key/value caches included, so a turn runs
 // only its own tokens; alpaca is single-turn.
-// --prompt gives one turn without a terminal (what tests and scripts use). Ctrl-C stops a
-// reply; Ctrl-D ends the chat (Ctrl-C at the prompt too, as it ends any program).
+// --prompt gives one turn without a terminal (what tests and scripts use). On a terminal
+// each line is typed in a line editor (term/line_editor.h: arrows, emacs keys, this chat's
+// history); from a pipe, lines are read as they come. Ctrl-C stops a reply, or drops the
+// line being typed; Ctrl-D (or Ctrl-C) at an empty prompt ends the chat.
 #include <CLI/CLI.hpp>
 #include <signal.h>
 #include <unistd.h>
@@ -19,6 +21,7 @@
 #include "data/instructions.h"
 #include "infer/sample.h"
 #include "tensor/error.h"
+#include "term/line_editor.h"
 #include "train/model_io.h"
 
 namespace attend::cli {
@@ -101,8 +104,10 @@ int run_chat(ChatArgs a) {
     turn(a.prompt, 0);
     return 0;
   }
-  // Each line is one turn. Ctrl-D (end of input) ends the chat.
-  const bool tty = isatty(STDIN_FILENO);
+  // Each line is one turn. Ctrl-D (end of input) ends the chat. The editor draws on stderr,
+  // where the prompt goes, so stdout holds the replies alone.
+  const bool tty = isatty(STDIN_FILENO), editor = tty && isatty(STDERR_FILENO);
+  term::LineEditor lines(STDIN_FILENO, STDERR_FILENO);
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
@@ -113,8 +118,21 @@ int run_chat(ChatArgs a) {
                  t.multi_turn ? ", replies see the turns before" : ", each line on its own");
   std::string line;
   for (uint32_t k = 0;; ++k) {
-    if (tty) std::fputs("> ", stderr);
-    if (!std::getline(std::cin, line)) break;
+    if (editor) {
+      term::LineEditor::Result r;
+      {
+        const term::RawMode raw(STDIN_FILENO);  // only while a line is typed
+        r = lines.read("> ", line);
+      }
+      if (r == term::LineEditor::Result::end_of_input) break;
+      if (r == term::LineEditor::Result::interrupt) {  // as Ctrl-C ends any program
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+      }
+    } else {
+      if (tty) std::fputs("> ", stderr);
+      if (!std::getline(std::cin, line)) break;
+    }
     if (line.empty()) continue;
     try {
       turn(line, k);

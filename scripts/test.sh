@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README's test command: install what is missing, build, run every test suite; then build
-# the loaders' and parsers' suites (data_tests, io_tests, train_tests: token files, tokenizers,
-# checkpoints, config, metrics, their fuzzers) with AddressSanitizer + UndefinedBehavior-
+# the loaders' and parsers' suites (data_tests, io_tests, train_tests, term_tests: token files,
+# tokenizers, checkpoints, config, metrics, the keys of chat's line editor, their fuzzers) with AddressSanitizer + UndefinedBehavior-
 # Sanitizer and run them too. CI runs exactly this.
 #   scripts/test.sh              both
 #   scripts/test.sh --sanitize   every suite under the sanitizers (longer; by hand)
@@ -38,6 +38,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 echo "--- the loaders' and parsers' suites under ASan + UBSan ---"
-sanitized_build --target data_tests io_tests train_tests
-sanitized_ctest --test-dir build-asan --output-on-failure -j "$jobs" -R "^(data_tests|io_tests|train_tests):" \
+sanitized_build --target data_tests io_tests train_tests term_tests
+sanitized_ctest --test-dir build-asan --output-on-failure -j "$jobs" \
+  -R "^(data_tests|io_tests|train_tests|term_tests):" \
   -E "300 steps"

@@ -214,6 +214,30 @@ TEST_CASE("prepare --format alpaca: the instructions, and eval scores the respon
   REQUIRE(!reply.empty());
   CHECK(reply.find("<|endoftext|>") == std::string::npos);
   CHECK(sampled.rfind(prompt + reply.substr(0, reply.size() - 1), 0) == 0);
+  // On a terminal, in the line editor: the instruction typed with a slip mended (Ctrl-A,
+  // Right, the missing letter), then recalled with Up, then Ctrl-D: both turns give the
+  // reply --prompt gave, and the chat ends cleanly.
+  const Run term = attend_on_terminal("chat --checkpoint " + (dir / "lora").string() +
+                                          " --max_new_tokens 40",
+                                      {"Nme a colour.\x01\x1b[Ca\r", "\x1b[A\r", "\x04"});
+  std::string shown;  // what the terminal showed, without its carriage returns
+  for (const char ch : term.out)
+    if (ch != '\r') shown += ch;
+  INFO(term.out);
+  CHECK(term.code == 0);
+  CHECK(shown.find("> Name a colour.\x1b[0K\x1b[16C\n") != std::string::npos);
+  const std::string text = reply.substr(0, reply.size() - 1);
+  const size_t first = shown.find(text);
+  CHECK(first != std::string::npos);
+  CHECK(shown.find(text, first + text.size()) != std::string::npos);
+  // Ctrl-C with a line typed drops it; at the empty prompt it ends the chat as SIGINT does.
+  const Run stop = attend_on_terminal("chat --checkpoint " + (dir / "lora").string(),
+                                      {"half a line\x03", "\x03"});
+  CHECK(stop.code == 128 + SIGINT);
+  // two ^C drawn: the first dropped the line (the program read on), the second ended it
+  CHECK(stop.out.find("half a line") != std::string::npos);
+  const size_t c1 = stop.out.find("^C\r\n");
+  CHECK((c1 != std::string::npos && stop.out.find("^C\r\n", c1 + 1) != std::string::npos));
   // Tokenizers without an end-of-text token, and templates attend does not know, refused.
   const Run c = attend_cmd("prepare --data " + inst.string() + " --format alpaca --tokenizer char" +
                            " --out " + (dir / "c").string());
