@@ -149,6 +149,10 @@ const std::vector<ConfigField>& config_fields() {
        &C::checkpoint_interval},
       {"keep_checkpoints", "newest checkpoints kept (the best-val one is kept too)", G::Run,
        R::Free, &C::keep_checkpoints},
+      {"save_base",
+       "LoRA: checkpoints hold the frozen base too, so each stands alone (false: the adapters "
+       "only; the base is read back from --init_from's file and checked by its hash)",
+       G::Run, R::Free, &C::save_base},
   };
   return fields;
 }

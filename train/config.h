@@ -43,6 +43,9 @@ struct TrainConfig {
   std::string base_hash;
   // LoRA: the frozen base's number format, f32 or bf16 (nn::store_frozen_as_bf16)
   std::string base_weights = "f32";
+  // LoRA: checkpoints hold the base too (true: each stands alone), or the adapters only
+  // (false), the base read back from init_from and checked by base_hash (complete_lora_base)
+  bool save_base = false;
   // model: the cpu-char preset; vocab_size is the tokenizer's
   std::string preset = "cpu-char";
   nn::GPTConfig model = nn::gpt_preset("cpu-char");

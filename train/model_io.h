@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,24 @@ LoadedModel load_model_merged(const std::string& file_or_run_dir);
 // the config is valid and implies exactly the parameters the file stores (so a crafted
 // config cannot make us allocate a model the file does not hold).
 void check_config_matches_model(const LoadedCheckpoint& checkpoint, const nn::GPTConfig& model);
+
+// A model's weights as one hash (names, shapes and bytes in registration order); base_only:
+// every weight but LoRA's (adapters and token rows), the frozen base. A bf16 tensor (a bf16
+// base) hashes as its f32 values, as its checkpoint holds it.
+std::string weights_hash(const nn::GPT& model, bool base_only = false);
+
+// Data prepared with a chat template's special tokens (data/instructions.h): the embedding
+// (and an untied head) in `state` gets one row per new token up to V, each the mean of the
+// old rows. Returns whether it grew.
+bool grow_embedding_rows(std::map<std::string, Tensor>& state, int64_t V);
+
+// A LoRA checkpoint that holds its adapters only (train --save_base false, the default)
+// gets its base: the /config's init_from read (weights only), made what the run held
+// (position table cropped, template rows grown, a bf16 base rounded), checked against the
+// /config's base_hash, and added, so the checkpoint is then as one holding its base. A
+// missing or changed base is refused naming both. Anything else is left as it is.
+// load_checkpoint_or_run calls it.
+void complete_lora_base(LoadedCheckpoint& checkpoint);
 
 // A token file must have been made by `tokenizer`: refused, naming both, when its
 // recorded tokenizer hash differs; a version-1 file (no hash) is used with a warning.

@@ -1,5 +1,7 @@
 #include "train/run_dir.h"
 
+#include "train/model_io.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -187,6 +189,7 @@ LoadedCheckpoint load_checkpoint_or_run(const std::string& arg, bool with_optimi
                             ? newest_valid_checkpoint(arg, load)
                             : LoadedCheckpoint{fs::path(arg), load(arg)};
   check_stored_tokenizer(ck);
+  complete_lora_base(ck);  // an adapter-only LoRA checkpoint gets its base (model_io.h)
   return ck;
 }
 

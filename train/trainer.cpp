@@ -246,57 +246,6 @@ TrainData open_data(const TrainRequest& req, const RunStart& s, Dist& dist) {
   return d;
 }
 
-// Data prepared with a chat template's special tokens added (data/instructions.h): the
-// embedding (and an untied head) of a state gets one row per new token up to V, each the
-// mean of the old rows (as Hugging Face's resize_token_embeddings draws them, here without
-// noise), so a new token starts as an average token. Returns whether it grew.
-bool grow_embedding_rows(std::map<std::string, Tensor>& state, int64_t V) {
-  bool grew = false;
-  for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
-    auto it = state.find(name);
-    if (it == state.end() || it->second.size(0) >= V) continue;
-    const Tensor old = kernel::cast(kernel::contiguous(it->second), DType::F64);
-    const int64_t rows = old.size(0), C = old.size(1);
-    std::vector<double> mean(static_cast<size_t>(C), 0.0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < C; ++j) mean[static_cast<size_t>(j)] += old.data<double>()[r * C + j];
-    Tensor grown = empty({V, C}, it->second.dtype());
-    const Tensor src = kernel::contiguous(it->second);
-    std::copy_n(static_cast<const char*>(src.raw_data()),
-                static_cast<size_t>(rows * C) * dtype_size(src.dtype()),
-                static_cast<char*>(grown.raw_data()));
-    for (int64_t r = rows; r < V; ++r)
-      for (int64_t j = 0; j < C; ++j)
-        grown.data<float>()[r * C + j] =
-            static_cast<float>(mean[static_cast<size_t>(j)] / static_cast<double>(rows));
-    it->second = grown;
-    grew = true;
-    if (std::string(name) == "transformer.wte.weight")
-      spdlog::info("embedding grown from {} to {} rows for the data's special tokens", rows, V);
-  }
-  return grew;
-}
-
-// A model's weights as one hash (names, shapes and bytes in name order).
-// base_only: every weight but LoRA's adapters (the frozen base).
-std::string weights_hash(const nn::GPT& model, bool base_only = false) {
-  uint64_t h = kFnvOffset;
-  for (const auto& [name, t] : model.named_parameters()) {
-    if (base_only && name.find(".lora_") != std::string::npos) continue;
-    h = fnv1a64(name.data(), name.size(), h);
-    // a bf16 base (--base_weights bf16) hashes as its f32 values: as its checkpoint holds it
-    if (t.dtype() == DType::BF16) {
-      kernel::for_each_f32_block(t, 1 << 16, [&](const float* v, int64_t, int64_t n) {
-        h = fnv1a64(v, static_cast<size_t>(n) * sizeof(float), h);
-      });
-      continue;
-    }
-    const Tensor c = kernel::contiguous(t);
-    h = fnv1a64(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()), h);
-  }
-  return fmt::format("{:016x}", h);
-}
-
 // DPO's frozen reference: null for a LoRA policy without --ref (its base, adapters off), else
 // a model of its own: --ref's checkpoint or --init_from's, read on rank 0 and sent to the
 // others. A fresh run records its hash; a resumed run must find the same weights.
@@ -535,6 +484,10 @@ class Run {
     io::CheckpointData d;
     d.config = to_values(c_with_vocab());
     d.model = model_.state_dict();
+    if (c_.model.lora_rank > 0 && !c_.save_base) {  // the adapters; the base is init_from's
+      std::erase_if(d.model, [](const auto& e) { return e.first.find(".lora_") == std::string::npos; });
+      ATTEND_CHECK(!d.model.empty(), "save: a LoRA model without adapters");
+    }
     d.optimizer = {c_.optimizer, opt_->steps(), opt_->state()};
     d.seed = static_cast<uint64_t>(c_.seed);
     d.data = {fs::absolute(data_.dir).lexically_normal().string(), data_.train->file().size(),

@@ -69,14 +69,19 @@ inline std::string file_bytes(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// How many model tensors of the newest checkpoints of two runs differ in any bit.
+// How many model tensors of the newest checkpoints of two runs differ in any bit, matched by
+// name (an adapter-only LoRA checkpoint read with its base, as every reader reads it).
 inline int models_differing(const fs::path& run_a, const fs::path& run_b) {
-  const io::CheckpointData a = train::newest_valid_checkpoint(run_a).data;
-  const io::CheckpointData b = train::newest_valid_checkpoint(run_b).data;
+  const io::CheckpointData a = train::load_checkpoint_or_run(run_a.string(), false).data;
+  const io::CheckpointData b = train::load_checkpoint_or_run(run_b.string(), false).data;
   REQUIRE(a.model.size() == b.model.size());
+  std::map<std::string, Tensor> in_b(b.model.begin(), b.model.end());
   int differ = 0;
-  for (size_t i = 0; i < a.model.size(); ++i)
-    differ += !test::bit_identical(a.model[i].second, b.model[i].second);
+  for (const auto& [name, t] : a.model) {
+    INFO(name);
+    REQUIRE(in_b.count(name));
+    differ += !test::bit_identical(t, in_b.at(name));
+  }
   return differ;
 }
 

@@ -71,6 +71,11 @@ TEST_CASE("train --lora_rank: only the adapters move, and resume is exact") {
   const io::CheckpointData ca = io::load_checkpoint(dir / "A" / "ckpt_00000008.h5");
   const io::CheckpointData cb = io::load_checkpoint(dir / "B" / "ckpt_00000008.h5");
   const io::CheckpointData c0 = train::newest_valid_checkpoint(base).data;
+  // The file holds the adapters alone (--save_base false, the default) ...
+  for (const auto& [name, t] : ca.model) CHECK(name.find(".lora_") != std::string::npos);
+  // ... and reads back as the whole model, its base from --init_from's file
+  const io::CheckpointData full = train::load_checkpoint_or_run((dir / "A").string()).data;
+  CHECK(full.model.size() > ca.model.size());
   CHECK(models_differing(dir / "A", dir / "B") == 0);
   REQUIRE(ca.optimizer.tensors.size() == cb.optimizer.tensors.size());
   for (size_t i = 0; i < ca.optimizer.tensors.size(); ++i) {
@@ -83,7 +88,7 @@ TEST_CASE("train --lora_rank: only the adapters move, and resume is exact") {
   // The base's tensors are the base checkpoint's, bit for bit; every adapter's B has moved.
   const auto base_w = by_name(c0.model);
   int adapters = 0;
-  for (const auto& [name, t] : ca.model) {
+  for (const auto& [name, t] : full.model) {
     INFO(name);
     if (name.find(".lora_") == std::string::npos) {
       CHECK(test::bit_identical(t, base_w.at(name)));
@@ -421,22 +426,78 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
-TEST_CASE("a LoRA checkpoint records its base's hash, and a resume refuses a changed base") {
+TEST_CASE("a LoRA checkpoint records its base's hash: a changed base is refused, in the file or beside it") {
   const fs::path dir = temp_dir("lora_base_hash");
-  const fs::path run = lora_run(dir, 2);
-  const fs::path ckpt = train::newest_valid_checkpoint(run).path;
+  const fs::path base = base_run(dir);
+  // --save_base true: the base is in every checkpoint; one changed weight of it is refused on
+  // resume, naming both hashes.
+  const Run st = attend_cmd(lora_train(dir, base) + " --max_iters 2 --save_base true --out " +
+                            (dir / "S").string());
+  REQUIRE_MESSAGE(st.code == 0, st.out);
+  const fs::path ckpt = train::newest_valid_checkpoint(dir / "S").path;
   io::CheckpointData d = io::load_checkpoint(ckpt);
   const train::TrainConfig c = train::from_values(d.config);
   REQUIRE(c.base_hash.size() == 16);
-  // The same base resumes; one changed weight of it is refused, naming both hashes.
+  // The default: the adapters alone, the base read back from --init_from's file. The same
+  // run, so the same model: sample gives the same bytes from both.
+  const Run lt = attend_cmd(lora_train(dir, base) + " --max_iters 2 --out " + (dir / "L").string());
+  REQUIRE_MESSAGE(lt.code == 0, lt.out);
+  const fs::path small = train::newest_valid_checkpoint(dir / "L").path;
+  const io::CheckpointData raw = io::load_checkpoint(small);
+  CHECK(raw.model.size() == 16);  // 2 layers x 4 targets x (A, B)
+  for (const auto& [name, t] : raw.model) CHECK(name.find(".lora_") != std::string::npos);
+  const std::string draw = " --max_new_tokens 20 --seed 3";
+  const std::string from_full = attend_stdout("sample --checkpoint " + ckpt.string() + draw);
+  CHECK(!from_full.empty());
+  CHECK(attend_stdout("sample --checkpoint " + small.string() + draw) == from_full);
+  CHECK(models_differing(dir / "S", dir / "L") == 0);
+
   for (auto& [name, t] : d.model)
     if (name == "transformer.h.0.attn.c_proj.weight") t.data<float>()[0] += 0.25f;
   fs::remove(ckpt);
   io::save_checkpoint(ckpt, d);
-  const Run r = attend_cmd("train --resume " + run.string() + " --max_iters 3");
+  const Run r = attend_cmd("train --resume " + (dir / "S").string() + " --max_iters 3");
   CHECK(r.code != 0);
   CHECK(r.out.find("are not those the adapters were trained on (hash " + c.base_hash + ")") !=
         std::string::npos);
+  // The base file changed (a valid checkpoint, other weights): every reader of the
+  // adapter-only checkpoint refuses it, naming both hashes; moved away, it says where it was.
+  const fs::path base_file = c.init_from;
+  REQUIRE(fs::exists(base_file));
+  fs::copy_file(base_file, dir / "base_kept.h5");
+  io::CheckpointData b = io::load_checkpoint(base_file);
+  for (auto& [name, t] : b.model)
+    if (name == "transformer.h.1.mlp.c_fc.weight") t.data<float>()[3] -= 0.5f;
+  fs::remove(base_file);
+  io::save_checkpoint(base_file, b);
+  for (const std::string& cmd : {"sample --checkpoint " + small.string(),
+                                "train --resume " + (dir / "L").string() + " --max_iters 3",
+                                "export --merge --checkpoint " + small.string() + " --out " +
+                                    (dir / "merged").string()}) {
+    INFO(cmd);
+    const Run x = attend_cmd(cmd);
+    CHECK(x.code != 0);
+    CHECK(x.out.find("holds LoRA adapters only, trained on a base of hash " + c.base_hash) !=
+          std::string::npos);
+    CHECK(x.out.find("now has hash") != std::string::npos);
+  }
+  fs::remove(base_file);
+  const Run gone = attend_cmd("sample --checkpoint " + small.string());
+  CHECK(gone.code != 0);
+  CHECK(gone.out.find("their base " + base_file.string() + " (hash " + c.base_hash +
+                      ") cannot be read") != std::string::npos);
+  CHECK(gone.out.find("put the base back, or train with --save_base true") != std::string::npos);
+  // put back, it reads again
+  fs::copy_file(dir / "base_kept.h5", base_file);
+  CHECK(attend_stdout("sample --checkpoint " + small.string() + draw) == from_full);
+  // a checkpoint naming itself as its base (a crafted loop) is refused, not followed forever
+  io::CheckpointData loop = io::load_checkpoint(small);
+  for (auto& [name, v] : loop.config)
+    if (name == "init_from") v = (dir / "loop.h5").string();
+  io::save_checkpoint(dir / "loop.h5", loop);
+  const Run looped = attend_cmd("sample --checkpoint " + (dir / "loop.h5").string());
+  CHECK(looped.code != 0);
+  CHECK(looped.out.find("the init_from entries form a loop") != std::string::npos);
   fs::remove_all(dir);
 }
 

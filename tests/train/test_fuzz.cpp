@@ -19,6 +19,7 @@
 
 using namespace attend;
 using namespace attend::train;
+using attend::nn::NamedTensors;
 namespace fs = std::filesystem;
 
 TEST_CASE("fuzz: checkpoints are refused cleanly or load exactly what was saved") {
@@ -54,6 +55,84 @@ TEST_CASE("fuzz: checkpoints are refused cleanly or load exactly what was saved"
         return "";
       });
   CHECK(n.refused > 0);
+  fs::remove_all(dir);
+}
+
+// An adapter-only LoRA checkpoint names its base (/config init_from, base_hash): byte
+// mutations of the file, and /config entries crafted one at a time (saved with a valid
+// checksum, so they reach the base's reading), are refused cleanly or read the right base.
+TEST_CASE("fuzz: adapter-only LoRA checkpoints are refused cleanly or read their base") {
+  const fs::path dir = test::temp_dir("fuzz_lora");
+  TrainConfig c;
+  c.model = nn::GPTConfig{.vocab_size = 5, .block_size = 4, .n_layer = 1, .n_head = 2, .n_kv_head = 1, .n_embd = 4, .dropout = 0.0, .bias = true};
+  const data::TokenizerSpec chars = {"char", "char", {"a", "b", "c", "d", "e"}, {}};
+  auto save = [&](const TrainConfig& cfg, const NamedTensors& model, const fs::path& p) {
+    io::CheckpointData d;
+    d.config = to_values(cfg);
+    d.model = model;
+    d.optimizer = {"adamw", 0, {}};
+    d.tokenizer = chars;
+    io::save_checkpoint(p, d);
+  };
+  const nn::GPT base(c.model, 3);
+  save(c, base.state_dict(), dir / "base.h5");
+  TrainConfig lc = c;
+  lc.model.lora_rank = 2;
+  nn::GPT lora(lc.model, 3);
+  lc.init_from = (dir / "base.h5").string();
+  lc.base_hash = weights_hash(lora, true);
+  NamedTensors adapters;
+  for (const auto& [name, t] : lora.state_dict())
+    if (name.find(".lora_") != std::string::npos) adapters.emplace_back(name, t);
+  save(lc, adapters, dir / "good.h5");
+  const LoadedModel want = load_model(load_checkpoint_or_run((dir / "good.h5").string(), false));
+  const auto same_model = [&](const fs::path& p) -> std::string {
+    const LoadedModel got = load_model(load_checkpoint_or_run(p.string(), false));
+    const NamedTensors a = got.model->state_dict(), b = want.model->state_dict();
+    if (a.size() != b.size()) return "a model of other tensors";
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].first != b[i].first || !test::bit_identical(a[i].second, b[i].second))
+        return a[i].first + " differs";
+    return "";
+  };
+  CHECK(same_model(dir / "good.h5").empty());
+  const auto n = test::fuzz_file(
+      "adapter-only LoRA checkpoint", read_file(dir / "good.h5"), dir / "c.h5", 6,
+      test::fuzz_cases(200),
+      [](const fs::path& p) { load_model(load_checkpoint_or_run(p.string(), false)); },
+      same_model);
+  CHECK(n.refused > 0);
+  // Crafted entries, each valid as a value: every one refused with attend::Error.
+  std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> crafted = {
+      {"init_from a missing file", [&](TrainConfig& x) { x.init_from = (dir / "nope.h5").string(); }},
+      {"init_from not a checkpoint", [&](TrainConfig& x) { x.init_from = (dir / "c.json").string(); }},
+      {"init_from a folder with none", [&](TrainConfig& x) { x.init_from = dir.string() + "/empty"; }},
+      {"init_from empty", [](TrainConfig& x) { x.init_from.clear(); }},
+      {"base_hash of another base", [](TrainConfig& x) { x.base_hash = "0123456789abcdef"; }},
+      {"base_hash malformed", [](TrainConfig& x) { x.base_hash = "zz"; }},
+      {"vocab_size below the base's", [](TrainConfig& x) { x.model.vocab_size = 4; }},
+      {"vocab_size far above it", [](TrainConfig& x) { x.model.vocab_size = int64_t{1} << 30; }},
+      {"block_size above the base's", [](TrainConfig& x) { x.model.block_size = 8; }},
+      {"n_embd not the base's", [](TrainConfig& x) { x.model.n_embd = 8; }},
+      {"lora_new_tokens without their rows", [](TrainConfig& x) { x.model.lora_new_tokens = 2; }},
+      {"vocab_size and lora_new_tokens grown together, no deltas",
+       [](TrainConfig& x) { x.model.vocab_size = 7, x.model.lora_new_tokens = 2; }},
+      {"a 2^30-row vocabulary to grow into (must not be sized)",
+       [](TrainConfig& x) {
+         x.model.vocab_size = int64_t{1} << 30, x.model.lora_new_tokens = (int64_t{1} << 30) - 5;
+       }},
+      {"base_weights bf16 (the hash is of f32 values)", [](TrainConfig& x) { x.base_weights = "bf16"; }},
+  };
+  std::ofstream(dir / "c.json") << "{}";
+  fs::create_directories(dir / "empty");
+  for (const auto& [what, change] : crafted) {
+    INFO(what);
+    TrainConfig x = lc;
+    change(x);
+    save(x, adapters, dir / "crafted.h5");
+    CHECK_THROWS_AS(load_model(load_checkpoint_or_run((dir / "crafted.h5").string(), false)),
+                    attend::Error);
+  }
   fs::remove_all(dir);
 }
 
