@@ -58,11 +58,39 @@ std::string user_text(const std::string& instruction, const std::string& input) 
 
 TemplatePiece special(const char* name) { return {name, true}; }
 
+// The code point at s[i] (UTF-8) and its length; an invalid byte reads as itself, length 1.
+uint32_t code_point_at(const std::string& s, size_t i, size_t* len) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  const size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  if (n == 1 || i + n > s.size()) {
+    *len = 1;
+    return c;
+  }
+  uint32_t v = c & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xC0) != 0x80) {
+      *len = 1;
+      return c;
+    }
+    v = (v << 6) | (b(k) & 0x3F);
+  }
+  *len = n;
+  return v;
+}
+
+// Python's str.isspace: what Jinja's trim filter (str.strip) removes.
+bool python_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
 void llama3_message(Rendered& r, const char* role, const std::string& content) {
   r.push_back(special("<|start_header_id|>"));
   r.push_back({std::string(role)});
   r.push_back(special("<|end_header_id|>"));
-  r.push_back({"\n\n" + content});
+  r.push_back({"\n\n" + python_strip(content)});
   r.push_back(special("<|eot_id|>"));
 }
 
@@ -86,6 +114,23 @@ void chatml_assistant(Rendered& r) {
 }
 
 }  // namespace
+
+std::string python_strip(const std::string& s) {
+  size_t from = 0, to = s.size(), len = 0;
+  while (from < to && python_space(code_point_at(s, from, &len))) from += len;
+  while (to > from) {  // the last code point: back over its continuation bytes
+    size_t start = to - 1;
+    while (start > from && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80 && to - start < 4)
+      --start;
+    if (!python_space(code_point_at(s, start, &len)) || start + len != to) break;
+    to = start;
+  }
+  return s.substr(from, to - from);
+}
+
+std::string template_content(const ChatTemplate& t, const std::string& content) {
+  return t.name == "llama3" ? python_strip(content) : content;
+}
 
 Rendered render_prompt(const ChatTemplate& t, const std::string& instruction,
                        const std::string& input, const std::string& system) {
@@ -246,9 +291,10 @@ std::vector<RenderedExample> read_instruction_file(const fs::path& file,
   std::vector<RenderedExample> out;
   for_each_entry(file, "alpaca", [&](size_t, const std::string& where, const FieldGetter& text) {
     const std::string instruction = text("instruction", true), input = text("input", false),
-                      output = text("output", true);
+                      output = template_content(t, text("output", true));
     ATTEND_CHECK(!instruction.empty(), where, ": \"instruction\" is empty");
-    ATTEND_CHECK(!output.empty(), where, ": \"output\" is empty (an example needs a response)");
+    ATTEND_CHECK(!output.empty(), where, ": \"output\" is empty (an example needs a response)",
+                 t.name == "llama3" ? " once trimmed, as Llama 3's template trims" : "");
     out.push_back({render_prompt(t, instruction, input, system), output});
   });
   return out;
@@ -263,13 +309,16 @@ std::vector<PreferencePair> read_preference_file(const fs::path& file,
   for_each_entry(file, "preference",
                  [&](size_t, const std::string& where, const FieldGetter& text) {
                    const std::string instruction = text("instruction", true),
-                                     input = text("input", false), chosen = text("chosen", true),
-                                     rejected = text("rejected", true);
+                                     input = text("input", false),
+                                     chosen = template_content(t, text("chosen", true)),
+                                     rejected = template_content(t, text("rejected", true));
+                   const char* trimmed =
+                       t.name == "llama3" ? " once trimmed, as Llama 3's template trims" : "";
                    ATTEND_CHECK(!instruction.empty(), where, ": \"instruction\" is empty");
                    ATTEND_CHECK(!chosen.empty(), where,
-                                ": \"chosen\" is empty (a pair needs both responses)");
+                                ": \"chosen\" is empty (a pair needs both responses)", trimmed);
                    ATTEND_CHECK(!rejected.empty(), where,
-                                ": \"rejected\" is empty (a pair needs both responses)");
+                                ": \"rejected\" is empty (a pair needs both responses)", trimmed);
                    out.push_back({render_prompt(t, instruction, input, system), chosen, rejected});
                  });
   return out;
@@ -330,12 +379,15 @@ std::vector<RenderedExample> read_chat_file(const fs::path& file,
                    first_user ? ": the conversation starts with the assistant (a user message "
                                 "comes first)"
                               : ": two assistant messages in a row (the roles alternate)");
+      const std::string reply = template_content(t, content);
+      ATTEND_CHECK(!reply.empty(), at, ": \"content\" is only whitespace, which the ", t.name,
+                   " template trims away");
       const Rendered turn = first_user ? render_prompt(t, pending_user, "", sys)
                                        : render_next_turn(t, pending_user);
       history.insert(history.end(), turn.begin(), turn.end());
-      out.push_back({history, content});
+      out.push_back({history, reply});
       if (conversation) conversation->push_back(static_cast<int64_t>(i));
-      history.push_back({content});
+      history.push_back({reply});
       history.push_back({t.end_of_turn, true});
       pending_user.clear();
       first_user = false;

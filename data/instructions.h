@@ -54,7 +54,9 @@ using Rendered = std::vector<TemplatePiece>;
 //           ending with <|im_end|>; a next turn continues "\n<|im_start|>user\n...".
 //   llama3  Meta's Llama 3 format: "<|begin_of_text|>" then for each message
 //           "<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>", the prompt
-//           ending with the assistant's header; the response ends with <|eot_id|>.
+//           ending with the assistant's header; the response ends with <|eot_id|>. Every
+//           content, the response's too, is stripped of surrounding whitespace, as Meta's
+//           template's `trim` does.
 // {user} is the instruction, then "\n\n" and the input when there is one.
 struct ChatTemplate {
   std::string name;
@@ -70,6 +72,13 @@ Rendered render_prompt(const ChatTemplate& t, const std::string& instruction,
                        const std::string& input = "", const std::string& system = "");
 // A later turn of a multi-turn template, after the previous response's end-of-turn token.
 Rendered render_next_turn(const ChatTemplate& t, const std::string& user);
+// s without the whitespace Python's str.strip() removes at both ends (Unicode's, as
+// str.isspace says): Jinja's `trim`, which Llama 3's published template applies to every
+// message.
+std::string python_strip(const std::string& s);
+// A message's content as template t renders it: stripped for llama3 (its template trims),
+// as it is for the others. Responses go through it too.
+std::string template_content(const ChatTemplate& t, const std::string& content);
 // The text of a rendering, the special tokens written as their names (for display).
 std::string rendered_text(const Rendered& r);
 

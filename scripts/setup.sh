@@ -10,7 +10,9 @@ packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nloh
 # chromium (the attention explorer's HTML in a headless browser), python3-h5py (our
 # checkpoints read by h5py), python3-numpy (a NumPy GPT-2 reading our exported weights),
 # python3-regex (the regex engine tokenizer patterns are written for, checking ours) and
-# python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/), and
+# python3-torch (a torch.nn GPT-2 loading them; also the PyTorch twins in bench/),
+# python3-jinja2 (the engine Hugging Face renders a model's chat_template with, checking
+# our ChatML and Llama 3 renderings against the published templates), and
 # libopenblas0-pthread (without it Debian's torch multiplies with the reference BLAS, 10x
 # slower: the twins' timings would mean nothing; the checkers pass on either).
 # Those tests are reported skipped without them. It also installs node-llama-cpp (npm,
@@ -19,7 +21,8 @@ packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nloh
 # g++ brings libasan and libubsan.)
 optional=()
 if [ "${1:-}" = "--test-extras" ]; then
-  optional=(chromium python3-h5py python3-numpy python3-regex python3-torch libopenblas0-pthread)
+  optional=(chromium python3-h5py python3-numpy python3-regex python3-torch python3-jinja2
+            libopenblas0-pthread)
 fi
 
 missing=()

@@ -1,7 +1,10 @@
 // Instruction data (data/instructions.h): the Alpaca template's exact text, the refusals
 // naming entry and field, the examples file, and batches whose targets are the responses
 // only.
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -376,4 +379,92 @@ TEST_CASE("fuzz: conversation files are refused cleanly or read consistently") {
     CHECK(r.refused > 0);
   }
   fs::remove_all(dir);
+}
+
+// A second implementation: Jinja2 rendering the templates as their models publish them, the
+// way Hugging Face's apply_chat_template does (tests/data/chat_template_check.py), on the
+// 1,100 instructions (when ../shared/data has them) with and without a system message, and
+// on conversations whose contents carry surrounding whitespace (which Llama 3's template
+// trims and ChatML's keeps): each prompt, and each prompt with its response and end marker.
+TEST_CASE("chat templates: Jinja2 renders the published templates to the same text") {
+  const fs::path dir = test::temp_dir("inst_jinja");
+  nlohmann::json cases = nlohmann::json::array();
+  auto message = [](const char* role, const std::string& content) {
+    return nlohmann::json{{"role", role}, {"content", content}};
+  };
+  auto add = [&](const ChatTemplate& t, const nlohmann::json& before, const RenderedExample& e,
+                 const std::string& reply) {
+    cases.push_back({{"template", t.name}, {"messages", before}, {"add_generation_prompt", true},
+                     {"ours", rendered_text(e.prompt)}});
+    nlohmann::json all = before;
+    all.push_back(message("assistant", reply));
+    cases.push_back({{"template", t.name}, {"messages", all}, {"add_generation_prompt", false},
+                     {"ours", rendered_text(e.prompt) + e.response + t.end_of_turn}});
+  };
+  // Alpaca-style entries: the user message is the instruction, then a blank line and the input
+  nlohmann::json entries = nlohmann::json::array(
+      {{{"instruction", "Name a colour."}, {"output", "Blue."}},
+       {{"instruction", "Translate to French."}, {"input", "Good morning"}, {"output", "Bonjour"}},
+       {{"instruction", "  Pad me \n"}, {"input", "\tand me "}, {"output", "\u00a0 done.\u3000\n"}}});
+  const fs::path shared = test::shared_data("instructions/instruction-data.json");
+  if (!shared.empty()) {
+    std::ifstream in(shared);
+    for (const auto& e : nlohmann::json::parse(in)) entries.push_back(e);
+  }
+  write_text(dir / "inst.json", entries.dump());
+  for (const char* name : {"chatml", "llama3"})
+    for (const std::string system : {"", "You are terse. "}) {
+      const ChatTemplate& t = chat_template(name);
+      const std::vector<RenderedExample> ex = read_instruction_file(dir / "inst.json", name, system);
+      REQUIRE(ex.size() == entries.size());
+      for (size_t i = 0; i < ex.size(); ++i) {
+        const nlohmann::json& e = entries[i];
+        const std::string input = e.value("input", "");
+        nlohmann::json before = nlohmann::json::array();
+        if (!system.empty()) before.push_back(message("system", system));
+        before.push_back(message("user", e["instruction"].get<std::string>() +
+                                             (input.empty() ? "" : "\n\n" + input)));
+        add(t, before, ex[i], e["output"].get<std::string>());
+      }
+    }
+  // Conversations, each assistant message an example with its history
+  const nlohmann::json convs = nlohmann::json::array(
+      {{{"messages", {message("system", " Be brief.\n"), message("user", "Hi "),
+                      message("assistant", " Hello. "), message("user", "\u2003Name a colour"),
+                      message("assistant", "Blue.\n\n"), message("user", "Why?"),
+                      message("assistant", "It is.")}}},
+       {{"messages", {message("user", "2+2?"), message("assistant", "4")}}}});
+  write_text(dir / "chat.json", convs.dump());
+  for (const char* name : {"chatml", "llama3"}) {
+    const ChatTemplate& t = chat_template(name);
+    std::vector<int64_t> conv;
+    const std::vector<RenderedExample> ex = read_chat_file(dir / "chat.json", name, "", &conv);
+    size_t k = 0;
+    for (const auto& c : convs) {
+      nlohmann::json before = nlohmann::json::array();
+      for (const auto& m : c["messages"]) {
+        if (m["role"] == "assistant") {
+          REQUIRE(k < ex.size());
+          add(t, before, ex[k++], m["content"].get<std::string>());
+        }
+        before.push_back(m);
+      }
+    }
+    CHECK(k == ex.size());
+  }
+  write_text(dir / "cases.json", cases.dump());
+  const fs::path script = fs::path(__FILE__).parent_path() / "chat_template_check.py";
+  const std::string cmd = "/usr/bin/python3 " + script.string() + " " + (dir / "cases.json").string() + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  fs::remove_all(dir);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) ATTEND_SKIP("python3-jinja2 not installed");
+  MESSAGE(out);
+  CHECK(status == 0);
+  CHECK(out.find("jinja ok " + std::to_string(cases.size())) != std::string::npos);
 }
