@@ -65,11 +65,9 @@ ExportResult export_peft(const ExportSource& m, const fs::path& out, const std::
   // found by its parameter name (transformer.h.N.<linear>.lora_<target>).
   std::map<std::string, std::vector<Found>> by_module;
   std::vector<std::string> order, suffixes;
-  const std::vector<std::string> targets = nn::parse_lora_targets(c, c.lora_targets);
-  ATTEND_CHECK(std::find(targets.begin(), targets.end(), "head") == targets.end(),
-               "export --format peft: ", m.name,
-               " has an adapter on the LM head, which attend does not write as PEFT yet; "
-               "export --merge writes the merged model");
+  std::vector<std::string> targets = nn::parse_lora_targets(c, c.lora_targets);
+  // The LM head's adapter (an untied head only) is PEFT's LoRA on the module lm_head.
+  const bool head = std::erase(targets, std::string("head")) > 0;
   ATTEND_CHECK(c.lora_new_tokens == 0, "export --format peft: ", m.name, " trains the rows of ",
                c.lora_new_tokens, " added tokens (lora_new_tokens), which attend does not write "
                "as PEFT (its trainable_token_indices) yet; export --merge writes the merged model");
@@ -94,6 +92,13 @@ ExportResult export_peft(const ExportSource& m, const fs::path& out, const std::
       if (std::find(suffixes.begin(), suffixes.end(), s.suffix) == suffixes.end())
         suffixes.push_back(s.suffix);
     }
+  }
+  if (head) {
+    ATTEND_INTERNAL_CHECK(adapters.count("lm_head.lora_head"), "export --format peft: no head "
+                          "adapter");
+    order.push_back("lm_head");
+    by_module["lm_head"].push_back({"head", adapters.at("lm_head.lora_head")});
+    suffixes.push_back("lm_head");
   }
   std::vector<std::pair<std::string, Tensor>> tensors;
   nlohmann::ordered_json rank_pattern = nlohmann::ordered_json::object(),
@@ -158,11 +163,13 @@ ExportResult export_peft(const ExportSource& m, const fs::path& out, const std::
 namespace {
 
 // A PEFT module name as (block, the targets it carries), or block -1 if it is none of ours.
+constexpr int64_t kHead = -2;  // targets_of's "layer" for the LM head (not on a block)
 std::pair<int64_t, std::vector<std::string>> targets_of(const nn::GPTConfig& c,
                                                         const std::string& module) {
+  if (module == "lm_head" && !c.tied_head()) return {kHead, {"head"}};
   for (int64_t l = 0; l < c.n_layer; ++l)
     for (const std::string& t : nn::lora_target_names(c)) {
-      if (t == "head") continue;  // not written or read as PEFT (export refuses it)
+      if (t == "head") continue;  // lm_head, above
       const Site s = site(c, l, t);
       if (s.module != module) continue;
       if (!c.gated_mlp() && s.suffix == "attn.c_attn") return {l, {"q", "k", "v"}};
@@ -247,8 +254,10 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
                  printable(key, 80), "' is not base_model.model.<module>.lora_A/lora_B.weight");
     const std::string module = key.substr(prefix.size(), key.size() - prefix.size() - 14);
     auto [layer, targets] = targets_of(bc, module);
-    ATTEND_CHECK(layer >= 0, "import --adapter: ", sp, ": '", printable(module, 80),
-                 "' is not a module attend puts adapters on (", describe(bc), ")");
+    ATTEND_CHECK(layer >= 0 || layer == kHead, "import --adapter: ", sp, ": '",
+                 printable(module, 80), "' is not a module attend puts adapters on (",
+                 describe(bc), bc.tied_head() ? "; its LM head is tied to the embedding" : "",
+                 ")");
     Module& m = modules[module];
     m.layer = layer, m.targets = targets;
     (is_a ? m.a_key : m.b_key) = key;
@@ -271,6 +280,7 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
     const int64_t rows = m.targets.size() == 3                                ? C + 2 * kv
                          : t == "q" || t == "o" || t == "down" || t == "proj" ? C
                          : t == "k" || t == "v"                               ? kv
+                         : t == "head"                                        ? bc.vocab_size
                                                                               : H;
     ATTEND_CHECK(
         a.size() == 2 && b.size() == 2 && a[1] == in && b[0] == rows && a[0] == b[1] && a[0] >= 1,
@@ -286,15 +296,18 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
     ATTEND_CHECK(std::abs(alpha_m / r_m - scale) <= 1e-12 * scale, "import --adapter: ", cp, ": ",
                  module, " has scale lora_alpha / r = ", alpha_m / r_m, ", others ", scale,
                  "; attend's adapters share one scale");
+    if (m.layer == kHead) continue;  // the head: once, not on every block
     for (const std::string& t : m.targets) per_layer[m.layer].push_back(t);
   }
+  const bool head = modules.count("lm_head") > 0;
   ATTEND_CHECK(R <= bc.n_embd, "import --adapter: ", cp, ": rank ", R, " exceeds n_embd ",
                bc.n_embd);
-  std::vector<std::string> targets;  // in the family's order
-  for (const std::string& t : nn::lora_target_names(bc))
-    if (std::find(per_layer.begin()->second.begin(), per_layer.begin()->second.end(), t) !=
-        per_layer.begin()->second.end())
-      targets.push_back(t);
+  std::vector<std::string> targets;  // in the family's order (the head last)
+  if (!per_layer.empty())
+    for (const std::string& t : nn::lora_target_names(bc))
+      if (std::find(per_layer.begin()->second.begin(), per_layer.begin()->second.end(), t) !=
+          per_layer.begin()->second.end())
+        targets.push_back(t);
   for (int64_t l = 0; l < bc.n_layer; ++l) {
     std::vector<std::string> got =
         per_layer.count(l) ? per_layer.at(l) : std::vector<std::string>{};
@@ -305,6 +318,7 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
                  " has adapters on other modules than block ", per_layer.begin()->first,
                  "'s; attend puts the same targets on every block");
   }
+  if (head) targets.push_back("head");
   nn::GPTConfig c = bc;
   c.lora_rank = R, c.lora_alpha = scale * static_cast<double>(R), c.lora_dropout = dropout;
   c.lora_targets.clear();
@@ -326,6 +340,11 @@ std::unique_ptr<nn::GPT> import_peft(const nn::GPT& base, const fs::path& dir) {
       A = a, B = b;
     }
     for (const std::string& t : m.targets) {
+      if (t == "head") {
+        state["lm_head.lora_head.A"] = A;
+        state["lm_head.lora_head.B"] = B;
+        continue;
+      }
       std::string ours;  // the adapter's parameter prefix in attend's names
       for (const auto& [name, _] : model->named_parameters()) {
         const std::string tail = ".lora_" + t + ".A";

@@ -77,8 +77,8 @@ def lora_model(base_dir, adapter_dir):
         alpha = pattern_value(acfg["alpha_pattern"], module, acfg["lora_alpha"])
         A, B = tensors[key], tensors[prefix + module + ".lora_B.weight"]
         assert A.shape[0] == r and B.shape[1] == r, (module, A.shape, B.shape, r)
-        parent_name, child = module.rsplit(".", 1)
-        parent = model.get_submodule(parent_name)
+        parent_name, child = module.rsplit(".", 1) if "." in module else ("", module)
+        parent = model.get_submodule(parent_name)  # "": the model itself (lm_head)
         lora = LoraLinear(getattr(parent, child), A, B, alpha / r)
         setattr(parent, child, lora)
         wrapped[module] = lora

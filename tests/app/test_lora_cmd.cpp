@@ -262,10 +262,10 @@ TEST_CASE(
     ATTEND_SKIP("python3 with torch not found (apt-get install python3-torch)");
   const fs::path dir = temp_dir("lora_peft");
   const fs::path base = base_run(dir);
-  // Every Llama target (q and k need RoPE's row order), no dropout, B moved off zero.
+  // Every Llama target and the head (q and k need RoPE's row order), no dropout, B moved off zero.
   const Run t = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
                            base.string() + " --out " + (dir / "L").string() +
-                           " --lora_rank 3 --lora_alpha 5 --lora_targets q,k,v,o,gate,up,down"
+                           " --lora_rank 3 --lora_alpha 5 --lora_targets q,k,v,o,gate,up,down,head"
                            " --batch_size 4 --eval_iters 1 --max_iters 4 --learning_rate 3e-2");
   REQUIRE_MESSAGE(t.code == 0, t.out);
   const Run hf =
@@ -284,7 +284,7 @@ TEST_CASE(
   m.model->to(DType::F64);
   Tensor loss = m.model->forward(x, y).loss;
   loss.backward();
-  const fs::path grads = export_adapter_grads(*m.model, dir / "L", dir / "grads", 2 * 7 * 2);
+  const fs::path grads = export_adapter_grads(*m.model, dir / "L", dir / "grads", 2 * 7 * 2 + 2);
   std::ostringstream l;
   l.precision(17);
   l << loss.item();
@@ -304,7 +304,7 @@ TEST_CASE(
   const train::LoadedModel lm = train::load_model((dir / "L").string());
   CHECK(b.config.model.lora_rank == 3);
   CHECK(b.config.model.lora_alpha == 5.0);
-  CHECK(b.config.model.lora_targets == "q,k,v,o,gate,up,down");
+  CHECK(b.config.model.lora_targets == "q,k,v,o,gate,up,down,head");
   const auto want = by_name(lm.model->named_parameters());
   const auto have = b.model->named_parameters();
   REQUIRE(have.size() == want.size());
@@ -501,7 +501,7 @@ TEST_CASE("a LoRA checkpoint records its base's hash: a changed base is refused,
   fs::remove_all(dir);
 }
 
-TEST_CASE("train --lora_targets head: the LM head's adapter trains, merges, and PEFT refuses it") {
+TEST_CASE("train --lora_targets head: the LM head's adapter trains, merges, and goes to PEFT and back") {
   const fs::path dir = temp_dir("lora_head");
   const fs::path base = base_run(dir);  // an untied Llama
   const Run t = attend_cmd("train --data " + (dir / "corpus.txt").string() + " --init_from " +
@@ -520,10 +520,25 @@ TEST_CASE("train --lora_targets head: the LM head's adapter trains, merges, and 
   const Run merged = attend_cmd("export --checkpoint " + (dir / "H").string() + " --merge --out " +
                                 (dir / "merged").string());
   CHECK_MESSAGE(merged.code == 0, merged.out);
+  // PEFT's LoRA on the module lm_head (beside q's), and back onto the base exactly
   const Run peft = attend_cmd("export --checkpoint " + (dir / "H").string() +
                               " --format peft --out " + (dir / "peft").string());
-  CHECK(peft.code != 0);
-  CHECK(peft.out.find("has an adapter on the LM head") != std::string::npos);
+  REQUIRE_MESSAGE(peft.code == 0, peft.out);
+  const nlohmann::json acfg = nlohmann::json::parse(file_bytes(dir / "peft" / "adapter_config.json"));
+  CHECK(acfg["target_modules"] == nlohmann::json::array({"q_proj", "lm_head"}));
+  REQUIRE(attend_cmd("export --checkpoint " + base.string() + " --out " + (dir / "hf").string())
+              .code == 0);
+  const Run back = attend_cmd("import --from " + (dir / "hf").string() + " --adapter " +
+                              (dir / "peft").string() + " --out " + (dir / "back").string());
+  REQUIRE_MESSAGE(back.code == 0, back.out);
+  const train::LoadedModel b = train::load_model((dir / "back").string());
+  const train::LoadedModel h = train::load_model((dir / "H").string());
+  CHECK(b.config.model.lora_targets == "q,head");
+  const auto want = by_name(h.model->named_parameters());
+  for (const auto& [name, p] : b.model->named_parameters()) {
+    INFO(name);
+    CHECK(test::bit_identical(p, want.at(name)));
+  }
   // GPT-2's targets are not a Llama's (a tied head is refused in tests/nn/test_lora.cpp).
   const Run other = attend_cmd("train --data " + (dir / "corpus.txt").string() +
                                " --init_from " + base.string() + " --out " + (dir / "T").string() +
