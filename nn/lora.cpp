@@ -56,31 +56,49 @@ Tensor TokenRows::rows_of(const Tensor& ids) const {
   return embedding(cat({D, zeros({1, in}, D.dtype())}, 0), at);
 }
 
-Tensor add_adapters(const Tensor& y, const Tensor& x,
-                    const std::vector<std::shared_ptr<Adapter>>& all) {
-  std::vector<std::shared_ptr<Adapter>> adapters;
-  for (const auto& a : all)
-    if (a->enabled) adapters.push_back(a);
-  if (adapters.empty()) return y;  // switched off (AdaptersOff): the base's y itself
+namespace {
+
+// One pass over y's last dim: the untouched runs as they are, each adapter's rows plus its
+// delta, for adapters on disjoint rows sorted by lo. Those that overlap an earlier one (an
+// untied head's LoRA adapter, every row, and its trainable token rows) are left in `rest`.
+Tensor add_disjoint(const Tensor& y, const Tensor& x, const std::vector<const Adapter*>& sorted,
+                    std::vector<const Adapter*>& rest) {
   const int64_t out = y.size(-1), last = y.dim() - 1;
-  if (adapters.size() == 1 && adapters[0]->lo == 0 && adapters[0]->hi == out)
-    return add(y, adapters[0]->delta(x));
-  // Rows in order: the untouched runs of y as they are, each adapter's rows plus its delta.
-  std::vector<const Adapter*> sorted;
-  for (const auto& a : adapters) sorted.push_back(a.get());
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Adapter* a, const Adapter* b) { return a->lo < b->lo; });
   std::vector<Tensor> pieces;
   int64_t at = 0;
   for (const Adapter* a : sorted) {
-    ATTEND_CHECK(a->lo >= at && a->hi <= out, "LoRA: adapters on rows [", a->lo, ", ", a->hi,
-                 ") overlap another or pass the output's ", out);
+    ATTEND_CHECK(a->hi <= out, "LoRA: an adapter on rows [", a->lo, ", ", a->hi,
+                 ") passes the output's ", out);
+    if (a->lo < at) {
+      rest.push_back(a);
+      continue;
+    }
     if (a->lo > at) pieces.push_back(narrow(y, last, at, a->lo - at));
     pieces.push_back(add(narrow(y, last, a->lo, a->hi - a->lo), a->delta(x)));
     at = a->hi;
   }
+  if (pieces.size() == 1 && at == out) return pieces[0];
   if (at < out) pieces.push_back(narrow(y, last, at, out - at));
   return cat(pieces, last);
+}
+
+}  // namespace
+
+Tensor add_adapters(const Tensor& y, const Tensor& x,
+                    const std::vector<std::shared_ptr<Adapter>>& all) {
+  std::vector<const Adapter*> sorted;
+  for (const auto& a : all)
+    if (a->enabled) sorted.push_back(a.get());
+  // Switched off (AdaptersOff), none: the base's y itself.
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const Adapter* a, const Adapter* b) { return a->lo < b->lo; });
+  Tensor out = y;
+  while (!sorted.empty()) {  // one pass per layer of overlap (two at most today)
+    std::vector<const Adapter*> rest;
+    out = add_disjoint(out, x, sorted, rest);
+    sorted = std::move(rest);
+  }
+  return out;
 }
 
 namespace {

@@ -92,8 +92,6 @@ bool grow_embedding_rows(std::map<std::string, Tensor>& state, int64_t V) {
   return grew;
 }
 
-// A model's weights as one hash (names, shapes and bytes in name order).
-// base_only: every weight but LoRA's adapters (the frozen base).
 std::string weights_hash(const nn::GPT& model, bool base_only) {
   uint64_t h = kFnvOffset;
   for (const auto& [name, t] : model.named_parameters()) {

@@ -36,7 +36,7 @@ LoadedModel load_model_merged(const std::string& file_or_run_dir);
 // config cannot make us allocate a model the file does not hold).
 void check_config_matches_model(const LoadedCheckpoint& checkpoint, const nn::GPTConfig& model);
 
-// A model's weights as one hash (names, shapes and bytes in registration order); base_only:
+// A model's weights as one hash (each name, then its bytes, in registration order); base_only:
 // every weight but LoRA's (adapters and token rows), the frozen base. A bf16 tensor (a bf16
 // base) hashes as its f32 values, as its checkpoint holds it.
 std::string weights_hash(const nn::GPT& model, bool base_only = false);

@@ -262,6 +262,30 @@ TEST_CASE("LoRA token rows: zero deltas give the base's bits, the rows train, me
       CHECK(test::bit_identical(base.forward(x).logits, lora.forward(x).logits));
     }
   }
+  // An untied head with both a LoRA adapter (every row) and token rows (its last rows): the
+  // two overlap, so they are added in two passes; fresh, the base's bits; merged, the same.
+  {
+    GPTConfig c = tiny("llama");
+    c.tie_embeddings = false;
+    const GPT base(c, 7);
+    c.lora_rank = 2, c.lora_targets = "q,head", c.lora_new_tokens = 2;
+    GPT lora(c, 7);
+    REQUIRE(lora.lm_head->adapters.size() == 2);
+    const Tensor x = ids(2, 16, 1), y = ids(2, 16, 2);
+    {
+      NoGradGuard no_grad;
+      CHECK(test::bit_identical(base.forward(x).logits, lora.forward(x).logits));
+    }
+    lora.forward(x, y).loss.backward();
+    for (const auto& [n, t] : lora.named_parameters())
+      if (n == "lm_head.lora_tokens.delta" || n == "lm_head.lora_head.B") {
+        INFO(n);
+        CHECK(abs_sum(t.grad()) > 0.0);
+      }
+    const Merged m = randomize_and_merge(lora, base, x);
+    CHECK(m.worst < 1e-5);
+    CHECK(m.moved > 1e-2);
+  }
   GPTConfig bad = tiny("gpt2");
   bad.lora_new_tokens = 2;
   CHECK_THROWS_WITH(bad.validate("--"), doctest::Contains("--lora_new_tokens 2 needs --lora_rank > 0"));
