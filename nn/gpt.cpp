@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "tensor/kernels.h"
 #include "tensor/util.h"
@@ -265,6 +266,9 @@ GPT::GPT(const GPTConfig& c, uint64_t seed, bool init)
     : GPT(c, seed, init ? Init::all : Init::none) {}
 
 GPT::GPT(const GPTConfig& c, uint64_t seed, Init init) : config((c.validate(), c)) {
+  // the base's matrices stay unwritten unless drawn here (a checkpoint's replace them)
+  std::optional<UnwrittenZeros> unwritten;
+  if (init != Init::all) unwritten.emplace();
   transformer = register_module("transformer", std::make_shared<Transformer>(c));
   lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
   if (c.tie_embeddings) lm_head->tie_weight(transformer->wte->weight);

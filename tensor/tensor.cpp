@@ -254,10 +254,19 @@ Tensor empty(const Shape& shape, DType dtype) {
   return Tensor(std::move(impl));
 }
 
+namespace {
+thread_local bool t_unwritten_zeros = false;
+}  // namespace
+
+UnwrittenZeros::UnwrittenZeros() : outer_(t_unwritten_zeros) { t_unwritten_zeros = true; }
+UnwrittenZeros::~UnwrittenZeros() { t_unwritten_zeros = outer_; }
+
 Tensor zeros(const Shape& shape, DType dtype) {
   Tensor t = empty(shape, dtype);
-  // a buffer fresh from the system is zeros already: its pages stay untouched
-  if (!t.impl()->storage->zero) std::memset(t.raw_data(), 0, t.numel() * dtype_size(dtype));
+  // a buffer fresh from the system is zeros already: in an UnwrittenZeros scope its pages
+  // stay untouched
+  if (!(t_unwritten_zeros && t.impl()->storage->zero))
+    std::memset(t.raw_data(), 0, t.numel() * dtype_size(dtype));
   return t;
 }
 

@@ -137,6 +137,23 @@ Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offse
 // Creation. Fresh contiguous storage; none of these record a graph.
 Tensor empty(const Shape& shape, DType dtype = DType::F32);
 Tensor zeros(const Shape& shape, DType dtype = DType::F32);
+
+// While one lives (on its thread), zeros() leaves a buffer fresh from the system unwritten:
+// its pages read as zeros and hold no memory until first written. For tensors that are
+// written whole next, or never (parameters a checkpoint replaces: GPT's Init::for_load).
+// Elsewhere zeros() writes every buffer: one read before it is written (a gradient summed
+// into) would take two page faults a page, the shared zero page's and then the copy's
+// (GPT-2's training step took 37% more faults in all when every fresh buffer was left).
+class UnwrittenZeros {
+ public:
+  UnwrittenZeros();
+  ~UnwrittenZeros();
+  UnwrittenZeros(const UnwrittenZeros&) = delete;
+  UnwrittenZeros& operator=(const UnwrittenZeros&) = delete;
+
+ private:
+  bool outer_;
+};
 Tensor ones(const Shape& shape, DType dtype = DType::F32);
 Tensor full(const Shape& shape, double value, DType dtype = DType::F32);
 Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::F32);

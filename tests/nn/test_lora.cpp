@@ -1,6 +1,8 @@
 // LoRA adapters (nn/lora.h): a fresh adapter changes nothing bit for bit, only the adapters
 // train, the merged weights compute what the adapters do, and the targets are checked.
 // Their gradients are gradcheck rows (nn.LoRA.whole, nn.LoRA.slices).
+#include <sys/mman.h>
+
 #include <cmath>
 
 #include "nn/gpt.h"
@@ -348,6 +350,28 @@ TEST_CASE("LoRA: a bf16 base gives the bits of an f32 base holding its rounded v
       CHECK(test::bit_identical(rounded.forward(x).logits, half.forward(x).logits));
     }
   }
+}
+
+TEST_CASE("a model built for a load holds no memory for the matrices a checkpoint replaces") {
+  // Its matrices of 1 MB and more are fresh mappings left unwritten (UnwrittenZeros), so
+  // none of their pages is resident until a checkpoint's tensor replaces them; a drawn
+  // model's are.
+  GPTConfig c = tiny("gpt2");
+  c.vocab_size = 4096, c.n_embd = 128;  // wte: 2 MB
+  auto resident = [](const Tensor& t) {
+    const size_t bytes = static_cast<size_t>(t.numel()) * 4;
+    std::vector<unsigned char> v((bytes + 4095) / 4096);
+    REQUIRE(mincore(const_cast<void*>(t.raw_data()), bytes, v.data()) == 0);
+    size_t n = 0;
+    for (const unsigned char x : v) n += x & 1;
+    return n;
+  };
+  release_storage_cache();
+  const GPT light(c, 3, GPT::Init::for_load);
+  CHECK(resident(light.transformer->wte->weight) == 0);
+  release_storage_cache();
+  const GPT drawn(c, 3);
+  CHECK(resident(drawn.transformer->wte->weight) == 4096 * 128 * 4 / 4096);
 }
 
 TEST_CASE("a model built for a load draws the adapters a full initialisation draws, and take_state_dict equals load_state_dict") {

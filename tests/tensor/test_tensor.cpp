@@ -1,4 +1,8 @@
 // Tensor basics: creation, storage, views without copies, element access, printing.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <optional>
 #include <sstream>
 
 #include "tensor/kernels.h"
@@ -33,22 +37,66 @@ TEST_CASE("storage is 64-byte aligned and shared by views") {
   CHECK(v.impl()->storage == t.impl()->storage);
 }
 
+namespace {
+// Pages of [p, p + bytes) resident in memory (mincore), p page-aligned.
+size_t resident_pages(const void* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> v((bytes + page - 1) / page);
+  REQUIRE(mincore(const_cast<void*>(p), bytes, v.data()) == 0);
+  size_t n = 0;
+  for (const unsigned char c : v) n += c & 1;
+  return n;
+}
+}  // namespace
+
 TEST_CASE("zeros are zeros whether the buffer is fresh from the system or reused dirty") {
-  // Buffers of 1 MB and more are mapped from the system: a fresh one is known to be zeros
-  // and zeros() leaves its pages unwritten; a reused one (the cache of freed buffers) held
-  // other values and must be cleared. Sizes below, at and above the threshold.
-  for (const int64_t n : {int64_t{1000}, int64_t{1} << 18, (int64_t{1} << 20) + 3}) {
-    CAPTURE(n);
-    release_storage_cache();
-    const Tensor fresh = zeros({n});
-    CHECK(reinterpret_cast<uintptr_t>(fresh.raw_data()) % 64 == 0);
-    CHECK(k::contiguous(fresh).to_vector<float>() == std::vector<float>(static_cast<size_t>(n), 0.0f));
-    {
-      Tensor dirty = full({n}, 7.0);  // freed into the cache at the end of the scope
+  // Buffers of 1 MB and more are mapped from the system: a fresh one is known to be zeros,
+  // and within an UnwrittenZeros scope zeros() leaves its pages unwritten; a reused one
+  // (the cache of freed buffers) held other values and must be cleared. Sizes below, at
+  // and above the threshold, in and out of the scope.
+  for (const bool unwritten : {false, true})
+    for (const int64_t n : {int64_t{1000}, int64_t{1} << 18, (int64_t{1} << 20) + 3}) {
+      CAPTURE(unwritten);
+      CAPTURE(n);
+      std::optional<UnwrittenZeros> scope;
+      if (unwritten) scope.emplace();
+      release_storage_cache();
+      const Tensor fresh = zeros({n});
+      CHECK(reinterpret_cast<uintptr_t>(fresh.raw_data()) % 64 == 0);
+      CHECK(k::contiguous(fresh).to_vector<float>() ==
+            std::vector<float>(static_cast<size_t>(n), 0.0f));
+      {
+        Tensor dirty = full({n}, 7.0);  // freed into the cache at the end of the scope
+      }
+      const Tensor reused = zeros({n});
+      CHECK(reused.to_vector<float>() == std::vector<float>(static_cast<size_t>(n), 0.0f));
     }
-    const Tensor reused = zeros({n});
-    CHECK(reused.to_vector<float>() == std::vector<float>(static_cast<size_t>(n), 0.0f));
+}
+
+TEST_CASE("zeros: a fresh mapping stays unwritten only within an UnwrittenZeros scope") {
+  // Outside the scope every page is written (a buffer read before it is written would take
+  // two faults a page); inside, none is (a model built for a load holds no memory for the
+  // matrices a checkpoint replaces).
+  const int64_t n = int64_t{4} << 20;  // 16 MB of f32
+  const size_t bytes = static_cast<size_t>(n) * 4, pages = bytes / 4096;
+  release_storage_cache();
+  {
+    const Tensor written = zeros({n});
+    CHECK(resident_pages(written.raw_data(), bytes) == pages);
   }
+  release_storage_cache();
+  {
+    const UnwrittenZeros scope;
+    {
+      const UnwrittenZeros inner;  // nested scopes end in order
+    }
+    const Tensor left = zeros({n});
+    CHECK(resident_pages(left.raw_data(), bytes) == 0);
+    CHECK(left.at({n - 1}) == 0.0);
+  }
+  release_storage_cache();
+  const Tensor after = zeros({n});
+  CHECK(resident_pages(after.raw_data(), bytes) == pages);
 }
 
 TEST_CASE("views: reshape, view, transpose, permute, narrow, expand, squeeze") {
