@@ -25,6 +25,11 @@ inline constexpr int64_t kQ8BlockBytes = 34;  // 2 (half scale) + 32 (int8)
 
 // n weights (n % 32 == 0) into n / 32 blocks at out (n / 32 * 34 bytes).
 void quantize_q8_0(const float* x, int64_t n, uint8_t* out);
+// The same bytes, 8 lanes at a time where the CPU has AVX2 (tested against quantize_q8_0
+// for every rounding case: ties, zero blocks, subnormal scales); a block holding a value
+// that is not finite, or whose 1 / d overflows, goes through quantize_q8_0 itself. Decoding rounds each token's
+// x with it before every Q8_0 product, on one thread while the others wait.
+void quantize_q8_0_fast(const float* x, int64_t n, uint8_t* out);
 // n / 32 blocks back into n floats: half(d) * q.
 void dequantize_q8_0(const uint8_t* blocks, int64_t n, float* out);
 // x replaced by dequantize(quantize(x)): the values the Q8_0 product multiplies W by.

@@ -28,7 +28,8 @@ struct QuantizedRows {
   std::vector<float> scale;   // M * nb
   std::vector<int8_t> value;  // M * K
   int64_t nb = 0, K = 0;
-  QuantizedRows(int64_t M, int64_t K_, const float* X, int64_t ldx)
+  // fast: quantize_q8_0_fast (the same bytes); the twin keeps the plain one.
+  QuantizedRows(int64_t M, int64_t K_, const float* X, int64_t ldx, bool fast)
       : scale(static_cast<size_t>(M * (K_ / kQ8Block))),
         value(static_cast<size_t>(M * K_)),
         nb(K_ / kQ8Block),
@@ -36,7 +37,7 @@ struct QuantizedRows {
     uint8_t block[kQ8BlockBytes];
     for (int64_t m = 0; m < M; ++m)
       for (int64_t b = 0; b < nb; ++b) {
-        quantize_q8_0(X + m * ldx + b * kQ8Block, kQ8Block, block);
+        (fast ? quantize_q8_0_fast : quantize_q8_0)(X + m * ldx + b * kQ8Block, kQ8Block, block);
         scale[static_cast<size_t>(m * nb + b)] = block_scale(block);
         std::memcpy(value.data() + m * K + b * kQ8Block, block + 2, kQ8Block);
       }
@@ -249,9 +250,10 @@ using RowsFn = void (*)(int64_t, int64_t, int64_t, const QuantizedRows&, const u
 
 void run(RowsFn rows, int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx,
          const uint8_t* W, float* Y, int64_t ldy, bool parallel) {
+  const bool fast = rows != rows_scalar;
   for (int64_t m0 = 0; m0 < M; m0 += 4) {
     const int64_t mr = std::min<int64_t>(4, M - m0);
-    const QuantizedRows xq(mr, K, X + m0 * ldx, ldx);
+    const QuantizedRows xq(mr, K, X + m0 * ldx, ldx, fast);
     auto body = [&](int64_t n0, int64_t n1) { rows(mr, n0, n1, xq, W, Y + m0 * ldy, ldy); };
     // Threads when a product reads enough of W to pay for them: ~64 K weights per thread.
     if (parallel && N * K >= (1 << 17))

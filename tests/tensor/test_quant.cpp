@@ -3,7 +3,9 @@
 // against the f32 product of the dequantized weights.
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -30,6 +32,47 @@ std::vector<uint8_t> quantized(const std::vector<float>& w) {
 }
 
 }  // namespace
+
+TEST_CASE("q8_0 quantizing: the vector rounding gives the reference's bytes") {
+  // Blocks that reach every branch of the rounding: values exactly halfway between two
+  // integers once scaled (both signs: half away from zero), a block of zeros (id 0), a
+  // block of -0.0, scales whose half is subnormal or rounds, magnitudes near f32's largest,
+  // subnormal inputs, and random blocks; NaN and infinity (the plain path, the same bytes).
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> x;
+  auto block = [&](auto f) {
+    for (int j = 0; j < 32; ++j) x.push_back(f(j));
+  };
+  block([](int j) { return j == 0 ? 127.0f : static_cast<float>(j) - 15.5f; });  // ties
+  block([](int j) { return j == 0 ? -127.0f : 0.5f * static_cast<float>(j % 7) - 1.5f; });
+  block([](int) { return 0.0f; });
+  block([](int) { return -0.0f; });
+  block([](int j) { return 1e-6f * static_cast<float>(j - 16); });    // subnormal half d
+  block([](int j) { return 1e-40f * static_cast<float>(j - 16); });   // subnormal inputs
+  block([](int j) { return 3e38f * (j % 2 ? -1.0f : 1.0f) / static_cast<float>(j + 1); });
+  block([](int j) { return 70000.0f * static_cast<float>(j - 16); });  // d past half's largest
+  for (int b = 0; b < 200; ++b) {
+    const float s = std::ldexp(1.0f, b % 40 - 20);
+    block([&](int) { return normal(rng) * s; });
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> want(static_cast<size_t>(n / 32 * 34)), got(want.size(), 0xee);
+  quant::quantize_q8_0(x.data(), n, want.data());
+  quant::quantize_q8_0_fast(x.data(), n, got.data());
+  for (int64_t b = 0; b < n / 32; ++b) {
+    CAPTURE(b);
+    CHECK(std::memcmp(want.data() + b * 34, got.data() + b * 34, 34) == 0);
+  }
+  // not finite: the plain path, so the same bytes whatever they are
+  std::vector<float> bad(64, 1.0f);
+  bad[3] = std::numeric_limits<float>::quiet_NaN();
+  bad[40] = std::numeric_limits<float>::infinity();
+  std::vector<uint8_t> w2(68), g2(68, 0xee);
+  quant::quantize_q8_0(bad.data(), 64, w2.data());
+  quant::quantize_q8_0_fast(bad.data(), 64, g2.data());
+  CHECK(w2 == g2);
+}
 
 TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's bits") {
   std::mt19937 rng(7);
