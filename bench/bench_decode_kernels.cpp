@@ -68,8 +68,10 @@ int main(int argc, char** argv) {
           kernel::gemm_bf16_panels(1, N, K, {x.data(), K, 1}, p16.data(), y, N, true);
         };
       } else {
-        q.resize(static_cast<size_t>(N * K / 32 * 34));
-        quant::quantize_q8_0(w.data(), N * K, q.data());
+        std::vector<uint8_t> blocks(static_cast<size_t>(N * K / 32 * 34));
+        quant::quantize_q8_0(w.data(), N * K, blocks.data());
+        q.resize(blocks.size());
+        quant::q8_0_split(blocks.data(), N, K, q.data());
         product = [&](float* y) { quant::gemm_q8_0(1, N, K, x.data(), K, q.data(), y, N, true); };
       }
       std::vector<float>().swap(w);

@@ -35,8 +35,21 @@ void dequantize_q8_0(const uint8_t* blocks, int64_t n, float* out);
 // x replaced by dequantize(quantize(x)): the values the Q8_0 product multiplies W by.
 void round_to_q8_0(float* x, int64_t n);
 
-// Note [The Q8_0 product]: Y (M, N) = X (M, K) W^T for W (N, K) stored as Q8_0 blocks row
-// after row (K / 32 blocks a row), X f32 (rows contiguous, row stride ldx), Y row stride ldy.
+// Note [Q8_0 rows apart]: the layout the Q8_0 product reads W (N, K) in (StoredWeight's
+// q8_0): first the N K values, row after row, each stored as q XOR 0x80 (q + 128 as an
+// unsigned byte: the unsigned operand AVX-512 VNNI's vpdpbusd takes), then the N K / 32
+// scales, half bits, row after row. The same numbers as the blocks in the same bytes (34 a
+// block): a pair of blocks' values is one 64-byte load (two 34-byte blocks hold their
+// scales between their values), and 16 scales widen in one instruction.
+int64_t q8_0_split_bytes(int64_t N, int64_t K);
+// W's blocks (N rows of K / 32 blocks) -> the split layout at out (q8_0_split_bytes).
+void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out);
+// The split layout back into N K floats: half(d) * q.
+void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* out);
+
+// Note [The Q8_0 product]: Y (M, N) = X (M, K) W^T for W (N, K) stored as Q8_0 (K / 32
+// blocks a row; gemm_q8_0 reads them split, Note [Q8_0 rows apart], the twin as blocks),
+// X f32 (rows contiguous, row stride ldx), Y row stride ldy.
 // X is rounded to Q8_0 blocks too (quantize_q8_0: a half scale e_b and 32 int8 values p per
 // block of a row), as llama.cpp's Q8_0 product does, so each block's 32 products are exact
 // integers: int8 dot products (AVX-512 VNNI's vpdpbusd, AVX2's vpmaddubsw + vpmaddwd) in
@@ -55,9 +68,11 @@ void round_to_q8_0(float* x, int64_t n);
 // dequantized W and the dequantized Q8_0 rounding of X, up to f32 rounding of the sum;
 // StoredWeight's many-rows path multiplies the same two roundings (so a prompt and the
 // tokens after it see one model).
+// W: the split layout (q8_0_split of the blocks).
 void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
                float* Y, int64_t ldy, bool parallel);
-// The scalar twin: the same arithmetic, plainly (the oracle of the tests).
+// The scalar twin: the same arithmetic, plainly, on W's blocks as they are (the oracle of
+// the tests).
 // (Both take X in f32 and round it themselves.)
 void gemm_q8_0_reference(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx,
                          const uint8_t* W, float* Y, int64_t ldy);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "tensor/error.h"
 #include "tensor/kernels.h"
@@ -44,11 +46,13 @@ std::shared_ptr<const Storage> decode_panels(const Tensor& w) {
   return out;
 }
 
-// W's rows as Q8_0 blocks, 64 rows at a time.
+// W's rows as Q8_0 in the split layout (Note [Q8_0 rows apart]), 64 rows at a time.
 std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
   const int64_t outs = w.size(0), in = w.size(1), row_bytes = in / quant::kQ8Block * quant::kQ8BlockBytes;
-  auto blocks = std::make_shared<Storage>(static_cast<size_t>(outs * row_bytes));
-  auto* dst = static_cast<uint8_t*>(blocks->data);
+  auto split = std::make_shared<Storage>(static_cast<size_t>(quant::q8_0_split_bytes(outs, in)));
+  auto* dst = static_cast<uint8_t*>(split->data);
+  std::vector<uint8_t> blocks(static_cast<size_t>(64 * row_bytes)), part(blocks.size());
+  const int64_t scale_bytes = in / quant::kQ8Block * 2;
   for (int64_t r0 = 0; r0 < outs; r0 += 64) {
     const int64_t n = std::min<int64_t>(64, outs - r0);
     const Tensor rows = kernel::contiguous(kernel::narrow(w, 0, r0, n));
@@ -56,9 +60,13 @@ std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
     for (int64_t i = 0; i < rows.numel(); ++i)
       ATTEND_CHECK(std::isfinite(x[i]), "q8_0: the weight (", outs, ", ", in, ") holds ", x[i],
                    " at row ", r0 + i / in, "; only finite values quantize");
-    quant::quantize_q8_0(x, rows.numel(), dst + r0 * row_bytes);
+    quant::quantize_q8_0(x, rows.numel(), blocks.data());
+    quant::q8_0_split(blocks.data(), n, in, part.data());  // n rows: values, then scales
+    std::memcpy(dst + r0 * in, part.data(), static_cast<size_t>(n * in));
+    std::memcpy(dst + outs * in + r0 * scale_bytes, part.data() + n * in,
+                static_cast<size_t>(n * scale_bytes));
   }
-  return blocks;
+  return split;
 }
 
 }  // namespace
@@ -119,7 +127,7 @@ Tensor StoredWeight::multiply(const Tensor& x) const {
   return out;
 }
 
-// A few rows: the Q8_0 product on the blocks where they lie. More (a prompt, an evaluation's
+// A few rows: the Q8_0 product on the split rows where they lie. More (a prompt, an evaluation's
 // window): the blocked GEMM on W dequantized for this product, which reads the blocks once
 // instead of once per 4 rows.
 Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
@@ -127,12 +135,12 @@ Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
                dtype_name(x.dtype()));
   const Tensor xc = kernel::contiguous(x);
   const int64_t rows = x.numel() / in_;
-  const auto* blocks = static_cast<const uint8_t*>(q8_blocks_->data);
+  const auto* split = static_cast<const uint8_t*>(q8_blocks_->data);
   if (rows > kFewRows) {
     // The two roundings the Q8_0 product multiplies (Note [The Q8_0 product]): W's, and
     // x's to Q8_0 blocks, so a prompt and the tokens after it see the same model.
     Tensor w = empty({out_, in_}, DType::F32);
-    quant::dequantize_q8_0(blocks, out_ * in_, w.data<float>());
+    quant::dequantize_q8_0_split(split, out_, in_, w.data<float>());
     Tensor xr = kernel::clone(xc);
     quant::round_to_q8_0(xr.data<float>(), xr.numel());
     return kernel::matmul(xr, kernel::transpose(w, 0, 1));
@@ -140,7 +148,7 @@ Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
   Shape shape = x.shape();
   shape.back() = out_;
   Tensor out = empty(shape, DType::F32);
-  quant::gemm_q8_0(rows, out_, in_, xc.data<float>(), in_, blocks, out.data<float>(), out_, true);
+  quant::gemm_q8_0(rows, out_, in_, xc.data<float>(), in_, split, out.data<float>(), out_, true);
   return out;
 }
 

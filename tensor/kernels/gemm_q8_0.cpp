@@ -1,8 +1,9 @@
 // The Q8_0 product (Note [The Q8_0 product], tensor/quant.h): a token's y = x W^T reading W
-// as 34-byte blocks, 8.5 bits a weight, against x rounded to Q8_0 blocks, each block's 32
+// in Q8_0 rows apart (Note [Q8_0 rows apart]), 8.5 bits a weight, against x rounded to Q8_0 blocks, each block's 32
 // products summed as integers.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -23,27 +24,48 @@ float block_scale(const uint8_t* b) {
 }
 
 // X's rows as Q8_0: per row, K / 32 scales e (f32 of the half) and K int8 values (the
-// blocks' values back to back, so two blocks are 64 contiguous bytes).
+// blocks' values back to back, so two blocks are 64 contiguous bytes), each row padded
+// with zeros to a whole pair of blocks (scales 0, values 0); and per 4 values c = -128
+// times their sum, which the VNNI kernel starts its sums from (W's values come biased by
+// 128: sum (q + 128) p + c = sum q p).
 struct QuantizedRows {
-  std::vector<float> scale;   // M * nb
-  std::vector<int8_t> value;  // M * K
-  int64_t nb = 0, K = 0;
+  std::vector<float> scale;     // M * nbp
+  std::vector<int8_t> value;    // M * nbp * 32
+  std::vector<int32_t> corr;    // M * nbp * 8
+  int64_t nb = 0, nbp = 0, K = 0;
   // fast: quantize_q8_0_fast (the same bytes); the twin keeps the plain one.
   QuantizedRows(int64_t M, int64_t K_, const float* X, int64_t ldx, bool fast)
-      : scale(static_cast<size_t>(M * (K_ / kQ8Block))),
-        value(static_cast<size_t>(M * K_)),
-        nb(K_ / kQ8Block),
-        K(K_) {
+      : nb(K_ / kQ8Block), nbp((K_ / kQ8Block + 1) / 2 * 2), K(K_) {
+    scale.assign(static_cast<size_t>(M * nbp), 0.0f);
+    value.assign(static_cast<size_t>(M * nbp * kQ8Block), 0);
+    corr.assign(static_cast<size_t>(M * nbp * 8), 0);
     uint8_t block[kQ8BlockBytes];
-    for (int64_t m = 0; m < M; ++m)
+    for (int64_t m = 0; m < M; ++m) {
       for (int64_t b = 0; b < nb; ++b) {
         (fast ? quantize_q8_0_fast : quantize_q8_0)(X + m * ldx + b * kQ8Block, kQ8Block, block);
-        scale[static_cast<size_t>(m * nb + b)] = block_scale(block);
-        std::memcpy(value.data() + m * K + b * kQ8Block, block + 2, kQ8Block);
+        scale[static_cast<size_t>(m * nbp + b)] = block_scale(block);
+        std::memcpy(value.data() + (m * nbp + b) * kQ8Block, block + 2, kQ8Block);
       }
+      const int8_t* v = row(m);
+      int32_t* c = corr.data() + m * nbp * 8;
+      for (int64_t i = 0; i < nb * 8; ++i)
+        c[i] = -128 * (int32_t{v[4 * i]} + v[4 * i + 1] + v[4 * i + 2] + v[4 * i + 3]);
+    }
   }
-  const int8_t* row(int64_t m) const { return value.data() + m * K; }
-  const float* scales(int64_t m) const { return scale.data() + m * nb; }
+  const int8_t* row(int64_t m) const { return value.data() + m * nbp * kQ8Block; }
+  const float* scales(int64_t m) const { return scale.data() + m * nbp; }
+  const int32_t* corrections(int64_t m) const { return corr.data() + m * nbp * 8; }
+};
+
+// W in the split layout (Note [Q8_0 rows apart]): row n's biased values and its scales.
+struct SplitRows {
+  const uint8_t* values;
+  const uint16_t* scales;
+  int64_t K, nb;
+  SplitRows(const uint8_t* w, int64_t N, int64_t K_)
+      : values(w), scales(reinterpret_cast<const uint16_t*>(w + N * K_)), K(K_), nb(K_ / kQ8Block) {}
+  const uint8_t* row(int64_t n) const { return values + n * K; }
+  const uint16_t* row_scales(int64_t n) const { return scales + n * nb; }
 };
 
 // Rows [n0, n1) of W against up to 4 rows of X, scalar: the Note's lanes spelled out.
@@ -98,52 +120,47 @@ __attribute__((target("f16c"))) inline float scale_f16c(const uint8_t* b) {
 }
 
 // AVX-512 VNNI: a pair of blocks per 64-byte register. vpdpbusd multiplies unsigned by
-// signed bytes, so x's values go in as |p| and W's with p's sign moved onto them (q * sgn p;
-// |q| <= 127, so the negation is exact): the same integer products. R rows of W at a time,
-// each W block read once for all M rows of X.
+// signed bytes: W's values come biased (q + 128, unsigned) and x's as they are, and each
+// sum starts from x's correction, so it is sum q p exactly. The scales of 16 blocks of a row
+// are widened at once (one vcvtph2ps) and each pair's two spread over the lanes by a
+// permute; d_c * e_c is then the same f32 product as the Note's. R rows of W at a time, each
+// W block read once for all M rows of X.
 template <int R, int M>
-__attribute__((target("avx512f,avx512bw,avx512vnni,f16c"))) void rows_vnni_r(
-    int64_t n, const QuantizedRows& X, const uint8_t* W, float* Y, int64_t ldy) {
-  const int64_t nb = X.nb, row_bytes = nb * kQ8BlockBytes;
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_vnni_r(
+    int64_t n, const QuantizedRows& X, const SplitRows& W, float* Y, int64_t ldy) {
+  const int64_t nb = X.nb;
   __m512 a[R][M];
   for (auto& r : a)
     for (auto& v : r) v = _mm512_setzero_ps();
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (int64_t b = 0; b < nb; b += 2) {
-    const bool pair = b + 1 < nb;
-    __m512i ax[M];
-    __mmask64 neg[M];
-    __m512 ex[M];  // x's scales: lanes 0-7 block b, 8-15 block b + 1
-    for (int m = 0; m < M; ++m) {
-      const int8_t* p = X.row(m) + b * kQ8Block;
-      const __m512i v =
-          pair ? _mm512_loadu_si512(p)
-               : _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      const __m512i vz = pair ? v : _mm512_inserti64x4(v, _mm256_setzero_si256(), 1);
-      ax[m] = _mm512_abs_epi8(vz);
-      neg[m] = _mm512_movepi8_mask(vz);
-      const float e0 = X.scales(m)[b], e1 = pair ? X.scales(m)[b + 1] : 0.0f;
-      ex[m] = _mm512_insertf32x8(_mm512_set1_ps(e0), _mm256_set1_ps(e1), 1);
-    }
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = W + (n + r) * row_bytes + b * kQ8BlockBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetch, _MM_HINT_T0);
-      const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-      const __m256i q1 = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                    blk + kQ8BlockBytes + 2))
-                              : _mm256_setzero_si256();
-      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-      // Both halves' scales converted at once, then spread: lanes 0-7 d_b, 8-15 d_b+1.
-      uint16_t h0, h1 = 0;
-      std::memcpy(&h0, blk, 2);
-      if (pair) std::memcpy(&h1, blk + kQ8BlockBytes, 2);
-      const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h0 | (uint32_t{h1} << 16))));
-      const __m512 d = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(dd));
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  for (int64_t b16 = 0; b16 < nb; b16 += 16) {
+    const int64_t blocks = std::min<int64_t>(16, nb - b16);
+    const __mmask16 live = static_cast<__mmask16>((1u << blocks) - 1);  // missing: 0
+    __m512 d16[R], e16[M];
+    for (int r = 0; r < R; ++r)
+      d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, W.row_scales(n + r) + b16));
+    for (int m = 0; m < M; ++m) e16[m] = _mm512_maskz_loadu_ps(live, X.scales(m) + b16);
+    for (int64_t j = 0; j < blocks; j += 2) {
+      const int64_t b = b16 + j;
+      const bool pair = j + 1 < blocks;
+      const __m512i idx = _mm512_add_epi32(halves, _mm512_set1_epi32(static_cast<int>(j)));
+      __m512i xv[M], c[M];
+      __m512 ex[M];  // x's scales: lanes 0-7 block b, 8-15 block b + 1 (0 if missing)
       for (int m = 0; m < M; ++m) {
-        const __m512i signed_q = _mm512_mask_sub_epi8(q, neg[m], zero, q);
-        const __m512i s = _mm512_dpbusd_epi32(zero, ax[m], signed_q);
-        a[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, ex[m]), a[r][m]);
+        xv[m] = _mm512_loadu_si512(X.row(m) + b * kQ8Block);  // padded: always a pair
+        c[m] = _mm512_loadu_si512(X.corrections(m) + b * 8);
+        ex[m] = _mm512_permutexvar_ps(idx, e16[m]);
+      }
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* v = W.row(n + r) + b * kQ8Block;
+        _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
+        // a lone last block: its 32 bytes only (never past the row, nor the last row)
+        const __m512i q = pair ? _mm512_loadu_si512(v) : _mm512_maskz_loadu_epi8(0xffffffffull, v);
+        const __m512 d = _mm512_permutexvar_ps(idx, d16[r]);
+        for (int m = 0; m < M; ++m) {
+          const __m512i s = _mm512_dpbusd_epi32(c[m], q, xv[m]);
+          a[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, ex[m]), a[r][m]);
+        }
       }
     }
   }
@@ -151,15 +168,18 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,f16c"))) void rows_vnni_r(
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum16(a[r][m]);
 }
 
+// 4 rows of W at a time for one or two rows of x, 2 for more (the accumulators, scales and
+// x's registers then fit the 32 zmm registers).
 template <int M>
-void rows_vnni_m(int64_t n0, int64_t n1, const QuantizedRows& X, const uint8_t* W, float* Y,
+void rows_vnni_m(int64_t n0, int64_t n1, const QuantizedRows& X, const SplitRows& W, float* Y,
                  int64_t ldy) {
+  constexpr int R = M <= 2 ? 4 : 2;
   int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) rows_vnni_r<4, M>(n, X, W, Y, ldy);
+  for (; n + R <= n1; n += R) rows_vnni_r<R, M>(n, X, W, Y, ldy);
   for (; n < n1; ++n) rows_vnni_r<1, M>(n, X, W, Y, ldy);
 }
 
-void rows_vnni(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X, const uint8_t* W,
+void rows_vnni(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X, const SplitRows& W,
                float* Y, int64_t ldy) {
   switch (M) {  // the accumulators in registers: M known at compile time
     case 1:
@@ -183,19 +203,20 @@ __attribute__((target("avx2,fma"))) float hsum8x2(__m256 a0, __m256 a1) {
   return _mm_cvtss_f32(s1);
 }
 
-// AVX2: one block per 32-byte register; vpmaddubsw sums byte products in pairs (|p q| <=
-// 127 * 127, two of them fit an int16) and vpmaddwd by ones sums the pairs into the same
-// int32 lanes of 4 products as vpdpbusd. Even blocks accumulate in a0 (the Note's lanes
-// 0-7), odd ones in a1 (lanes 8-15). R rows of W at a time.
+// AVX2: one block per 32-byte register, W's values unbiased again (xor 0x80); vpmaddubsw
+// sums byte products in pairs (|p q| <= 127 * 127, two of them fit an int16: the reason
+// the bias is taken off here) and vpmaddwd by ones sums the pairs into the same int32 lanes
+// of 4 products as vpdpbusd. Even blocks accumulate in a0 (the Note's lanes 0-7), odd ones
+// in a1 (lanes 8-15). R rows of W at a time.
 template <int R, int M>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const QuantizedRows& X,
-                                                          const uint8_t* W, float* Y,
+                                                          const SplitRows& W, float* Y,
                                                           int64_t ldy) {
-  const int64_t nb = X.nb, row_bytes = nb * kQ8BlockBytes;
+  const int64_t nb = X.nb;
   __m256 a[R][M][2];
   for (auto& r : a)
     for (auto& m : r) m[0] = m[1] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < nb; ++b) {
     __m256i ax[M], px[M];
     for (int m = 0; m < M; ++m) {
@@ -203,10 +224,11 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const Quant
       ax[m] = _mm256_sign_epi8(px[m], px[m]);
     }
     for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = W + (n + r) * row_bytes + b * kQ8BlockBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetch, _MM_HINT_T0);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-      const float d = scale_f16c(blk);
+      const uint8_t* v = W.row(n + r) + b * kQ8Block;
+      _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
+      const __m256i q =
+          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)), bias);
+      const float d = _cvtsh_ss(W.row_scales(n + r)[b]);
       for (int m = 0; m < M; ++m) {
         const __m256i pairs = _mm256_maddubs_epi16(ax[m], _mm256_sign_epi8(q, px[m]));
         const __m256i s = _mm256_madd_epi16(pairs, ones);
@@ -220,14 +242,14 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const Quant
 }
 
 template <int M>
-void rows_avx2_m(int64_t n0, int64_t n1, const QuantizedRows& X, const uint8_t* W, float* Y,
+void rows_avx2_m(int64_t n0, int64_t n1, const QuantizedRows& X, const SplitRows& W, float* Y,
                  int64_t ldy) {
   int64_t n = n0;
   for (; n + 2 <= n1; n += 2) rows_avx2_r<2, M>(n, X, W, Y, ldy);
   for (; n < n1; ++n) rows_avx2_r<1, M>(n, X, W, Y, ldy);
 }
 
-void rows_avx2(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X, const uint8_t* W,
+void rows_avx2(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X, const SplitRows& W,
                float* Y, int64_t ldy) {
   switch (M) {
     case 1:
@@ -241,20 +263,35 @@ void rows_avx2(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X, const 
   }
 }
 
+// The split layout's rows as blocks again, for the scalar twin on a CPU without the SIMD
+// kernels (the layout is the weight's storage; the twin reads blocks).
+void rows_split_scalar(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X,
+                       const SplitRows& W, float* Y, int64_t ldy) {
+  const int64_t nb = X.nb;
+  std::vector<uint8_t> blocks(static_cast<size_t>(nb * kQ8BlockBytes));
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = blocks.data() + b * kQ8BlockBytes;
+      std::memcpy(blk, W.row_scales(n) + b, 2);
+      for (int64_t j = 0; j < kQ8Block; ++j) blk[2 + j] = W.row(n)[b * kQ8Block + j] ^ 0x80u;
+    }
+    rows_scalar(M, 0, 1, X, blocks.data(), Y + n, ldy);
+  }
+}
+
 const bool kHasF16c = __builtin_cpu_supports("f16c");
-const bool kHasVnni =
-    __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+const bool kHasVnni = __builtin_cpu_supports("avx512vnni") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 
-using RowsFn = void (*)(int64_t, int64_t, int64_t, const QuantizedRows&, const uint8_t*, float*,
-                        int64_t);
-
-void run(RowsFn rows, int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx,
-         const uint8_t* W, float* Y, int64_t ldy, bool parallel) {
-  const bool fast = rows != rows_scalar;
+// M rows of X, 4 at a time, each rounded to Q8_0 once; rows(mr, n0, n1, xq, Y) fills rows
+// [n0, n1) of Y's mr rows.
+template <typename Rows>
+void run(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, float* Y, int64_t ldy,
+         bool parallel, bool fast, Rows rows) {
   for (int64_t m0 = 0; m0 < M; m0 += 4) {
     const int64_t mr = std::min<int64_t>(4, M - m0);
     const QuantizedRows xq(mr, K, X + m0 * ldx, ldx, fast);
-    auto body = [&](int64_t n0, int64_t n1) { rows(mr, n0, n1, xq, W, Y + m0 * ldy, ldy); };
+    auto body = [&](int64_t n0, int64_t n1) { rows(mr, n0, n1, xq, Y + m0 * ldy); };
     // Threads when a product reads enough of W to pay for them: ~64 K weights per thread.
     if (parallel && N * K >= (1 << 17))
       parallel_for(N, std::max<int64_t>(16, (int64_t{1} << 16) / K), body);
@@ -265,21 +302,56 @@ void run(RowsFn rows, int64_t M, int64_t N, int64_t K, const float* X, int64_t l
 
 }  // namespace
 
+int64_t q8_0_split_bytes(int64_t N, int64_t K) { return N * K / kQ8Block * kQ8BlockBytes; }
+
+void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out) {
+  const int64_t nb = K / kQ8Block;
+  auto* scales = reinterpret_cast<uint16_t*>(out + N * K);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = blocks + (n * nb + b) * kQ8BlockBytes;
+      std::memcpy(scales + n * nb + b, blk, 2);
+      uint8_t* v = out + n * K + b * kQ8Block;
+      for (int64_t j = 0; j < kQ8Block; ++j) v[j] = blk[2 + j] ^ 0x80u;
+    }
+}
+
+void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* out) {
+  const SplitRows W(split, N, K);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < W.nb; ++b) {
+      const float d = half_to_float(W.row_scales(n)[b]);
+      const uint8_t* v = W.row(n) + b * kQ8Block;
+      for (int64_t j = 0; j < kQ8Block; ++j)
+        out[n * K + b * kQ8Block + j] =
+            d * static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(v[j] ^ 0x80u)));
+    }
+}
+
 void gemm_q8_0_reference(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx,
                          const uint8_t* W, float* Y, int64_t ldy) {
-  run(rows_scalar, M, N, K, X, ldx, W, Y, ldy, false);
+  run(M, N, K, X, ldx, Y, ldy, false, false,
+      [&](int64_t mr, int64_t n0, int64_t n1, const QuantizedRows& xq, float* y) {
+        rows_scalar(mr, n0, n1, xq, W, y, ldy);
+      });
 }
 
 void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
                float* Y, int64_t ldy, bool parallel) {
   const kernel::GemmKernel k = kernel::gemm_kernel();
+  const SplitRows w(W, N, K);
   // The SIMD kernels read scales with F16C (every AVX2 CPU made has it; else the twin runs);
   // an AVX-512 CPU without VNNI runs the AVX2 kernel (the same bits).
-  const RowsFn rows = !kHasF16c                                    ? rows_scalar
-                      : k == kernel::GemmKernel::avx512 && kHasVnni ? rows_vnni
-                      : k != kernel::GemmKernel::portable           ? rows_avx2
-                                                                    : rows_scalar;
-  run(rows, M, N, K, X, ldx, W, Y, ldy, parallel);
+  using Fn = void (*)(int64_t, int64_t, int64_t, const QuantizedRows&, const SplitRows&, float*,
+                      int64_t);
+  const Fn rows = !kHasF16c                                    ? rows_split_scalar
+                  : k == kernel::GemmKernel::avx512 && kHasVnni ? rows_vnni
+                  : k != kernel::GemmKernel::portable           ? rows_avx2
+                                                                : rows_split_scalar;
+  run(M, N, K, X, ldx, Y, ldy, parallel, rows != rows_split_scalar,
+      [&](int64_t mr, int64_t n0, int64_t n1, const QuantizedRows& xq, float* y) {
+        rows(mr, n0, n1, xq, w, y, ldy);
+      });
 }
 
 }  // namespace attend::quant

@@ -85,19 +85,25 @@ TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's b
     k::set_gemm_kernel(kind);
     if (k::gemm_kernel() != kind) continue;  // not on this CPU
     ++kernels_run;
+    // K / 32 blocks: 1, 8, 3, 9, 2, 4, 24 (16 and 8), 17, 33 (the VNNI kernel takes 16 a
+    // time, a pair a register: odd tails and short sixteens); M 1-5 (4 rows of W a time for
+    // 1-2 rows of x, 2 for 3-4); N not a multiple of either.
     for (const Case c : {Case{1, 8, 32}, Case{1, 300, 256}, Case{3, 97, 96}, Case{4, 1030, 288},
-                         Case{5, 64, 64}, Case{17, 33, 128}, Case{1, 4096, 768}}) {
+                         Case{5, 64, 64}, Case{17, 33, 128}, Case{1, 4096, 768},
+                         Case{2, 51, 544}, Case{3, 21, 1056}, Case{4, 7, 3072}}) {
       INFO(k::gemm_kernel_name(kind), " M ", c.M, " N ", c.N, " K ", c.K);
       std::vector<float> x(static_cast<size_t>(c.M * c.K)), w(static_cast<size_t>(c.N * c.K));
       for (float& v : x) v = normal(rng);
       for (float& v : w) v = normal(rng) * 0.05f;
       const std::vector<uint8_t> q = quantized(w);
+      std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(c.N, c.K)));
+      quant::q8_0_split(q.data(), c.N, c.K, split.data());
       std::vector<float> want(static_cast<size_t>(c.M * c.N)), got(want.size());
       quant::gemm_q8_0_reference(c.M, c.N, c.K, x.data(), c.K, q.data(), want.data(), c.N);
       for (const int threads : {1, 2}) {
         omp_set_num_threads(threads);
         std::fill(got.begin(), got.end(), -1.0f);
-        quant::gemm_q8_0(c.M, c.N, c.K, x.data(), c.K, q.data(), got.data(), c.N, true);
+        quant::gemm_q8_0(c.M, c.N, c.K, x.data(), c.K, split.data(), got.data(), c.N, true);
         CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
       }
     }
@@ -105,6 +111,27 @@ TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's b
   k::set_gemm_kernel(saved);
   omp_set_num_threads(saved_threads);
   CHECK(kernels_run >= 1);
+}
+
+TEST_CASE("q8_0 rows apart: the split layout holds the blocks' numbers") {
+  // Split and read back: the same values as dequantizing the blocks, bit for bit, and the
+  // bytes are the blocks' own (each value xor 0x80 once, the scales as they were).
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const int64_t N = 5, K = 96;
+  std::vector<float> w(static_cast<size_t>(N * K));
+  for (float& v : w) v = normal(rng);
+  const std::vector<uint8_t> q = quantized(w);
+  std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(N, K)));
+  CHECK(split.size() == q.size());
+  quant::q8_0_split(q.data(), N, K, split.data());
+  std::vector<float> a(w.size()), b(w.size());
+  quant::dequantize_q8_0(q.data(), N * K, a.data());
+  quant::dequantize_q8_0_split(split.data(), N, K, b.data());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+  CHECK(split[0] == (q[2] ^ 0x80));
+  CHECK(split[static_cast<size_t>(N * K)] == q[0]);  // the first scale, low byte
+  CHECK(split[static_cast<size_t>(N * K) + 3] == q[34 + 1]);  // the second, high byte
 }
 
 TEST_CASE("q8_0 product: the product of the dequantized weights and rounded x, to f32 rounding") {
