@@ -57,10 +57,11 @@ std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
     const int64_t n = std::min<int64_t>(64, outs - r0);
     const Tensor rows = kernel::contiguous(kernel::narrow(w, 0, r0, n));
     const float* x = rows.data<float>();
-    for (int64_t i = 0; i < rows.numel(); ++i)
+    const int64_t count = rows.numel();
+    for (int64_t i = 0; i < count; ++i)
       ATTEND_CHECK(std::isfinite(x[i]), "q8_0: the weight (", outs, ", ", in, ") holds ", x[i],
                    " at row ", r0 + i / in, "; only finite values quantize");
-    quant::quantize_q8_0(x, rows.numel(), blocks.data());
+    quant::quantize_q8_0_fast(x, count, blocks.data());
     quant::q8_0_split(blocks.data(), n, in, part.data());  // n rows: values, then scales
     std::memcpy(dst + r0 * in, part.data(), static_cast<size_t>(n * in));
     std::memcpy(dst + outs * in + r0 * scale_bytes, part.data() + n * in,

@@ -316,16 +316,47 @@ void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out) {
     }
 }
 
-void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* out) {
-  const SplitRows W(split, N, K);
-  for (int64_t n = 0; n < N; ++n)
+namespace {
+
+// Rows [n0, n1) of the split layout into f32: d * q, one product each (as dequantize_q8_0).
+void dequantize_rows_scalar(const SplitRows& W, int64_t n0, int64_t n1, float* out) {
+  for (int64_t n = n0; n < n1; ++n)
     for (int64_t b = 0; b < W.nb; ++b) {
       const float d = half_to_float(W.row_scales(n)[b]);
       const uint8_t* v = W.row(n) + b * kQ8Block;
       for (int64_t j = 0; j < kQ8Block; ++j)
-        out[n * K + b * kQ8Block + j] =
+        out[n * W.K + b * kQ8Block + j] =
             d * static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(v[j] ^ 0x80u)));
     }
+}
+
+__attribute__((target("avx2,f16c"))) void dequantize_rows_avx2(const SplitRows& W, int64_t n0,
+                                                               int64_t n1, float* out) {
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t b = 0; b < W.nb; ++b) {
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(W.row_scales(n)[b]));
+      const __m256i q = _mm256_xor_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(W.row(n) + b * kQ8Block)), bias);
+      float* o = out + n * W.K + b * kQ8Block;
+      for (int i = 0; i < 4; ++i) {
+        const __m128i q8 = i < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+        const __m128i part = (i % 2) ? _mm_srli_si128(q8, 8) : q8;
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part));
+        _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(d, f));
+      }
+    }
+}
+
+}  // namespace
+
+void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* out) {
+  const SplitRows W(split, N, K);
+  const bool avx2 = kHasF16c && kernel::gemm_kernel() != kernel::GemmKernel::portable;
+  // threads split the rows (each output written once, so any count gives the same values)
+  parallel_for(N, std::max<int64_t>(1, (int64_t{1} << 16) / K), [&](int64_t n0, int64_t n1) {
+    (avx2 ? dequantize_rows_avx2 : dequantize_rows_scalar)(W, n0, n1, out);
+  });
 }
 
 void gemm_q8_0_reference(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx,

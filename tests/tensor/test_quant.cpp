@@ -114,24 +114,41 @@ TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's b
 }
 
 TEST_CASE("q8_0 rows apart: the split layout holds the blocks' numbers") {
-  // Split and read back: the same values as dequantizing the blocks, bit for bit, and the
+  // Split and read back: the same values as dequantizing the blocks, bit for bit, on every
+  // kernel and thread count (the reading is vectorised and split across threads), and the
   // bytes are the blocks' own (each value xor 0x80 once, the scales as they were).
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
-  const int64_t N = 5, K = 96;
-  std::vector<float> w(static_cast<size_t>(N * K));
-  for (float& v : w) v = normal(rng);
-  const std::vector<uint8_t> q = quantized(w);
-  std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(N, K)));
-  CHECK(split.size() == q.size());
-  quant::q8_0_split(q.data(), N, K, split.data());
-  std::vector<float> a(w.size()), b(w.size());
-  quant::dequantize_q8_0(q.data(), N * K, a.data());
-  quant::dequantize_q8_0_split(split.data(), N, K, b.data());
-  CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-  CHECK(split[0] == (q[2] ^ 0x80));
-  CHECK(split[static_cast<size_t>(N * K)] == q[0]);  // the first scale, low byte
-  CHECK(split[static_cast<size_t>(N * K) + 3] == q[34 + 1]);  // the second, high byte
+  const int saved_threads = omp_get_max_threads();
+  const k::GemmKernel saved = k::gemm_kernel();
+  for (const int64_t N : {int64_t{5}, int64_t{3001}}) {
+    const int64_t K = 96;
+    std::vector<float> w(static_cast<size_t>(N * K));
+    for (float& v : w) v = normal(rng);
+    const std::vector<uint8_t> q = quantized(w);
+    std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(N, K)));
+    CHECK(split.size() == q.size());
+    quant::q8_0_split(q.data(), N, K, split.data());
+    CHECK(split[0] == (q[2] ^ 0x80));
+    CHECK(split[static_cast<size_t>(N * K)] == q[0]);           // the first scale, low byte
+    CHECK(split[static_cast<size_t>(N * K) + 3] == q[34 + 1]);  // the second, high byte
+    std::vector<float> want(w.size()), got(w.size());
+    quant::dequantize_q8_0(q.data(), N * K, want.data());
+    for (const k::GemmKernel kind :
+         {k::GemmKernel::avx512, k::GemmKernel::avx2, k::GemmKernel::portable}) {
+      k::set_gemm_kernel(kind);
+      if (k::gemm_kernel() != kind) continue;  // not on this CPU
+      for (const int threads : {1, 2}) {
+        INFO(k::gemm_kernel_name(kind), " N ", N, " threads ", threads);
+        omp_set_num_threads(threads);
+        std::fill(got.begin(), got.end(), -1.0f);
+        quant::dequantize_q8_0_split(split.data(), N, K, got.data());
+        CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+      }
+    }
+  }
+  k::set_gemm_kernel(saved);
+  omp_set_num_threads(saved_threads);
 }
 
 TEST_CASE("q8_0 product: the product of the dequantized weights and rounded x, to f32 rounding") {
