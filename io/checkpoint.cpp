@@ -26,9 +26,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Fnv {
+// The content hash's byte stream into the file's hash: FNV-1a 64 (format versions 2-4) or
+// XXH64 (5 on), by the format version (Meta::format_version).
+struct Hasher {
+  explicit Hasher(int64_t format_version) : xxh(format_version >= kXxh64FormatVersion) {}
+  bool xxh;
   uint64_t h = kFnvOffset;
-  void add(const void* p, size_t n) { h = fnv1a64(p, n, h); }
+  Xxh64 x;
+  void add(const void* p, size_t n) {
+    if (xxh)
+      x.add(p, n);
+    else
+      h = fnv1a64(p, n, h);
+  }
   void add(const std::string& s) { add(s.data(), s.size() + 1); }
   void add(const Tensor& t) {
     if (t.dtype() == DType::BF16) {
@@ -43,6 +53,7 @@ struct Fnv {
     const Tensor c = kernel::contiguous(t);
     add(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
   }
+  uint64_t value() const { return xxh ? x.digest() : h; }
 };
 
 std::string utc_now() {
@@ -69,9 +80,9 @@ namespace {
 // The content hash in parts: `model` and `optimizer` add their tensors by name order (a
 // tied tensor once, under its first name), from memory (content_hash) or from a file one
 // tensor at a time (verify_file); everything else comes from `d`.
-uint64_t hash_parts(const CheckpointData& d, const std::function<void(Fnv&)>& model,
-                    const std::function<void(Fnv&)>& optimizer) {
-  Fnv f;
+uint64_t hash_parts(const CheckpointData& d, const std::function<void(Hasher&)>& model,
+                    const std::function<void(Hasher&)>& optimizer) {
+  Hasher f(d.meta.format_version);
   model(f);
   f.add(d.optimizer.name);
   optimizer(f);
@@ -112,7 +123,7 @@ uint64_t hash_parts(const CheckpointData& d, const std::function<void(Fnv&)>& mo
   }
   for (const int64_t x : {d.meta.step, d.meta.tokens_seen, d.meta.best_step}) f.add(&x, sizeof x);
   f.add(&d.meta.best_val_loss, sizeof d.meta.best_val_loss);
-  return f.h;  // not /meta created: when a file was written changes nothing it does
+  return f.value();  // not /meta created: when a file was written changes nothing it does
 }
 
 }  // namespace
@@ -125,7 +136,7 @@ uint64_t content_hash(const CheckpointData& d) {
   };
   return hash_parts(
       d,
-      [&](Fnv& f) {
+      [&](Hasher& f) {
         std::set<const TensorImpl*> seen;
         for (const auto& [name, t] : sorted(d.model)) {
           if (!seen.insert(t.impl()).second) continue;
@@ -133,7 +144,7 @@ uint64_t content_hash(const CheckpointData& d) {
           f.add(t);
         }
       },
-      [&](Fnv& f) {
+      [&](Hasher& f) {
         for (const auto& [name, t] : sorted(d.optimizer.tensors)) {
           f.add(name);
           f.add(t);
@@ -299,6 +310,7 @@ Meta read_meta(const h5::File& f) {
                      "wrote it)"
                    : " (written by a newer attend)");
   Meta m;
+  m.format_version = version;  // it decides the content hash's kind
   m.step = f.attr_int("/meta", "step");
   m.tokens_seen = f.attr_int("/meta", "tokens_seen");
   m.best_step = f.attr_int("/meta", "best_step");
@@ -341,6 +353,7 @@ void write_file(const fs::path& file, const CheckpointData& d) {
 
 void save_checkpoint(const fs::path& path, CheckpointData& d) {
   if (d.meta.created.empty()) d.meta.created = utc_now();
+  d.meta.format_version = kCheckpointFormatVersion;  // what write_meta writes
   d.meta.content_hash = content_hash(d);  // last: it covers every other field
   fs::path tmp = path;
   tmp += ".tmp";
@@ -413,7 +426,7 @@ void verify_file(const std::string& open, const fs::path& path) {
   d.tokenizer = read_tokenizer(f);
   ATTEND_CHECK(d.optimizer.step == d.meta.step, path.string(), ": /optimizer step ",
                d.optimizer.step, " differs from /meta step ", d.meta.step);
-  auto add = [&](Fnv& fnv, const std::string& name, const std::string& dataset) {
+  auto add = [&](Hasher& fnv, const std::string& name, const std::string& dataset) {
     fnv.add(name);
     fnv.add(f.read_tensor(dataset, DType::F32));
     release_storage_cache();
@@ -427,13 +440,13 @@ void verify_file(const std::string& open, const fs::path& path) {
   std::sort(optimizer.begin(), optimizer.end());
   const uint64_t h = hash_parts(
       d,
-      [&](Fnv& fnv) {
+      [&](Hasher& fnv) {
         std::set<uint64_t> seen;  // hard links: one object
         for (const std::string& name : model)
           if (seen.insert(f.object_address("/model/" + name)).second)
             add(fnv, name, "/model/" + name);
       },
-      [&](Fnv& fnv) {
+      [&](Hasher& fnv) {
         for (const std::string& name : optimizer) {
           auto [slot, param] = split_slot(name);
           add(fnv, name, "/optimizer/" + slot + "/" + param);

@@ -154,7 +154,8 @@ void write_safetensors(const fs::path& path,
       continue;
     }
     const float* p = c.data<float>();
-    for (int64_t i = 0; i < c.numel(); ++i) {
+    const int64_t n = c.numel();
+    for (int64_t i = 0; i < n; ++i) {
       const uint16_t v = dtype == "BF16" ? float_to_bf16(p[i]) : float_to_half(p[i]);
       out.append(reinterpret_cast<const char*>(&v), 2);  // little-endian hosts only, as the reader
     }

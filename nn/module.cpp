@@ -182,8 +182,11 @@ std::string first_non_finite(const NamedTensors& tensors) {
     const Tensor c = kernel::contiguous(t);
     bool finite = true;
     dispatch_float(c.dtype(), "first_non_finite", [&]<typename T>() {
+      // One pass without an early exit, which the compiler vectorises (a load checks every
+      // weight: with numel() per element and a branch, 5% of starting `attend sample`)
       const T* p = c.data<T>();
-      for (int64_t i = 0; i < c.numel() && finite; ++i) finite = std::isfinite(p[i]);
+      const int64_t n = c.numel();
+      for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(p[i]);
     });
     if (!finite) return name;
   }

@@ -14,7 +14,8 @@ packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nloh
 # python3-jinja2 (the engine Hugging Face renders a model's chat_template with, checking
 # our ChatML and Llama 3 renderings against the published templates), and
 # libopenblas0-pthread (without it Debian's torch multiplies with the reference BLAS, 10x
-# slower: the twins' timings would mean nothing; the checkers pass on either).
+# slower: the twins' timings would mean nothing; the checkers pass on either), and xxhash
+# (xxhsum, a second XXH64 checking the one checkpoints' content hash uses).
 # Those tests are reported skipped without them. It also installs node-llama-cpp (npm,
 # pinned), whose prebuilt CPU llama.cpp checks `attend export --format gguf`, into
 # ${XDG_CACHE_HOME:-~/.cache}/attend/node-llama-cpp (only this CPU's build, ~85 MB). (The sanitizer build needs nothing more:
@@ -22,7 +23,7 @@ packages=(g++ cmake make libhdf5-dev libspdlog-dev libcli11-dev doctest-dev nloh
 optional=()
 if [ "${1:-}" = "--test-extras" ]; then
   optional=(chromium python3-h5py python3-numpy python3-regex python3-torch python3-jinja2
-            libopenblas0-pthread)
+            libopenblas0-pthread xxhash)
 fi
 
 missing=()

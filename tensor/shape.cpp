@@ -4,12 +4,6 @@
 
 namespace attend {
 
-int64_t numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
 Strides contiguous_strides(const Shape& shape) {
   Strides st(shape.size());
   int64_t s = 1;

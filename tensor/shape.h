@@ -13,7 +13,12 @@ namespace attend {
 using Shape = std::vector<int64_t>;    // sizes, outermost first
 using Strides = std::vector<int64_t>;  // in elements, not bytes
 
-int64_t numel(const Shape& shape);
+// Inline: loops bounded by a tensor's numel() had it recomputed by a call per element.
+inline int64_t numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
 Strides contiguous_strides(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "(2,3)", "()" for a scalar, "(5,)" for 1-D
 

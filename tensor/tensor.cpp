@@ -274,7 +274,8 @@ Tensor full(const Shape& shape, double value, DType dtype) {
   Tensor t = empty(shape, dtype);
   dispatch_all(dtype, [&]<typename T>() {
     T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(value);
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(value);
   });
   return t;
 }

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -253,6 +255,94 @@ int64_t available_memory_bytes() {
   while (in >> key >> kb >> unit)
     if (key == "MemAvailable:") return kb * 1024;
   return -1;
+}
+
+}  // namespace attend
+
+namespace attend {
+
+// XXH64 from its specification (xxhash.h's XXH64 section, doc/xxhash_spec.md): five odd
+// primes; each lane takes its 8-byte words as acc = rotl(acc + w P2, 31) P1; the lanes are
+// merged, the total length added, the last < 32 bytes mixed in 8, 4 and 1 at a time, and
+// the result avalanched.
+namespace {
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full,
+                   kP3 = 0x165667B19E3779F9ull, kP4 = 0x85EBCA77C2B2AE63ull,
+                   kP5 = 0x27D4EB2F165667C5ull;
+static_assert(std::endian::native == std::endian::little, "XXH64 reads little-endian words");
+
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t word64(const unsigned char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+inline uint64_t word32(const unsigned char* p) {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+inline uint64_t lane_round(uint64_t acc, uint64_t w) { return rotl(acc + w * kP2, 31) * kP1; }
+inline uint64_t merge(uint64_t h, uint64_t lane) {
+  return (h ^ lane_round(0, lane)) * kP1 + kP4;
+}
+
+}  // namespace
+
+Xxh64::Xxh64(uint64_t seed) : seed_(seed) {
+  lane_[0] = seed + kP1 + kP2;
+  lane_[1] = seed + kP2;
+  lane_[2] = seed;
+  lane_[3] = seed - kP1;
+}
+
+void Xxh64::add(const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  total_ += n;
+  if (held_n_ > 0) {  // finish the held stripe first
+    const size_t take = std::min(n, 32 - held_n_);
+    std::memcpy(held_ + held_n_, p, take);
+    held_n_ += take, p += take, n -= take;
+    if (held_n_ < 32) return;
+    for (int l = 0; l < 4; ++l) lane_[l] = lane_round(lane_[l], word64(held_ + 8 * l));
+    held_n_ = 0;
+  }
+  uint64_t a = lane_[0], b = lane_[1], c = lane_[2], d = lane_[3];
+  for (; n >= 32; p += 32, n -= 32) {
+    a = lane_round(a, word64(p));
+    b = lane_round(b, word64(p + 8));
+    c = lane_round(c, word64(p + 16));
+    d = lane_round(d, word64(p + 24));
+  }
+  lane_[0] = a, lane_[1] = b, lane_[2] = c, lane_[3] = d;
+  std::memcpy(held_, p, n);
+  held_n_ = n;
+}
+
+uint64_t Xxh64::digest() const {
+  uint64_t h;
+  if (total_ >= 32) {
+    h = rotl(lane_[0], 1) + rotl(lane_[1], 7) + rotl(lane_[2], 12) + rotl(lane_[3], 18);
+    for (const uint64_t lane : lane_) h = merge(h, lane);
+  } else {
+    h = seed_ + kP5;
+  }
+  h += total_;
+  const unsigned char* p = held_;
+  size_t n = held_n_;
+  for (; n >= 8; p += 8, n -= 8) h = rotl(h ^ lane_round(0, word64(p)), 27) * kP1 + kP4;
+  if (n >= 4) {
+    h = rotl(h ^ word32(p) * kP1, 23) * kP2 + kP3;
+    p += 4, n -= 4;
+  }
+  for (; n > 0; ++p, --n) h = rotl(h ^ *p * kP5, 11) * kP1;
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
 }
 
 }  // namespace attend

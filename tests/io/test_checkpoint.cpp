@@ -274,6 +274,23 @@ void set_int_attr(const fs::path& file, const char* object, const char* name, in
   H5Aclose(a), H5Oclose(o), H5Fclose(f);
 }
 
+void set_uint_attr(const fs::path& file, const char* object, const char* name, uint64_t v) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  hid_t o = H5Oopen(f, object, H5P_DEFAULT);
+  hid_t a = H5Aopen(o, name, H5P_DEFAULT);
+  REQUIRE(H5Awrite(a, H5T_NATIVE_UINT64, &v) >= 0);
+  H5Aclose(a), H5Oclose(o), H5Fclose(f);
+}
+
+// Relabels a saved file as format `version`, with the content hash that version computes
+// (FNV-1a 64 before 5): what an older attend wrote, as far as these fields go.
+void relabel(const fs::path& file, io::CheckpointData d, int64_t version) {
+  d.meta.format_version = version;
+  set_int_attr(file, "/meta", "format_version", version);
+  set_uint_attr(file, "/meta", "content_hash", io::content_hash(d));
+}
+
 // Adds 1 to the first value of a float dataset, rewritten through HDF5 (its checksum valid).
 void bump_first_value(const fs::path& file, const char* dataset) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
@@ -414,19 +431,51 @@ TEST_CASE("format 2 files (no architecture in /config) load as the GPT-2 models 
   Saved saved;
   io::CheckpointData& d = saved.d;
   io::save_checkpoint(dir / "v2.h5", d);
-  set_int_attr(dir / "v2.h5", "/meta", "format_version", 2);
+  relabel(dir / "v2.h5", d, 2);
   const io::CheckpointData back = io::load_checkpoint(dir / "v2.h5");
   const TrainConfig c = from_values(back.config);
   CHECK(c.model.arch == "gpt2");
   CHECK(c.model.tie_embeddings);
   CHECK(c.model.sliding_window == 0);
   CHECK(c.model.hidden_dim == 0);
-  for (int64_t v : {1, 5}) {
+  for (int64_t v : {1, 6}) {
     set_int_attr(dir / "v2.h5", "/meta", "format_version", v);
     check_error([&] { io::load_checkpoint(dir / "v2.h5"); },
                 "checkpoint format version " + std::to_string(v) +
-                    " is not supported: this attend reads versions 2 to 4");
+                    " is not supported: this attend reads versions 2 to 5");
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the content hash is XXH64 from format 5 and FNV-1a 64 before: older files load") {
+  fs::path dir = temp_dir("hashkind");
+  Saved saved;
+  io::CheckpointData& d = saved.d;
+  io::save_checkpoint(dir / "new.h5", d);
+  CHECK(io::load_checkpoint(dir / "new.h5").meta.format_version == 5);
+  // The two kinds differ on the same data, so a file's version picks one.
+  io::CheckpointData old = d;
+  old.meta.format_version = 4;
+  CHECK(io::content_hash(old) != io::content_hash(d));
+  // A version-4 file holds FNV-1a 64: it loads (both ways), and a changed value is caught.
+  io::save_checkpoint(dir / "v4.h5", d);
+  relabel(dir / "v4.h5", d, 4);
+  CHECK(io::load_checkpoint(dir / "v4.h5").meta.format_version == 4);
+  CHECK(io::load_checkpoint_without_optimizer(dir / "v4.h5").meta.step == d.meta.step);
+  bump_first_value(dir / "v4.h5", "/model/transformer.h.1.attn.c_attn.weight");
+  check_error([&] { io::load_checkpoint(dir / "v4.h5"); }, "v4.h5: content hash mismatch");
+  // A version-5 file whose hash is FNV-1a's (or a version-4 file holding XXH64) is refused.
+  io::save_checkpoint(dir / "mixed.h5", d);
+  set_uint_attr(dir / "mixed.h5", "/meta", "content_hash", io::content_hash(old));
+  check_error([&] { io::load_checkpoint(dir / "mixed.h5"); }, "mixed.h5: content hash mismatch");
+  io::save_checkpoint(dir / "mixed4.h5", d);
+  set_int_attr(dir / "mixed4.h5", "/meta", "format_version", 4);
+  check_error([&] { io::load_checkpoint(dir / "mixed4.h5"); }, "mixed4.h5: content hash mismatch");
+  // Resaving a loaded version-4 checkpoint writes format 5 with its XXH64.
+  io::CheckpointData back = io::load_checkpoint(dir / "new.h5");
+  back.meta.format_version = 4;
+  io::save_checkpoint(dir / "again.h5", back);
+  CHECK(io::load_checkpoint(dir / "again.h5").meta.format_version == 5);
   fs::remove_all(dir);
 }
 

@@ -130,3 +130,71 @@ TEST_CASE("fnv1a64 is FNV-1a 64 (the published test vectors)") {
   // Feeding in pieces equals feeding at once.
   CHECK(attend::fnv1a64("bar", 3, attend::fnv1a64("foo", 3)) == 0x85944171f73967e8ull);
 }
+
+namespace {
+// Bytes (7 i + 3) mod 256, the pattern the vectors below were computed on.
+std::vector<unsigned char> pattern_bytes(size_t n) {
+  std::vector<unsigned char> b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>((7 * i + 3) % 256);
+  return b;
+}
+}  // namespace
+
+TEST_CASE("xxh64 is XXH64: xxhsum's values, and the same in pieces as whole") {
+  // Computed with xxhsum 0.8.1 (Debian's xxhash package, `xxhsum -H1`), an implementation
+  // independent of ours: "", "a", and 100 and 1000 bytes of the pattern (every tail path:
+  // whole stripes, 8-, 4- and 1-byte tails).
+  CHECK(attend::xxh64("", 0) == 0xef46db3751d8e999ull);
+  CHECK(attend::xxh64("a", 1) == 0xd24ec4f1a98c6e5bull);
+  CHECK(attend::xxh64(pattern_bytes(100).data(), 100) == 0xa61f8d4c170fe531ull);
+  CHECK(attend::xxh64(pattern_bytes(1000).data(), 1000) == 0x5f235fa033f1a3fbull);
+  // Any split into pieces, held stripes included, gives the whole's value.
+  const std::vector<unsigned char> b = pattern_bytes(300);
+  for (size_t n : {0, 1, 31, 32, 33, 63, 64, 65, 100, 300})
+    for (size_t cut1 = 0; cut1 <= n; cut1 += 7)
+      for (size_t cut2 = cut1; cut2 <= n; cut2 += 13) {
+        attend::Xxh64 h;
+        h.add(b.data(), cut1);
+        h.add(b.data() + cut1, cut2 - cut1);
+        h.add(b.data() + cut2, n - cut2);
+        REQUIRE(h.digest() == attend::xxh64(b.data(), n));
+      }
+}
+
+TEST_CASE("xxh64 agrees with xxhsum on every length to 300 and on 1 MB") {
+  if (std::system("xxhsum -H1 /dev/null > /dev/null 2>&1") != 0)
+    ATTEND_SKIP("xxhsum (Debian's xxhash package) is not installed: no second XXH64 to check against");
+  const std::filesystem::path dir = attend::test::temp_dir("xxh64");
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 300; ++n) lengths.push_back(n);
+  lengths.push_back(1 << 20);
+  lengths.push_back((1 << 20) + 29);
+  // One xxhsum run over every file; its lines are "<hash>  <file>" in the order given.
+  std::string cmd = "cd '" + dir.string() + "' && xxhsum -H1";
+  for (size_t n : lengths) {
+    const std::vector<unsigned char> b = pattern_bytes(n);
+    const std::string name = "b" + std::to_string(n);
+    FILE* f = std::fopen((dir / name).c_str(), "wb");
+    REQUIRE(f);
+    REQUIRE(std::fwrite(b.data(), 1, b.size(), f) == b.size());
+    std::fclose(f);
+    cmd += " " + name;
+  }
+  cmd += " > sums.txt";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  FILE* f = std::fopen((dir / "sums.txt").c_str(), "r");
+  REQUIRE(f);
+  char hex[64], name[64];
+  size_t checked = 0;
+  for (size_t n : lengths) {
+    REQUIRE(std::fscanf(f, "%63s %63s", hex, name) == 2);
+    CAPTURE(n);
+    CHECK(std::string(name) == "b" + std::to_string(n));
+    const std::vector<unsigned char> b = pattern_bytes(n);
+    CHECK(std::strtoull(hex, nullptr, 16) == attend::xxh64(b.data(), n));
+    ++checked;
+  }
+  std::fclose(f);
+  CHECK(checked == lengths.size());
+  std::filesystem::remove_all(dir);
+}
