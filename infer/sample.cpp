@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "infer/decoding.h"
@@ -16,15 +17,37 @@
 namespace attend::infer {
 
 int32_t choose_token(const float* logits, int64_t V, const SampleOptions& o, double u) {
-  // One pass the compiler vectorizes (a check per logit was 2% of decoding stories15m's
-  // shape): every logit finite, and their maximum; the first non-finite one is named.
+  // One pass in 16-float vectors (GCC's vector types: AVX-512 or two AVX2 halves): every
+  // logit finite (its exponent bits not all set), and their maximum lane-wise (one running
+  // maximum, as before, was a serial chain of 32000 steps for Llama's vocabulary: 50 us, 2%
+  // of a token; this takes 5 us). The first non-finite logit is named. A lane may keep +0
+  // where one running max kept -0: the greedy token is found by ==, so it is the same.
   ATTEND_CHECK(V > 0, "sample: no logits to choose from (vocabulary size ", V, ")");
-  bool finite = true;
-  float largest = logits[0];
-  for (int64_t i = 0; i < V; ++i) {
-    finite &= std::isfinite(logits[i]);
-    largest = std::max(largest, logits[i]);
+  using Floats = float __attribute__((vector_size(64)));
+  using Words = uint32_t __attribute__((vector_size(64)));
+  constexpr int64_t kLanes = 16;
+  Floats lanes;
+  for (int64_t l = 0; l < kLanes; ++l) lanes[l] = logits[0];
+  Words bad = {};
+  int64_t i = 0;
+  for (; i + kLanes <= V; i += kLanes) {
+    Floats x;
+    Words bits;
+    std::memcpy(&x, logits + i, sizeof x);
+    std::memcpy(&bits, logits + i, sizeof bits);
+    bad |= (bits & 0x7f800000u) == 0x7f800000u;
+    lanes = lanes < x ? x : lanes;
   }
+  float lane[kLanes];
+  uint32_t inf_bits = 0;
+  for (int64_t l = 0; l < kLanes; ++l) lane[l] = lanes[l], inf_bits |= bad[l];
+  for (; i < V; ++i) {
+    inf_bits |= !std::isfinite(logits[i]);
+    lane[0] = lane[0] < logits[i] ? logits[i] : lane[0];
+  }
+  const bool finite = inf_bits == 0;
+  float largest = lane[0];
+  for (int64_t l = 1; l < kLanes; ++l) largest = largest < lane[l] ? lane[l] : largest;
   if (!finite)
     for (int64_t i = 0; i < V; ++i)
       ATTEND_CHECK(std::isfinite(logits[i]), "sample: the model's logit for token ", i, " is ",

@@ -53,7 +53,26 @@ TEST_CASE("choose_token: greedy over a vocabulary equals max_element, and a non-
       } catch (const Error& e) {
         CHECK(std::string(e.what()).find("logit for token 31000 is") != std::string::npos);
       }
+      // One bad logit alone, in the vectors (5) or past them (50256: V is 16 k + 1).
+      for (const int64_t at : {5, 50256}) {
+        std::vector<float> c = l;
+        c[static_cast<size_t>(at)] = bad;
+        CAPTURE(at);
+        try {
+          (void)choose_token(c.data(), static_cast<int64_t>(c.size()), opts(t, 0, 1), 0.5);
+          FAIL("a non-finite logit was accepted");
+        } catch (const Error& e) {
+          CHECK(std::string(e.what()).find("logit for token " + std::to_string(at) + " is") !=
+                std::string::npos);
+        }
+      }
     }
+  // Zeros of both signs as the maximum: the first of them, whatever sign each lane kept.
+  std::vector<float> z(100, -1.0f);
+  z[37] = -0.0f, z[38] = 0.0f, z[53] = 0.0f, z[99] = -0.0f;
+  CHECK(choose_token(z.data(), 100, opts(0, 0, 1), 0.5) == 37);
+  z[37] = 0.0f, z[17] = -0.0f;
+  CHECK(choose_token(z.data(), 100, opts(0, 0, 1), 0.5) == 17);
 }
 
 TEST_CASE("choose_token: u walks the cumulative distribution, most likely first") {
