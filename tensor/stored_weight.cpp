@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tensor/error.h"
+#include "tensor/util.h"
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
 #include "tensor/quant.h"
@@ -58,9 +59,10 @@ std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
     const Tensor rows = kernel::contiguous(kernel::narrow(w, 0, r0, n));
     const float* x = rows.data<float>();
     const int64_t count = rows.numel();
-    for (int64_t i = 0; i < count; ++i)
-      ATTEND_CHECK(std::isfinite(x[i]), "q8_0: the weight (", outs, ", ", in, ") holds ", x[i],
-                   " at row ", r0 + i / in, "; only finite values quantize");
+    if (!all_finite(x, count))  // then find the first, to name it
+      for (int64_t i = 0; i < count; ++i)
+        ATTEND_CHECK(std::isfinite(x[i]), "q8_0: the weight (", outs, ", ", in, ") holds ", x[i],
+                     " at row ", r0 + i / in, "; only finite values quantize");
     quant::quantize_q8_0_fast(x, count, blocks.data());
     quant::q8_0_split(blocks.data(), n, in, part.data());  // n rows: values, then scales
     std::memcpy(dst + r0 * in, part.data(), static_cast<size_t>(n * in));

@@ -261,6 +261,37 @@ int64_t available_memory_bytes() {
 
 namespace attend {
 
+namespace {
+
+using Words32 = uint32_t __attribute__((vector_size(64)));
+using Words64 = uint64_t __attribute__((vector_size(64)));
+
+// Words: 64 bytes of T's bit patterns; kExponent: T's exponent field.
+template <typename T, typename Words, auto kExponent>
+bool all_finite_impl(const T* p, int64_t n) {
+  constexpr int64_t kLanes = 64 / sizeof(T);
+  Words bad = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Words w;
+    std::memcpy(&w, p + i, sizeof w);
+    bad |= (w & kExponent) == kExponent;
+  }
+  bool ok = true;
+  for (int64_t l = 0; l < kLanes; ++l) ok &= bad[l] == 0;
+  for (; i < n; ++i) ok &= std::isfinite(p[i]);
+  return ok;
+}
+
+}  // namespace
+
+bool all_finite(const float* p, int64_t n) {
+  return all_finite_impl<float, Words32, 0x7f800000u>(p, n);
+}
+bool all_finite(const double* p, int64_t n) {
+  return all_finite_impl<double, Words64, 0x7ff0000000000000ull>(p, n);
+}
+
 // XXH64 from its specification (xxhash.h's XXH64 section, doc/xxhash_spec.md): five odd
 // primes; each lane takes its 8-byte words as acc = rotl(acc + w P2, 31) P1; the lanes are
 // merged, the total length added, the last < 32 bytes mixed in 8, 4 and 1 at a time, and

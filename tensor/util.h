@@ -95,6 +95,12 @@ inline uint64_t fnv1a64(const void* data, size_t n, uint64_t h = kFnvOffset) {
   return h;
 }
 
+// Whether every value is finite (no exponent field all ones), in one pass of vectors
+// without an early exit: loading a model checks every weight (std::isfinite a value at a
+// time was 7% of starting `attend sample` on GPT-2 124M).
+bool all_finite(const float* p, int64_t n);
+bool all_finite(const double* p, int64_t n);
+
 // XXH64 (Yann Collet's xxHash, 64-bit, as its specification defines it): the same bytes
 // in pieces or whole give the same value. Four lanes of 8-byte words, independent of each
 // other, so a core hashes several bytes a cycle (FNV-1a takes one byte per multiply's

@@ -1,4 +1,6 @@
 // Every user error names the op, what was expected and what was got.
+#include <limits>
+
 #include "tensor/kernels.h"
 #include "tensor/random.h"
 #include "tensor/util.h"
@@ -139,6 +141,30 @@ std::vector<unsigned char> pattern_bytes(size_t n) {
   return b;
 }
 }  // namespace
+
+TEST_CASE("all_finite finds a NaN or infinity anywhere, in f32 and f64") {
+  auto check = [&]<typename T>() {
+    for (int64_t n = 0; n <= 40; ++n) {
+      std::vector<T> v(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i)  // finite extremes: largest, smallest subnormal, -0
+        v[static_cast<size_t>(i)] = i % 3 == 0   ? std::numeric_limits<T>::max()
+                                    : i % 3 == 1 ? -std::numeric_limits<T>::denorm_min()
+                                                 : T(-0.0);
+      CHECK(attend::all_finite(v.data(), n));
+      for (int64_t at = 0; at < n; ++at)
+        for (const T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                            -std::numeric_limits<T>::infinity()}) {
+          std::vector<T> w = v;
+          w[static_cast<size_t>(at)] = bad;
+          CAPTURE(n);
+          CAPTURE(at);
+          CHECK_FALSE(attend::all_finite(w.data(), n));
+        }
+    }
+  };
+  check.operator()<float>();
+  check.operator()<double>();
+}
 
 TEST_CASE("xxh64 is XXH64: xxhsum's values, and the same in pieces as whole") {
   // Computed with xxhsum 0.8.1 (Debian's xxhash package, `xxhsum -H1`), an implementation
