@@ -265,22 +265,22 @@ TEST_CASE("crafted HDF5: array attributes and over-declared datasets are refused
 
 namespace {
 
-void set_int_attr(const fs::path& file, const char* object, const char* name, int64_t v) {
+// Overwrites an existing one-value attribute, in HDF5's native `type` (v points to it).
+void write_attr(const fs::path& file, const char* object, const char* name, hid_t type,
+                const void* v) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   REQUIRE(f >= 0);
   hid_t o = H5Oopen(f, object, H5P_DEFAULT);
   hid_t a = H5Aopen(o, name, H5P_DEFAULT);
-  REQUIRE(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+  REQUIRE(H5Awrite(a, type, v) >= 0);
   H5Aclose(a), H5Oclose(o), H5Fclose(f);
+}
+void set_int_attr(const fs::path& file, const char* object, const char* name, int64_t v) {
+  write_attr(file, object, name, H5T_NATIVE_INT64, &v);
 }
 
 void set_uint_attr(const fs::path& file, const char* object, const char* name, uint64_t v) {
-  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  REQUIRE(f >= 0);
-  hid_t o = H5Oopen(f, object, H5P_DEFAULT);
-  hid_t a = H5Aopen(o, name, H5P_DEFAULT);
-  REQUIRE(H5Awrite(a, H5T_NATIVE_UINT64, &v) >= 0);
-  H5Aclose(a), H5Oclose(o), H5Fclose(f);
+  write_attr(file, object, name, H5T_NATIVE_UINT64, &v);
 }
 
 // Relabels a saved file as format `version`, with the content hash that version computes
