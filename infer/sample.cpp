@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "infer/decoder.h"
 #include "infer/decoding.h"
 #include "tensor/kernels.h"
 #include "tensor/random.h"
@@ -125,42 +126,66 @@ data::TokenIds generate(const nn::GPT& model, const data::Tokenizer& tok, const 
   data::TokenIds out;
   std::string text;  // generated so far, for --stop
   std::optional<ThreadTuner> tuner = command_tuner();  // Note [Threads on a busy machine]
-  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
-    if (o.cancel && o.cancel->load()) break;
-    TunedUnit unit(tuner);
-    Tensor last =
-        kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
-    const PhiloxCounter r = philox4x32(sample_counter(static_cast<uint64_t>(i), index), key);
-    const int32_t next = choose_token(last.data<float>(), V, o, u64_to_unit_double(r[0], r[1]));
-    if (next == o.stop_token) break;  // the end of a reply: not emitted
-    seq.push_back(next);
-    out.push_back(next);
-    const std::string piece = tok.decode({next});
-    emit(piece);
-    if (timing) {
-      timing->new_tokens = i + 1;
-      timing->new_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  // The tokens after the prompt through a Decoder where the model allows one (Note
+  // [Decoding without tensors]); `decoder` holds the positions while `decoding` is set,
+  // and gives them back to the caches at the end.
+  const std::string why = Decoder::unsupported(model);
+  if (!why.empty()) spdlog::debug("sample: decoding through GPT::forward: {}", why);
+  std::optional<Decoder> decoder;
+  if (why.empty()) decoder.emplace(model);
+  bool decoding = false;
+  Tensor last =
+      kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
+  const float* last_logits = last.data<float>();
+  try {
+    for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+      if (o.cancel && o.cancel->load()) break;
+      TunedUnit unit(tuner);
+      const PhiloxCounter r = philox4x32(sample_counter(static_cast<uint64_t>(i), index), key);
+      const int32_t next = choose_token(last_logits, V, o, u64_to_unit_double(r[0], r[1]));
+      if (next == o.stop_token) break;  // the end of a reply: not emitted
+      seq.push_back(next);
+      out.push_back(next);
+      const std::string piece = tok.decode({next});
+      emit(piece);
+      if (timing) {
+        timing->new_tokens = i + 1;
+        timing->new_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+      }
+      if (i + 1 == o.max_new_tokens) break;
+      if (!o.stop.empty()) {
+        text += piece;
+        const size_t from = text.size() > o.stop.size() + piece.size()
+                                ? text.size() - o.stop.size() - piece.size()
+                                : 0;
+        if (text.find(o.stop, from) != std::string::npos) break;
+      }
+      if (static_cast<int64_t>(seq.size()) <= T || rolling) {
+        // A sliding-window model's caches roll: it decodes past block_size from them.
+        if (decoder) {
+          if (!decoding) decoder->start(caches);
+          decoding = true;
+          last_logits = decoder->step(next);
+          continue;
+        }
+        logits = model.forward(ids_tensor({next}, 0), Tensor(), nullptr, &caches).logits;
+      } else {
+        // Past the context of a model without a sliding window: the last block_size tokens
+        // again, from position 0 (nanoGPT's crop): positions shift, so the cached keys no
+        // longer apply (nor the decoder's).
+        data::TokenIds window(seq.end() - T, seq.end());
+        caches.clear();
+        decoder.reset(), decoding = false;
+        logits = model.forward(ids_tensor(window, 0), Tensor(), nullptr, nullptr).logits;
+      }
+      last = kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
+      last_logits = last.data<float>();
     }
-    if (i + 1 == o.max_new_tokens) break;
-    if (!o.stop.empty()) {
-      text += piece;
-      const size_t from = text.size() > o.stop.size() + piece.size()
-                              ? text.size() - o.stop.size() - piece.size()
-                              : 0;
-      if (text.find(o.stop, from) != std::string::npos) break;
-    }
-    if (static_cast<int64_t>(seq.size()) <= T || rolling) {
-      // A sliding-window model's caches roll: it decodes past block_size from them.
-      logits = model.forward(ids_tensor({next}, 0), Tensor(), nullptr, &caches).logits;
-    } else {
-      // Past the context of a model without a sliding window: the last block_size tokens
-      // again, from position 0 (nanoGPT's crop): positions shift, so the cached keys no
-      // longer apply.
-      data::TokenIds window(seq.end() - T, seq.end());
-      caches.clear();
-      logits = model.forward(ids_tensor(window, 0), Tensor(), nullptr, nullptr).logits;
-    }
+  } catch (...) {
+    if (decoding) caches.clear();  // they miss the decoder's positions: a caller starts over
+    throw;
   }
+  if (decoding) decoder->finish(caches);
   return out;
 }
 

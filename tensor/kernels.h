@@ -188,5 +188,23 @@ Tensor swiglu_backward(const Tensor& g, const Tensor& x);  // -> (..., 2H)
 Tensor rotary(const Tensor& x, int64_t head_size, int64_t rotated, int64_t pos0, double theta,
               int sign = 1);
 
+// ---- Decoding's raw rows (infer/decoder.h) ---------------------------------------------
+// One token's steps on f32 buffers, without tensors: each runs the same code as its tensor
+// kernel above for one row (the same bits; tests/infer/test_decoder.cpp compares).
+void layer_norm_row_f32(const float* x, int64_t C, const float* w, const float* b, double eps,
+                        float* y);                                                  // b may be null
+void rms_norm_row_f32(const float* x, int64_t C, const float* w, double eps, float* y);
+void swiglu_row_f32(const float* x, int64_t H, float* y);  // x [gate | up] (2H) -> y (H)
+void gelu_f32(const float* x, float* y, int64_t n);        // unary(Gelu)'s elementwise GELU
+// rotary for one row of D columns at position pos (sign 1); y may not be x.
+void rotary_row_f32(const float* x, float* y, int64_t D, int64_t HS, int64_t rotated, int64_t pos,
+                    double theta);
+// attention_forward for one query row (B 1, Tq 1, causal: every key visible, or with a
+// window W > 0 the last W): q and out (NH, HS), k and v (KVH, >= Tk, HS),
+// head h's keys head_stride apart, key rows HS apart.
+void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float* k,
+                             const float* v, int64_t KVH, int64_t Tk, int64_t head_stride,
+                             double scale, int64_t window, float* out);
+
 }  // namespace attend::kernel
 #pragma GCC visibility pop

@@ -130,6 +130,25 @@ Tensor StoredWeight::multiply(const Tensor& x) const {
   return out;
 }
 
+bool StoredWeight::multiply_row(const float* x, float* y) const {
+  if (format_ == WeightFormat::q8_0) {
+    quant::gemm_q8_0(1, out_, in_, x, in_, static_cast<const uint8_t*>(q8_blocks_->data), y, out_,
+                     true);
+    return true;
+  }
+  const bool bf16 = format_ == WeightFormat::bf16;
+  if (!kernel::gemm_panels_apply(1, out_, in_) ||
+      (kernel::gemm_precision() == kernel::GemmPrecision::bf16) != bf16)
+    return false;
+  if (bf16)
+    kernel::gemm_bf16_panels(1, out_, in_, {x, in_, 1}, static_cast<const uint32_t*>(bf16_bits_->data),
+                             y, out_, true);
+  else
+    kernel::gemm_f32_panels(1, out_, in_, {x, in_, 1}, static_cast<const float*>(f32_panels_->data),
+                            y, out_, true);
+  return true;
+}
+
 // A few rows: the Q8_0 product on the split rows where they lie. More (a prompt, an evaluation's
 // window): the blocked GEMM on W dequantized for this product, which reads the blocks once
 // instead of once per 4 rows.

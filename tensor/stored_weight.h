@@ -53,6 +53,9 @@ class StoredWeight {
   // kernels' limits are kernel::gemm_panels_apply): then multiply by W itself, same bits.
   // q8_0 takes every f32 x.
   Tensor multiply(const Tensor& x) const;
+  // One row x (in) -> y (out) = x W^T, written into y: what multiply gives a (1, in) x, the
+  // same bits; false (y untouched) where multiply would return an undefined tensor.
+  bool multiply_row(const float* x, float* y) const;
 
  private:
   static constexpr int64_t kFewRows = 16;  // q8_0: rows taken by the Q8_0 product itself

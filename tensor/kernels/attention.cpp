@@ -107,16 +107,11 @@ T* scratch(int slot, int64_t n) {
   return b.data();
 }
 
+// The forward on checked operands (forward_impl, attention_one_query_f32).
 template <typename T>
-void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t offset,
-                  const DropoutStream& drop, const Tensor& out, int64_t window) {
-  const Plan p = plan("attention", q, k, v, offset, drop);
-  const Heads ho = heads_of(out, "attention", "out");
-  ATTEND_CHECK(out.shape() == q.shape() && out.dtype() == q.dtype(),
-               "attention: out must have q's shape and dtype");
+void forward_core(const Plan& p, const Heads& ho, const T* Q, const T* K, const T* V, T* O,
+                  double scale, int64_t offset, const DropoutStream& drop, int64_t window) {
   const int64_t NH = p.q.H, Tq = p.q.T, Tk = p.k.T, HS = p.q.HS;
-  const T *Q = q.data<T>(), *K = k.data<T>(), *V = v.data<T>();
-  T* O = out.data<T>();
   const T ts = static_cast<T>(scale);
   // A few query rows (a token at a time while sampling) read K and V in place through the
   // few-rows products (gemm_rows.h): packing them would read the cache, write a copy and
@@ -160,6 +155,17 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scal
       product<T>(rows, HS, w, {S, w, 1}, PV, Tk, HS, {vw, p.v.st, 1}, ob, ho.st);
     }
   });
+}
+
+template <typename T>
+void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t offset,
+                  const DropoutStream& drop, const Tensor& out, int64_t window) {
+  const Plan p = plan("attention", q, k, v, offset, drop);
+  const Heads ho = heads_of(out, "attention", "out");
+  ATTEND_CHECK(out.shape() == q.shape() && out.dtype() == q.dtype(),
+               "attention: out must have q's shape and dtype");
+  forward_core<T>(p, ho, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), scale, offset,
+                  drop, window);
 }
 
 template <typename T>
@@ -251,6 +257,19 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double
   dispatch_float(q.dtype(), "attention", [&]<typename T>() {
     forward_impl<T>(q, k, v, scale, offset, drop, out, window);
   });
+}
+
+void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float* k,
+                             const float* v, int64_t KVH, int64_t Tk, int64_t head_stride,
+                             double scale, int64_t window, float* out) {
+  ATTEND_CHECK(NH > 0 && KVH > 0 && NH % KVH == 0 && HS > 0 && Tk > 0 &&
+                   head_stride >= Tk * HS && window >= 0,
+               "attention_one_query_f32: ", NH, " query heads, ", KVH, " key/value heads of ", Tk,
+               " keys, head size ", HS, ", heads ", head_stride, " apart, window ", window);
+  const Heads hq{1, NH, 1, HS, NH * HS, HS, HS};
+  const Heads hkv{1, KVH, Tk, HS, KVH * head_stride, head_stride, HS};
+  const Plan p{hq, hkv, hkv, NH / KVH, 1};
+  forward_core<float>(p, hq, q, k, v, out, scale, Tk - 1, DropoutStream{}, window);
 }
 
 void attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,

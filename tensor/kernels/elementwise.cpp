@@ -110,6 +110,10 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
 
 }  // namespace
 
+void gelu_f32(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
+}
+
 Tensor unary(Unary op, const Tensor& x, double p, double q) {
   const char* name = unary_name(op);
   return dispatch_float(x.dtype(), name, [&]<typename T>() {

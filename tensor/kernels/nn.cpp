@@ -192,6 +192,54 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g) {
   return dx;
 }
 
+namespace {
+
+// One row of each norm, never inlined: the Tensor kernels below and decoding's raw rows
+// (layer_norm_row_f32, ...) run the same machine code, so the same bits.
+template <typename T>
+[[gnu::noinline]] void layer_norm_row(const T* xr, int64_t C, const T* w, const T* b, double eps,
+                                      T* y, T* mean_out, T* rstd_out) {
+  const double mean = lane_sum(C, [&](int64_t i) { return static_cast<double>(xr[i]); }) / C;
+  const double ss = lane_sum(C, [&](int64_t i) {
+    const double d = xr[i] - mean;
+    return d * d;
+  });
+  const double rstd = 1.0 / std::sqrt(ss / C + eps);
+  *mean_out = static_cast<T>(mean);
+  *rstd_out = static_cast<T>(rstd);
+  const T tm = static_cast<T>(mean), tr = static_cast<T>(rstd);
+  for (int64_t i = 0; i < C; ++i) {
+    T v = (xr[i] - tm) * tr * w[i];
+    y[i] = b ? v + b[i] : v;
+  }
+}
+
+template <typename T>
+[[gnu::noinline]] void rms_norm_row(const T* xr, int64_t C, const T* w, double eps, T* y,
+                                    T* rstd_out) {
+  const double ss = lane_sum(C, [&](int64_t i) {
+    const double v = xr[i];
+    return v * v;
+  });
+  const double rstd = 1.0 / std::sqrt(ss / C + eps);
+  *rstd_out = static_cast<T>(rstd);
+  const T tr = static_cast<T>(rstd);
+  for (int64_t i = 0; i < C; ++i) y[i] = xr[i] * tr * w[i];
+}
+
+}  // namespace
+
+void layer_norm_row_f32(const float* x, int64_t C, const float* w, const float* b, double eps,
+                        float* y) {
+  float mean, rstd;
+  layer_norm_row<float>(x, C, w, b, eps, y, &mean, &rstd);
+}
+
+void rms_norm_row_f32(const float* x, int64_t C, const float* w, double eps, float* y) {
+  float rstd;
+  rms_norm_row<float>(x, C, w, eps, y, &rstd);
+}
+
 LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   const int64_t C = last_dim(x, "layer_norm");
   ATTEND_CHECK(weight.shape() == Shape{C}, "layer_norm: expected weight of shape (", C,
@@ -209,20 +257,7 @@ LayerNormOut layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bia
     const T* b = bc.defined() ? bc.data<T>() : nullptr;
     T *yp = o.y.data<T>(), *mp = o.mean.data<T>(), *rp = o.rstd.data<T>();
     for_rows(rows, C, [&](int64_t r) {
-      const T* xr = xp + r * C;
-      const double mean = lane_sum(C, [&](int64_t i) { return static_cast<double>(xr[i]); }) / C;
-      const double ss = lane_sum(C, [&](int64_t i) {
-        const double d = xr[i] - mean;
-        return d * d;
-      });
-      const double rstd = 1.0 / std::sqrt(ss / C + eps);
-      mp[r] = static_cast<T>(mean);
-      rp[r] = static_cast<T>(rstd);
-      const T tm = static_cast<T>(mean), tr = static_cast<T>(rstd);
-      for (int64_t i = 0; i < C; ++i) {
-        T v = (xr[i] - tm) * tr * w[i];
-        yp[r * C + i] = b ? v + b[i] : v;
-      }
+      layer_norm_row<T>(xp + r * C, C, w, b, eps, yp + r * C, mp + r, rp + r);
     });
   });
   return o;
@@ -517,17 +552,7 @@ RMSNormOut rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   dispatch_float(x.dtype(), "rms_norm", [&]<typename T>() {
     const T *xp = xc.data<T>(), *w = wc.data<T>();
     T *yp = o.y.data<T>(), *rp = o.rstd.data<T>();
-    for_rows(rows, C, [&](int64_t r) {
-      const T* xr = xp + r * C;
-      const double ss = lane_sum(C, [&](int64_t i) {
-        const double v = xr[i];
-        return v * v;
-      });
-      const double rstd = 1.0 / std::sqrt(ss / C + eps);
-      rp[r] = static_cast<T>(rstd);
-      const T tr = static_cast<T>(rstd);
-      for (int64_t i = 0; i < C; ++i) yp[r * C + i] = xr[i] * tr * w[i];
-    });
+    for_rows(rows, C, [&](int64_t r) { rms_norm_row<T>(xp + r * C, C, w, eps, yp + r * C, rp + r); });
   });
   return o;
 }
@@ -568,6 +593,12 @@ template <typename T>
   return a < T(0) ? e / (T(1) + e) : T(1) / (T(1) + e);
 }
 
+template <typename T>
+[[gnu::noinline]] void swiglu_row(const T* a, int64_t H, T* o) {
+  const T* b = a + H;
+  for (int64_t i = 0; i < H; ++i) o[i] = a[i] * sigmoid(a[i]) * b[i];
+}
+
 int64_t swiglu_half(const Tensor& x, const char* op) {
   const int64_t n = last_dim(x, op);
   ATTEND_CHECK(n % 2 == 0, op, ": expected packed [gate | up] with an even last dim, got ",
@@ -586,14 +617,12 @@ Tensor swiglu(const Tensor& x) {
   dispatch_float(x.dtype(), "swiglu", [&]<typename T>() {
     const T* xp = xc.data<T>();
     T* yp = y.data<T>();
-    for_rows(rows, 2 * H, [&](int64_t r) {
-      const T *a = xp + r * 2 * H, *b = a + H;
-      T* o = yp + r * H;
-      for (int64_t i = 0; i < H; ++i) o[i] = a[i] * sigmoid(a[i]) * b[i];
-    });
+    for_rows(rows, 2 * H, [&](int64_t r) { swiglu_row<T>(xp + r * 2 * H, H, yp + r * H); });
   });
   return y;
 }
+
+void swiglu_row_f32(const float* x, int64_t H, float* y) { swiglu_row<float>(x, H, y); }
 
 Tensor swiglu_backward(const Tensor& g, const Tensor& x) {
   const int64_t H = swiglu_half(x, "swiglu_backward");

@@ -28,6 +28,47 @@
 
 namespace attend::kernel {
 
+namespace {
+
+// cos and sin of every (t, i) of positions pos0..pos0+T-1, rounded once.
+template <typename E>
+void rope_table(int64_t HS, int64_t pos0, int64_t T, double theta, int sign, E* cs, E* sn) {
+  const int64_t half = HS / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(HS));
+    for (int64_t t = 0; t < T; ++t) {
+      const double a = static_cast<double>(pos0 + t) * freq;
+      cs[t * half + i] = static_cast<E>(std::cos(a));
+      sn[t * half + i] = static_cast<E>(sign * std::sin(a));
+    }
+  }
+}
+
+// One row (D columns) turned by one position's table; never inlined, so rotary and
+// rotary_row_f32 run the same code.
+template <typename E>
+[[gnu::noinline]] void rope_row(const E* in, E* out, int64_t D, int64_t HS, int64_t rotated,
+                                const E* c, const E* sv) {
+  const int64_t half = HS / 2;
+  for (int64_t h0 = 0; h0 < rotated; h0 += HS)
+    for (int64_t i = 0; i < half; ++i) {
+      const E a = in[h0 + 2 * i], b = in[h0 + 2 * i + 1];
+      out[h0 + 2 * i] = a * c[i] - b * sv[i];
+      out[h0 + 2 * i + 1] = a * sv[i] + b * c[i];
+    }
+  for (int64_t j = rotated; j < D; ++j) out[j] = in[j];
+}
+
+}  // namespace
+
+void rotary_row_f32(const float* x, float* y, int64_t D, int64_t HS, int64_t rotated, int64_t pos,
+                    double theta) {
+  thread_local std::vector<float> table;
+  table.resize(static_cast<size_t>(HS));
+  rope_table<float>(HS, pos, 1, theta, 1, table.data(), table.data() + HS / 2);
+  rope_row<float>(x, y, D, HS, rotated, table.data(), table.data() + HS / 2);
+}
+
 Tensor rotary(const Tensor& x, int64_t HS, int64_t rotated, int64_t pos0, double theta, int sign) {
   ATTEND_CHECK(x.dim() == 3, "rotary: expected x of shape (B, T, D), got ", shape_str(x.shape()));
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2);
@@ -40,32 +81,16 @@ Tensor rotary(const Tensor& x, int64_t HS, int64_t rotated, int64_t pos0, double
   const int64_t half = HS / 2;
   Tensor xc = contiguous(x), y = empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), "rotary", [&]<typename E>() {
-    // cos and sin of every (t, i), rounded once.
     std::vector<E> cs(static_cast<size_t>(T * half)), sn(static_cast<size_t>(T * half));
-    for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(HS));
-      for (int64_t t = 0; t < T; ++t) {
-        const double a = static_cast<double>(pos0 + t) * freq;
-        cs[static_cast<size_t>(t * half + i)] = static_cast<E>(std::cos(a));
-        sn[static_cast<size_t>(t * half + i)] = static_cast<E>(sign * std::sin(a));
-      }
-    }
+    rope_table<E>(HS, pos0, T, theta, sign, cs.data(), sn.data());
     const E* xp = xc.data<E>();
     E* yp = y.data<E>();
     parallel_for(B * T, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(D, 1)),
                  [&](int64_t s, int64_t e) {
                    for (int64_t r = s; r < e; ++r) {
                      const int64_t t = r % T;
-                     const E *c = cs.data() + t * half, *sv = sn.data() + t * half;
-                     const E* in = xp + r * D;
-                     E* out = yp + r * D;
-                     for (int64_t h0 = 0; h0 < rotated; h0 += HS)
-                       for (int64_t i = 0; i < half; ++i) {
-                         const E a = in[h0 + 2 * i], b = in[h0 + 2 * i + 1];
-                         out[h0 + 2 * i] = a * c[i] - b * sv[i];
-                         out[h0 + 2 * i + 1] = a * sv[i] + b * c[i];
-                       }
-                     for (int64_t j = rotated; j < D; ++j) out[j] = in[j];
+                     rope_row<E>(xp + r * D, yp + r * D, D, HS, rotated, cs.data() + t * half,
+                                 sn.data() + t * half);
                    }
                  });
   });

@@ -1,0 +1,205 @@
+#include "infer/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "nn/lora.h"
+#include "tensor/kernels.h"
+#include "tensor/stored_weight.h"
+
+namespace attend::infer {
+
+namespace {
+
+const float* f32(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+// Why a Linear cannot be multiplied here, or empty.
+std::string linear_refused(const std::string& name, const nn::Linear& lin) {
+  for (const auto& a : lin.adapters)
+    if (a->enabled) return name + " has an adapter on";
+  if (!lin.decoding) return name + " has no decoding weights (no DecodingWeights holds the model)";
+  if (lin.decoding->format() != WeightFormat::q8_0 &&
+      lin.decoding->format() != StoredWeight::format_for_products())
+    return name + "'s decoding weights are " + weight_format_name(lin.decoding->format()) +
+           ", the products now " + weight_format_name(StoredWeight::format_for_products());
+  if (lin.bias.defined() && lin.bias.dtype() != DType::F32) return name + "'s bias is not f32";
+  return "";
+}
+
+}  // namespace
+
+std::string Decoder::unsupported(const nn::GPT& model) {
+  const nn::GPTConfig& c = model.config;
+  if (model.is_training()) return "the model is in training mode";
+  for (const auto& [name, p] : model.named_parameters())
+    if (p.dtype() != DType::F32 || !p.is_contiguous()) return name + " is not contiguous f32";
+  const auto& t = *model.transformer;
+  if (t.wte->tokens && t.wte->tokens->enabled) return "the embedding has token rows on";
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const nn::Block& b = (*t.h)[l];
+    const std::string at = "layer " + std::to_string(l);
+    if (!b.attn->replace_head.empty()) return at + " has a replaced head";
+    if (!b.attn->fused) return at + " runs attention's composed ops";
+    if (!b.attn->config.causal) return at + "'s attention is not causal";
+    for (const auto& [name, lin] :
+         {std::pair<std::string, const nn::Linear*>{"attn.c_attn", b.attn->c_attn.get()},
+          {"attn.c_proj", b.attn->c_proj.get()},
+          {"mlp.c_fc", b.mlp->c_fc.get()},
+          {"mlp.c_proj", b.mlp->c_proj.get()}})
+      if (std::string why = linear_refused(at + " " + name, *lin); !why.empty()) return why;
+  }
+  return linear_refused("lm_head", *model.lm_head);
+}
+
+Decoder::Decoder(const nn::GPT& model)
+    : model_(model),
+      C_(model.config.n_embd),
+      NH_(model.config.n_head),
+      KVH_(model.config.n_kv_head),
+      HS_(model.config.n_embd / model.config.n_head),
+      H_(model.config.mlp_hidden()),
+      V_(model.config.vocab_size),
+      window_(model.config.window()) {
+  const std::string why = unsupported(model);
+  ATTEND_CHECK(why.empty(), "Decoder: ", why);
+  const int64_t kv = KVH_ * HS_;
+  layers_.resize(static_cast<size_t>(model.config.n_layer));
+  x_.resize(C_), h_.resize(C_), att_.resize(C_), y_.resize(C_);
+  qkv_.resize(C_ + 2 * kv), rot_.resize(qkv_.size());
+  mlp_.resize(model.config.gated_mlp() ? 2 * H_ : H_), act_.resize(H_);
+  logits_.resize(V_);
+}
+
+void Decoder::start(const std::vector<nn::KVCache>& caches) {
+  ATTEND_CHECK(caches.size() == layers_.size(), "Decoder: ", caches.size(), " caches for ",
+               layers_.size(), " layers");
+  const int64_t len = caches[0].length();
+  length_ = 0;
+  regrow(std::max<int64_t>(16, 2 * (len + 1)));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const nn::KVCache& c = caches[l];
+    ATTEND_CHECK(c.length() == len && c.position == caches[0].position,
+                 "Decoder: the layers' caches disagree");
+    if (len == 0) continue;
+    ATTEND_CHECK(c.k.dim() == 4 && c.k.size(0) == 1 && c.k.size(1) == KVH_ && c.k.size(3) == HS_ &&
+                     c.k.dtype() == DType::F32,
+                 "Decoder: a cache of shape ", shape_str(c.k.shape()));
+    for (const auto& [src, dst] : {std::pair{&c.k, &layers_[l].k}, {&c.v, &layers_[l].v}}) {
+      const Tensor s = kernel::contiguous(*src);  // (1, KVH, len, HS)
+      for (int64_t h = 0; h < KVH_; ++h)
+        std::memcpy(dst->get() + h * capacity_ * HS_, s.data<float>() + h * len * HS_,
+                    static_cast<size_t>(len * HS_) * sizeof(float));
+    }
+  }
+  length_ = len;
+  position_ = caches[0].position;
+}
+
+void Decoder::finish(std::vector<nn::KVCache>& caches) const {
+  caches.assign(layers_.size(), nn::KVCache());
+  if (length_ == 0) return;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Tensor k = empty({1, KVH_, length_, HS_}), v = empty({1, KVH_, length_, HS_});
+    for (auto [dst, src] : {std::pair{&k, &layers_[l].k}, {&v, &layers_[l].v}})
+      for (int64_t h = 0; h < KVH_; ++h)
+        std::memcpy(dst->data<float>() + h * length_ * HS_,
+                    src->get() + (h * capacity_ + start_) * HS_,
+                    static_cast<size_t>(length_ * HS_) * sizeof(float));
+    caches[l].append(k, v, window_);  // at most W rows: all kept
+    caches[l].position = position_;
+  }
+}
+
+// As nn::KVCache::append: when full, the kept rows move to the front of arrays with room for
+// twice the rows needed (a sliding window's stay at most 2 (W + 1) rows).
+void Decoder::regrow(int64_t capacity) {
+  for (Layer& l : layers_)
+    for (std::unique_ptr<float[]>* a : {&l.k, &l.v}) {
+      std::unique_ptr<float[]> fresh(new float[static_cast<size_t>(KVH_ * capacity * HS_)]);
+      for (int64_t h = 0; h < KVH_ && length_ > 0; ++h)
+        std::memcpy(fresh.get() + h * capacity * HS_, a->get() + (h * capacity_ + start_) * HS_,
+                    static_cast<size_t>(length_ * HS_) * sizeof(float));
+      *a = std::move(fresh);
+    }
+  capacity_ = capacity, start_ = 0;
+}
+
+void Decoder::product(const nn::Linear& lin, const float* x, float* y) const {
+  ATTEND_CHECK(lin.decoding->multiply_row(x, y), "Decoder: a product its weights do not take");
+  if (lin.bias.defined()) {  // kernel::add_'s y + b
+    const float* b = lin.bias.data<float>();
+    const int64_t n = lin.decoding->out_features();
+    for (int64_t j = 0; j < n; ++j) y[j] = y[j] + b[j];
+  }
+}
+
+const float* Decoder::step(int64_t token) {
+  const nn::GPTConfig& c = model_.config;
+  ATTEND_CHECK(token >= 0 && token < V_, "GPT: token id ", token,
+               " at (0, 0) is out of range for vocab_size ", V_);
+  ATTEND_CHECK(window_ > 0 || position_ + 1 <= c.block_size, "GPT: sequence length ",
+               position_ + 1, " exceeds block_size ", c.block_size,
+               " (decoding past the context needs a sliding-window model)");
+  const auto& t = *model_.transformer;
+  const int64_t kv = KVH_ * HS_;
+  const float* wte = t.wte->weight.data<float>() + token * C_;
+  if (t.wpe) {
+    const float* wpe = t.wpe->weight.data<float>() + position_ * C_;
+    for (int64_t i = 0; i < C_; ++i) x_[i] = wte[i] + wpe[i];
+  } else {
+    std::memcpy(x_.data(), wte, static_cast<size_t>(C_) * sizeof(float));
+  }
+  auto norm = [&](const nn::Norm& n, const float* in, float* out) {
+    if (const auto* ln = dynamic_cast<const nn::LayerNorm*>(&n))
+      kernel::layer_norm_row_f32(in, C_, f32(ln->weight), f32(ln->bias), ln->eps, out);
+    else
+      kernel::rms_norm_row_f32(in, C_, f32(n.weight), n.eps, out);
+  };
+  // Rows this call's query sees: the kept ones and its own, after them.
+  const int64_t seen = length_ + 1;
+  if (start_ + seen > capacity_) regrow(std::max<int64_t>(16, 2 * seen));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS_));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const nn::Block& b = (*t.h)[static_cast<int64_t>(l)];
+    const nn::Attention& a = *b.attn;
+    norm(*b.ln_1, x_.data(), h_.data());
+    product(*a.c_attn, h_.data(), qkv_.data());
+    const float* qkv = qkv_.data();
+    if (a.config.rope_theta > 0) {
+      kernel::rotary_row_f32(qkv_.data(), rot_.data(), C_ + 2 * kv, HS_, C_ + kv, position_,
+                             a.config.rope_theta);
+      qkv = rot_.data();
+    }
+    Layer& layer = layers_[l];
+    for (int64_t h = 0; h < KVH_; ++h) {
+      const size_t row = static_cast<size_t>((h * capacity_ + start_ + length_) * HS_);
+      std::memcpy(layer.k.get() + row, qkv + C_ + h * HS_, static_cast<size_t>(HS_) * sizeof(float));
+      std::memcpy(layer.v.get() + row, qkv + C_ + kv + h * HS_,
+                  static_cast<size_t>(HS_) * sizeof(float));
+    }
+    kernel::attention_one_query_f32(qkv, NH_, HS_, layer.k.get() + start_ * HS_,
+                                    layer.v.get() + start_ * HS_, KVH_, seen, capacity_ * HS_,
+                                    scale, window_, att_.data());
+    product(*a.c_proj, att_.data(), y_.data());
+    for (int64_t i = 0; i < C_; ++i) x_[i] = x_[i] + y_[i];  // h = x + attn
+    norm(*b.ln_2, x_.data(), h_.data());
+    product(*b.mlp->c_fc, h_.data(), mlp_.data());
+    if (b.mlp->gated)
+      kernel::swiglu_row_f32(mlp_.data(), H_, act_.data());
+    else
+      kernel::gelu_f32(mlp_.data(), act_.data(), H_);
+    product(*b.mlp->c_proj, act_.data(), y_.data());
+    for (int64_t i = 0; i < C_; ++i) x_[i] = x_[i] + y_[i];  // x = h + mlp
+  }
+  // A sliding window keeps only the W newest rows for the next token.
+  const int64_t kept = window_ > 0 ? std::min(window_, seen) : seen;
+  start_ += seen - kept;
+  length_ = kept;
+  ++position_;
+  norm(*t.ln_f, x_.data(), h_.data());
+  product(*model_.lm_head, h_.data(), logits_.data());
+  return logits_.data();
+}
+
+}  // namespace attend::infer

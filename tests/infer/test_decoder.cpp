@@ -1,0 +1,142 @@
+// Decoder (infer/decoder.h): a token at a time on its own buffers gives GPT::forward's logits
+// bit for bit, and says what it does not take.
+#include <omp.h>
+
+#include <optional>
+
+#include "infer/decoder.h"
+#include "infer/decoding.h"
+#include "nn/gpt.h"
+#include "nn/lora.h"
+#include "tensor/kernels.h"
+#include "tensor/random.h"
+#include "test_util.h"
+
+using namespace attend;
+using namespace attend::nn;
+using attend::infer::Decoder;
+using attend::infer::DecodingWeights;
+
+namespace {
+
+GPTConfig llama_config(int64_t window, bool tied) {
+  GPTConfig c = gpt_preset("llama-char");
+  c.vocab_size = 300, c.block_size = 40, c.n_layer = 2, c.n_head = 4;
+  c.n_kv_head = 2, c.n_embd = 64, c.hidden_dim = 96;
+  c.sliding_window = window, c.tie_embeddings = tied;
+  return c;
+}
+
+// A model with every parameter drawn (gains and biases too, so none is a no-op).
+void draw(GPT& m, uint64_t seed) {
+  Generator g(seed);
+  NoGradGuard no_grad;
+  for (Tensor& p : m.parameters()) p.set_data(normal(p.shape(), 0.0, 0.3, g));
+}
+
+}  // namespace
+
+TEST_CASE("Decoder gives GPT::forward's logits bit for bit, every format, 1 and 2 threads") {
+  // GPT-2 with biases (GELU, LayerNorm, positions), without biases, a GQA Llama (RoPE, SwiGLU,
+  // RMSNorm) tied and untied, and a Mistral whose window of 6 the decoding passes many times
+  // (the arrays compacted); in f32, q8_0 and under bf16 products. The twin is the model's
+  // own forward with caches, token after token, from the same prompt.
+  const GPTConfig gpt2{.vocab_size = 300, .block_size = 40, .n_layer = 2, .n_head = 4,
+                       .n_kv_head = 4, .n_embd = 64, .dropout = 0.0, .bias = true};
+  GPTConfig gpt2_nobias = gpt2;
+  gpt2_nobias.bias = false;
+  const int before = omp_get_max_threads();
+  for (const GPTConfig& c : {gpt2, gpt2_nobias, llama_config(0, true), llama_config(0, false),
+                             llama_config(6, false)})
+    for (const std::string format : {"f32", "q8_0", "bf16"})
+      for (const int threads : {1, 2}) {
+        CAPTURE(c.arch);
+        CAPTURE(c.bias);
+        CAPTURE(c.tie_embeddings);
+        CAPTURE(c.sliding_window);
+        CAPTURE(format);
+        CAPTURE(threads);
+        omp_set_num_threads(threads);
+        const test::PrecisionGuard use(format == "bf16" ? kernel::GemmPrecision::bf16
+                                                        : kernel::GemmPrecision::f32);
+        GPT m(c, 5);
+        draw(m, 6);
+        m.eval();
+        NoGradGuard no_grad;
+        const DecodingWeights decoding(
+            m, format == "q8_0" ? std::optional(WeightFormat::q8_0) : std::nullopt);
+        REQUIRE(decoding.active());
+        REQUIRE(Decoder::unsupported(m).empty());
+        Generator g(7);
+        // A window model decodes past block_size too.
+        const int64_t steps = c.sliding_window > 0 ? 2 * c.block_size : c.block_size - 6;
+        const Tensor ids = randint({1, 5 + steps}, 0, c.vocab_size, g);
+        std::vector<KVCache> caches;
+        Tensor want = m.forward(kernel::narrow(ids, 1, 0, 5), Tensor(), nullptr, &caches).logits;
+        Decoder d(m);
+        d.start(caches);
+        CHECK(d.position() == 5);
+        bool same = true;
+        for (int64_t t = 5; t < 5 + steps && same; ++t) {
+          const int64_t token = ids.data<int64_t>()[t];
+          want = m.forward(kernel::narrow(ids, 1, t, 1), Tensor(), nullptr, &caches).logits;
+          const float* got = d.step(token);
+          same = std::memcmp(got, want.data<float>(), c.vocab_size * sizeof(float)) == 0;
+          CAPTURE(t);
+          CHECK(same);
+        }
+        CHECK(d.position() == 5 + steps);
+        // finish() hands the positions back: GPT::forward continues from them as from its
+        // own caches (a window model: a token past block_size).
+        std::vector<KVCache> handed;
+        d.finish(handed);
+        REQUIRE(handed.size() == caches.size());
+        CHECK(handed[0].position == caches[0].position);
+        CHECK(handed[0].length() == caches[0].length());
+        const Tensor next = full({1, 1}, 3.0, DType::I64);
+        {
+          const Tensor a = m.forward(next, Tensor(), nullptr, &caches).logits;
+          const Tensor b = m.forward(next, Tensor(), nullptr, &handed).logits;
+          CHECK(test::bit_identical(a, b));
+        }
+      }
+  omp_set_num_threads(before);
+}
+
+TEST_CASE("Decoder says what it does not take, and refuses a position past the context") {
+  GPT m(llama_config(0, false), 5);
+  draw(m, 6);
+  CHECK(Decoder::unsupported(m) == "the model is in training mode");
+  m.eval();
+  NoGradGuard no_grad;
+  // Without decoding weights, the products have nothing to read.
+  CHECK(Decoder::unsupported(m).find("has no decoding weights") != std::string::npos);
+  {
+    const DecodingWeights decoding(m);
+    CHECK(Decoder::unsupported(m).empty());
+    (*m.transformer->h)[1].attn->replace_head[0] = zeros({16});
+    CHECK(Decoder::unsupported(m) == "layer 1 has a replaced head");
+    (*m.transformer->h)[1].attn->replace_head.clear();
+    // Made under f32 products, read under bf16 ones: not the format they would read.
+    {
+      const test::PrecisionGuard use(kernel::GemmPrecision::bf16);
+      CHECK(Decoder::unsupported(m).find("decoding weights are f32, the products now bf16") !=
+            std::string::npos);
+    }
+    // Past block_size (40) without a window.
+    Decoder d(m);
+    std::vector<KVCache> caches;
+    const Tensor ids = zeros({1, 40}, DType::I64);
+    (void)m.forward(ids, Tensor(), nullptr, &caches);
+    d.start(caches);
+    test::check_error([&] { d.step(1); }, "exceeds block_size 40");
+    test::check_error([&] { d.step(300); }, "token id 300");
+  }
+  // A LoRA adapter on a product.
+  GPTConfig lc = llama_config(0, false);
+  lc.lora_rank = 2;
+  GPT lora(lc, 5);
+  lora.eval();
+  const DecodingWeights decoding(lora);
+  CHECK(Decoder::unsupported(lora).find("has an adapter on") != std::string::npos);
+}
