@@ -329,6 +329,7 @@ Xxh64::Xxh64(uint64_t seed) : seed_(seed) {
 }
 
 void Xxh64::add(const void* data, size_t n) {
+  if (n == 0) return;  // data may be null then
   const auto* p = static_cast<const unsigned char*>(data);
   total_ += n;
   if (held_n_ > 0) {  // finish the held stripe first

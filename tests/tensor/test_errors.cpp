@@ -202,7 +202,7 @@ TEST_CASE("xxh64 agrees with xxhsum on every length to 300 and on 1 MB") {
     const std::string name = "b" + std::to_string(n);
     FILE* f = std::fopen((dir / name).c_str(), "wb");
     REQUIRE(f);
-    REQUIRE(std::fwrite(b.data(), 1, b.size(), f) == b.size());
+    REQUIRE((b.empty() || std::fwrite(b.data(), 1, b.size(), f) == b.size()));
     std::fclose(f);
     cmd += " " + name;
   }
