@@ -64,8 +64,23 @@ inline __m512 set1_acc_or_pair(float x) {
   if (x == 1e-7f) return _mm512_castsi512_ps(_mm512_set1_epi32(0x35803580));     // 2^-20 twice
   return _mm512_set1_ps(x);
 }
+// Twice the chains: vdpbf16ps's latency is longer than the FMA's, and 12 chains reach only
+// about 92% of its rate on Zen 5 (16 reach all of it; measured 2026-12-07). So 24 chains,
+// iters / 2 steps: the same 12 x iters instructions the caller counts.
 float chains_bf16(int64_t iters, float seed) {
-  ATTEND_PEAK_CHAINS(__m512, set1_acc_or_pair, dp_bf16, _mm512_storeu_ps, 16)
+  __m512 c[24];
+  for (int i = 0; i < 24; ++i) c[i] = _mm512_set1_ps(seed + static_cast<float>(i));
+  const __m512 a = set1_acc_or_pair(0.999999f), b = set1_acc_or_pair(1e-7f);
+  for (int64_t k = 0; k < iters / 2; ++k) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) c[i] = dp_bf16(c[i], a, b);
+  }
+  // Every chain feeds the result, so none is optimised away (and nothing is stored a step).
+  __m512 s = c[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, c[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0] + out[15];
 }
 #endif
 

@@ -80,7 +80,7 @@ struct Product {
   bool bf16 = false;
   Bf16Path path = Bf16Path::scalar;
   // A unit of work is `step` adjacent tiles of one row panel: two with the AVX-512 f32
-  // kernel (one 6 x 32 tile), else one.
+  // kernel (one 6 x 32 tile), four with vdpbf16ps (6 x 64), else one.
   int64_t step = 1;
 
   int64_t m_panels() const { return (M + MR - 1) / MR; }
@@ -102,10 +102,17 @@ struct Product {
   }
 
   // A's rows [r0, r0 + rows) packed into `out`, and under bf16 each panel rounded: pairs for
-  // the native and scalar kernels, swapped rounded rows for the AVX2 emulation.
+  // the native kernel (in one pass) and the scalar one, swapped rounded rows for the AVX2
+  // emulation.
   void pack_a_block(int64_t r0, int64_t rows, int64_t kc, int64_t pc, T* out) const {
-    pack_a(rows, kc, pc, MatrixRef<T>{A.data + r0 * A.row_stride, A.row_stride, A.col_stride}, out,
-           false);
+    const MatrixRef<T> a{A.data + r0 * A.row_stride, A.row_stride, A.col_stride};
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16 && path == Bf16Path::native) {
+        pack_a_bf16(rows, kc, pc, a, out);  // in one pass
+        return;
+      }
+    }
+    pack_a(rows, kc, pc, a, out, false);
     if constexpr (std::is_same_v<T, float>) {
       if (!bf16) return;
       for (int64_t q = 0; q < (rows + MR - 1) / MR; ++q) {
@@ -179,7 +186,7 @@ void run_serial(const Product<T>& p) {
   T* b_pack = p.pre ? nullptr
                     : b_buffer.get<T>(std::min(NC, (p.N + NR - 1) / NR * NR) * std::min(KC, p.K));
   T* a_pack = a_buffer.get<T>(p.m_panels() * MR * std::min(KC, p.K));
-  alignas(64) T acc[MR * 2 * NR];
+  alignas(64) T acc[MR * 4 * NR];
   for (int64_t jc = 0; jc < p.N; jc += NC) {
     const int64_t nc = std::min(NC, p.N - jc);
     const int64_t n_panels = (nc + NR - 1) / NR;
@@ -215,7 +222,7 @@ void run_parallel(const Product<T>& p) {
 #pragma omp parallel num_threads(max_threads())
   {
     const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
-    alignas(64) T acc[MR * 2 * NR];
+    alignas(64) T acc[MR * 4 * NR];
     for (int64_t jc = 0; jc < N; jc += NC) {
       const int64_t nc = std::min(NC, N - jc);
       const int64_t n_panels = (nc + NR - 1) / NR, n_units = (n_panels + step - 1) / step;
@@ -266,7 +273,7 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
   if constexpr (std::is_same_v<T, float>) {
     p.bf16 = g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
     p.path = p.bf16 ? bf16_path() : Bf16Path::scalar;
-    p.step = g_kernel.load() == GemmKernel::avx512 ? 2 : 1;
+    p.step = g_kernel.load() == GemmKernel::avx512 ? (p.path == Bf16Path::native ? 4 : 2) : 1;
     // A few rows against a transposed weight (a token at a time): no packing, same bits, in
     // f32 and in bf16.
     if (!pre && few_rows_applies(M, N, K, A, B)) {

@@ -254,6 +254,64 @@ inline void pack_b_bf16(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRe
   }
 }
 
+// A's rows [0, rows) x [pc, pc + kc) straight into pair panels (the layout above: the native
+// and scalar kernels'), for AVX-512 CPUs: each value read once and each word written once,
+// where packing in f32 and then pairing the panel in place (panel_to_bf16) writes and reads
+// every value again. A row-major A (column stride 1: a forward's x, dX's dY): sixteen k of
+// each of a panel's six rows rounded in registers and narrowed to eight pair words, the
+// six rows of words through pack_a_rows_6x8's register transpose (it moves 32-bit lanes, so
+// words as well as floats), the last kc % 16 by the same rounding into a scratch and out one
+// by one. A transposed A (row stride 1: dW's dY^T): a panel's six values at one k are
+// adjacent, so each pair of k rows is one bf16_pairs_x16 of width six. A partial last panel,
+// or other strides, through pack_a and panel_to_bf16. The same words as those two passes
+// (bf16_round_x16 gives bf16_bits' bits; the twin tests compare every kernel's products).
+__attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows, int64_t kc,
+                                                                    int64_t pc, MatrixRef<float> A,
+                                                                    float* out) {
+  const int64_t panels = (rows + MR - 1) / MR, pairs = (kc + 1) / 2;
+  for (int64_t q = 0; q < panels; ++q) {
+    float* dst = out + q * kc * MR;
+    auto* d = reinterpret_cast<uint32_t*>(dst);
+    const bool whole = q * MR + MR <= rows;
+    if (whole && A.row_stride == 1) {
+      const float* src = A.data + q * MR + pc * A.col_stride;
+      for (int64_t p = 0; p < pairs; ++p) {
+        const float* lo = src + 2 * p * A.col_stride;
+        bf16_pairs_x16(lo, 2 * p + 1 < kc ? lo + A.col_stride : nullptr, MR, d + p * MR);
+      }
+      continue;
+    }
+    if (!whole || A.col_stride != 1) {
+      pack_a(std::min(MR, rows - q * MR), kc, pc,
+             MatrixRef<float>{A.data + q * MR * A.row_stride, A.row_stride, A.col_stride}, dst,
+             false);
+      panel_to_bf16(dst, kc, MR, Bf16Path::native);
+      continue;
+    }
+    alignas(64) uint32_t tmp[MR][8];
+    const float* row[MR];
+    for (int64_t i = 0; i < MR; ++i) row[i] = A.data + (q * MR + i) * A.row_stride + pc;
+    for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+      const int64_t n = std::min<int64_t>(16, kc - k0);
+      const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+      for (int64_t i = 0; i < MR; ++i) {
+        const __m512i r = bf16_round_x16(_mm512_maskz_loadu_epi32(m, row[i] + k0));
+        // the high halves (the bf16 bits), sixteen of them side by side: eight pair words
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp[i]),
+                           _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, r, 16)));
+      }
+      if (n == 16) {
+        const float* t[MR];
+        for (int64_t i = 0; i < MR; ++i) t[i] = reinterpret_cast<const float*>(tmp[i]);
+        pack_a_rows_6x8(t, dst + k0 / 2 * MR);
+        continue;
+      }
+      for (int64_t p = 0; p < (n + 1) / 2; ++p)
+        for (int64_t i = 0; i < MR; ++i) d[(k0 / 2 + p) * MR + i] = tmp[i][p];
+    }
+  }
+}
+
 // A's panel for the AVX2 emulation (the layout in the header comment), in place: every value
 // rounded to bf16 and kept as f32, then rows 2p and 2p+1 swapped for each whole pair.
 __attribute__((target("avx2"))) inline void panel_to_bf16_swapped(float* panel, int64_t kc,
@@ -406,10 +464,49 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x32(
   store_tile(c, out, ld, add);
 }
 
-// `panels` (1 or 2) adjacent 6 x 16 tiles of bf16 products from packed pair panels (B's
-// panels `bs` elements apart), by the kernel the path names: AVX512_BF16's (one 6 x 32 tile
-// for two panels), the AVX2 emulation (it reads A's panel as swapped rounded rows) or the
-// scalar one. Written to `out` (row stride ld), or added to it with `add`.
+// vdpbf16ps on MR x 64 (four adjacent panels, b0 .. b0 + 3 bs): 24 accumulators. On Zen 5
+// vdpbf16ps needs about 16 independent sums in flight to issue two a cycle (its latency is
+// longer than the f32 FMA's): 12 reach 92% of that rate, 16 and more all of it (measured,
+// docs/numbers.md 2026-12-07). Each element's sum is the same chain as in the narrower
+// tiles, so the same bits.
+#define ATTEND_BF16_ROW(i)                                                   \
+  ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i]));                 \
+  c##i##0 = _mm512_dpbf16_ps(c##i##0, ai, x0);                              \
+  c##i##1 = _mm512_dpbf16_ps(c##i##1, ai, x1);                              \
+  c##i##2 = _mm512_dpbf16_ps(c##i##2, ai, x2);                              \
+  c##i##3 = _mm512_dpbf16_ps(c##i##3, ai, x3)
+__attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x64(
+    int64_t kc2, const uint32_t* a, const uint32_t* b0, int64_t bs, float* out, int64_t ld,
+    bool add) {
+  const uint32_t *b1 = b0 + bs, *b2 = b1 + bs, *b3 = b2 + bs;
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
+  __m512 c10 = c00, c11 = c00, c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+  __m512 c30 = c00, c31 = c00, c32 = c00, c33 = c00, c40 = c00, c41 = c00, c42 = c00, c43 = c00;
+  __m512 c50 = c00, c51 = c00, c52 = c00, c53 = c00;
+  for (int64_t p = 0; p < kc2; ++p, a += MR) {
+    const __m512bh x0 = (__m512bh)_mm512_loadu_si512(b0 + 16 * p),
+                   x1 = (__m512bh)_mm512_loadu_si512(b1 + 16 * p),
+                   x2 = (__m512bh)_mm512_loadu_si512(b2 + 16 * p),
+                   x3 = (__m512bh)_mm512_loadu_si512(b3 + 16 * p);
+    __m512bh ai;
+    ATTEND_BF16_ROW(0);
+    ATTEND_BF16_ROW(1);
+    ATTEND_BF16_ROW(2);
+    ATTEND_BF16_ROW(3);
+    ATTEND_BF16_ROW(4);
+    ATTEND_BF16_ROW(5);
+  }
+  const __m512 c[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  store_tile(c, out, ld, add);
+  const __m512 d[MR][2] = {{c02, c03}, {c12, c13}, {c22, c23}, {c32, c33}, {c42, c43}, {c52, c53}};
+  store_tile(d, out + 32, ld, add);
+}
+#undef ATTEND_BF16_ROW
+
+// `panels` (1 to 4; more than 2 only on the native path) adjacent 6 x 16 tiles of bf16
+// products from packed pair panels (B's panels `bs` elements apart), by the kernel the path
+// names: AVX512_BF16's (one 6 x 64 tile for four panels, 6 x 32 for two), the AVX2
+// emulation (it reads A's panel as swapped rounded rows) or the scalar one. Written to `out` (row stride ld), or added to it with `add`.
 inline void micro_bf16_tiles(Bf16Path path, int64_t kc, const float* a_panel,
                              const float* b_panel, int64_t bs, int64_t panels, float* out,
                              int64_t ld, bool add) {
@@ -417,8 +514,13 @@ inline void micro_bf16_tiles(Bf16Path path, int64_t kc, const float* a_panel,
   const int64_t kc2 = (kc + 1) / 2;
   const auto* a2 = reinterpret_cast<const uint32_t*>(a_panel);
   const auto* b2 = reinterpret_cast<const uint32_t*>(b_panel);
-  if (path == Bf16Path::native && panels == 2) {
+  if (path == Bf16Path::native && panels >= 2) {
+    if (panels == 4) {
+      micro_bf16_6x64(kc2, a2, b2, bs, out, ld, add);
+      return;
+    }
     micro_bf16_6x32(kc2, a2, b2, b2 + bs, out, ld, add);
+    if (panels == 3) micro_bf16_6x16(kc2, a2, b2 + 2 * bs, out + 2 * NR, ld, add);
     return;
   }
   if (path == Bf16Path::avx512 && panels == 2) {

@@ -68,12 +68,15 @@ std::vector<float> twin(const std::vector<float>& a, const std::vector<float>& b
   return c;
 }
 
-// Values spread over many binades, with exact cancellations and tiny products (flushes).
+// Values spread over many binades, with exact cancellations, tiny products (flushes),
+// f32 subnormals (read as zeros when rounded) and exact ties of the rounding.
 std::vector<float> spread(int64_t n, Generator& g) {
   std::vector<float> v = randn({n}, g).to_vector<float>();
   for (size_t i = 0; i < v.size(); ++i) {
     if (i % 7 == 3) v[i] *= 1e-20f;  // products near and below f32's smallest normal
     if (i % 11 == 5) v[i] = -v[i - 1];
+    if (i % 13 == 7) v[i] = from_bits((bits(v[i]) & 0x807fffffu) | 1u);  // a subnormal
+    if (i % 17 == 9) v[i] = from_bits((bits(v[i]) & 0xffff0000u) | 0x8000u);  // a tie
   }
   return v;
 }
@@ -116,12 +119,15 @@ namespace {
 
 // Each kernel's products on odd sizes against the twin, bit for bit, with B row-major and
 // with B = W^T (a Linear's weight read through strides: packed through 8x8 transposes, a
-// block's last kc % 8 rows and partial panels apart).
+// block's last kc % 8 rows and partial panels apart), and with A row-major and transposed
+// (dW's dY^T: a panel's rows adjacent at each k). N runs through every width of the
+// native kernel's units of four 16-wide panels, whole and clipped: 1, 2 (33), 3 (48), 4
+// (64), 4 + 3 whole (112) and clipped (100).
 void check_twin(const std::vector<k::GemmKernel>& kernels) {
   Generator g(71);
   const PrecisionGuard bf16(k::GemmPrecision::bf16);
   for (int64_t M : {1, 6, 13, 97})
-    for (int64_t N : {1, 16, 33, 100})
+    for (int64_t N : {1, 16, 33, 48, 64, 100, 112})
       for (int64_t K : {1, 2, 7, 13, 256, 257, 270, 600}) {
         CAPTURE(M);
         CAPTURE(N);
@@ -131,11 +137,13 @@ void check_twin(const std::vector<k::GemmKernel>& kernels) {
         const Tensor b = tensor(std::vector<double>(bv.begin(), bv.end()), {K, N});
         const auto want = twin(a.to_vector<float>(), b.to_vector<float>(), M, N, K);
         const Tensor w = k::contiguous(k::transpose(b, 0, 1));  // (N, K): b = w^T
+        const Tensor at = k::contiguous(k::transpose(a, 0, 1));  // (K, M): a = at^T
         for (const auto kern : kernels) {
           const KernelGuard use(kern);
           CAPTURE(std::string(k::gemm_kernel_name(k::gemm_kernel())));
           check_bits(k::matmul(a, b), want);
           check_bits(k::matmul(a, k::transpose(w, 0, 1)), want);
+          check_bits(k::matmul(k::transpose(at, 0, 1), b), want);  // A read down its columns
         }
       }
 }
