@@ -14,29 +14,17 @@ using autograd::Needs;
 
 namespace {
 
-// Linear's dW = g2^T x, (outs, in), for an x kept as bf16 (tensor/kernels/kept_operand.h): x's f32
-// values are made a run of whole K blocks of rows at a time (about 1 MB, at least one
-// block) and each run's product added into dW. Runs start at multiples of kGemmKBlock, so
-// these are the bits of one product over all rows (tensor/kernels/gemm.h), and backward
-// never holds x in f32 whole (the baby GPT's MLP c_proj input: 12.6 MB; its step's peak
-// fell 2.4 MB, docs/numbers.md, 2026-12-05 second sitting).
+// Linear's dW = g2^T x, (outs, in), for an x kept as bf16 (tensor/kernels/kept_operand.h):
+// one product whose B panels are packed from x's bf16 bits (kernel::gemm_bf16_bits_b), the
+// bits of the product on x's f32 values; x is never widened (it was, a run of ~1 MB of rows
+// at a time, until 2026-12-07: 1.5% of the baby GPT's bf16 step, docs/numbers.md).
 Tensor weight_grad_from_bf16(const Tensor& g2, const kernel::KeptOperand& x,
                              int64_t outs, int64_t in) {
-  const int64_t R = x.num_rows();
-  const int64_t run =
-      kernel::kGemmKBlock *
-      std::max<int64_t>(1, (int64_t{1} << 18) / (kernel::kGemmKBlock * std::max<int64_t>(in, 1)));
   Tensor gw = empty({outs, in}, DType::F32);
-  const float* g = g2.data<float>();
   const int64_t rs = g2.strides()[0], cs = g2.strides()[1];
-  for (int64_t r0 = 0;; r0 += run) {
-    const int64_t r1 = std::min(R, r0 + run);
-    const Tensor xr = x.rows(r0, r1);
-    // A = g2^T's columns [r0, r1): element (i, r) is g2[r0 + r, i]
-    kernel::gemm<float>(outs, in, r1 - r0, {g + r0 * rs, cs, rs}, {xr.data<float>(), in, 1},
-                        gw.data<float>(), in, /*parallel=*/true, /*accumulate=*/r0 > 0);
-    if (r1 == R) break;
-  }
+  // A = g2^T: element (i, r) is g2[r, i]
+  kernel::gemm_bf16_bits_b(outs, in, x.num_rows(), {g2.data<float>(), cs, rs}, x.bits(), in,
+                           gw.data<float>(), in);
   return gw;
 }
 

@@ -79,6 +79,9 @@ struct Product {
   // was rounded by pack_b_all under the same precision). Never for f64.
   bool bf16 = false;
   Bf16Path path = Bf16Path::scalar;
+  // bf16 only: B given as bf16 bits (row-major, row stride b_ld) instead of through B.
+  const uint16_t* b_bits = nullptr;
+  int64_t b_ld = 0;
   // A unit of work is `step` adjacent tiles of one row panel: two with the AVX-512 f32
   // kernel (one 6 x 32 tile), four with vdpbf16ps (6 x 64), else one.
   int64_t step = 1;
@@ -93,6 +96,10 @@ struct Product {
   // pass where B's layout allows, gemm_bf16.h).
   void pack_b_block(int64_t nc, int64_t kc, int64_t pc, int64_t jc, T* out) const {
     if constexpr (std::is_same_v<T, float>) {
+      if (b_bits) {
+        pack_b_bits(nc, kc, pc, jc, b_bits, b_ld, out);
+        return;
+      }
       if (bf16) {
         pack_b_bf16(nc, kc, pc, jc, B, out, path);
         return;
@@ -261,7 +268,8 @@ void run_parallel(const Product<T>& p) {
 
 template <typename T>
 void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
-               bool parallel, bool accumulate, const T* pre, int64_t pre_K, int64_t pre_N) {
+               bool parallel, bool accumulate, const T* pre, int64_t pre_K, int64_t pre_N,
+               const uint16_t* b_bits = nullptr, int64_t b_ld = 0) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (accumulate) return;
@@ -274,9 +282,10 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
     p.bf16 = g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
     p.path = p.bf16 ? bf16_path() : Bf16Path::scalar;
     p.step = g_kernel.load() == GemmKernel::avx512 ? (p.path == Bf16Path::native ? 4 : 2) : 1;
+    p.b_bits = b_bits, p.b_ld = b_ld;
     // A few rows against a transposed weight (a token at a time): no packing, same bits, in
     // f32 and in bf16.
-    if (!pre && few_rows_applies(M, N, K, A, B)) {
+    if (!pre && !b_bits && few_rows_applies(M, N, K, A, B)) {
       gemm_few_rows(M, N, K, A, B, C, ldc, parallel, accumulate, p.bf16);
       return;
     }
@@ -296,6 +305,14 @@ template <typename T>
 void gemm(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
           bool parallel, bool accumulate) {
   gemm_impl<T>(M, N, K, A, B, C, ldc, parallel, accumulate, nullptr, 0, 0);
+}
+
+void gemm_bf16_bits_b(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
+                      int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  ATTEND_INTERNAL_CHECK(g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16,
+                        "gemm_bf16_bits_b: bf16 bits as B under f32 products");
+  gemm_impl<float>(M, N, K, A, MatrixRef<float>{nullptr, 0, 0}, C, ldc, true, accumulate, nullptr,
+                   0, 0, B, ldb);
 }
 
 template <typename T>

@@ -83,6 +83,14 @@ void gemm_bf16_weight_t(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, con
 void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* W,
                       float* C, int64_t ldc, bool accumulate = false);
 
+// Under bf16 products only: C (M, N) = A (M, K) @ B, B (K, N) given as bf16 bits, row-major
+// with row stride ldb (a tensor kept for backward as bf16, kept_operand.h: Linear's x in
+// dW = dY^T x). gemm's bits on B's f32 values (rounding a bf16 value to bf16 gives its bits
+// back), at any thread count, without widening B: its panels are packed from the bits. With
+// `accumulate`, C += the product. An internal error under f32 products.
+void gemm_bf16_bits_b(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
+                      int64_t ldb, float* C, int64_t ldc, bool accumulate = false);
+
 // The plain triple loop, accumulating in double: the test oracle.
 template <typename T>
 void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc);

@@ -312,6 +312,43 @@ __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows
   }
 }
 
+// B's panels [jc, jc + nc) x [pc, pc + kc) as pair words from bf16 bits (row-major, row
+// stride ld), for every path (they all read B's pairs): the word of rows k, k + 1 is row k's
+// bits in the low half and row k + 1's in the high half (zero past kc), zeros past nc. No
+// rounding: the bits are bf16 already, and bf16_bits of their f32 values gives them back
+// (to_bf16_bits makes no subnormal, and a NaN it made is already quiet), so the words
+// pack_b_bf16 makes from the widened values.
+__attribute__((target("avx2"))) inline void bits_pairs_x16(const uint16_t* lo, const uint16_t* hi,
+                                                           uint32_t* out) {
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + 8 * h)));
+    const __m256i u =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + 8 * h)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8 * h),
+                        _mm256_or_si256(l, _mm256_slli_epi32(u, 16)));
+  }
+}
+inline void pack_b_bits(int64_t nc, int64_t kc, int64_t pc, int64_t jc, const uint16_t* B,
+                        int64_t ld, float* out) {
+  constexpr int64_t NR = 16;
+  const int64_t panels = (nc + NR - 1) / NR;
+  for (int64_t p2 = 0; p2 < (kc + 1) / 2; ++p2) {
+    const uint16_t* lo = B + (pc + 2 * p2) * ld + jc;
+    const uint16_t* hi = 2 * p2 + 1 < kc ? lo + ld : nullptr;
+    for (int64_t q = 0; q < panels; ++q) {
+      auto* d = reinterpret_cast<uint32_t*>(out + q * kc * NR) + p2 * NR;
+      const int64_t j0 = q * NR, cols = std::min(NR, nc - j0);
+      if (kHasAvx2 && cols == NR && hi) {
+        bits_pairs_x16(lo + j0, hi + j0, d);
+        continue;
+      }
+      for (int64_t j = 0; j < NR; ++j)
+        d[j] = j < cols ? lo[j0 + j] | (hi ? static_cast<uint32_t>(hi[j0 + j]) << 16 : 0u) : 0u;
+    }
+  }
+}
+
 // A's panel for the AVX2 emulation (the layout in the header comment), in place: every value
 // rounded to bf16 and kept as f32, then rows 2p and 2p+1 swapped for each whole pair.
 __attribute__((target("avx2"))) inline void panel_to_bf16_swapped(float* panel, int64_t kc,

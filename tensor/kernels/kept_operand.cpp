@@ -45,15 +45,10 @@ int64_t KeptOperand::num_rows() const {
   return shape_.back() == 0 ? 0 : numel(shape_) / shape_.back();
 }
 
-Tensor KeptOperand::rows(int64_t r0, int64_t r1) const {
+const uint16_t* KeptOperand::bits() const {
   check_precision();
-  ATTEND_INTERNAL_CHECK(half_ && !shape_.empty() && 0 <= r0 && r0 <= r1 && r1 <= num_rows(),
-                        "KeptOperand::rows: rows [", r0, ", ", r1, ") of ", num_rows());
-  const int64_t width = shape_.back();
-  Tensor out = empty({r1 - r0, width}, DType::F32);
-  from_bf16_bits(static_cast<const uint16_t*>(half_->data) + r0 * width, out.data<float>(),
-                 out.numel());
-  return out;
+  ATTEND_INTERNAL_CHECK(half_ != nullptr, "KeptOperand::bits: not kept as bf16");
+  return static_cast<const uint16_t*>(half_->data);
 }
 
 }  // namespace attend::kernel

@@ -31,9 +31,9 @@ class KeptOperand {
   explicit KeptOperand(const Tensor& t);
   // The tensor (contiguous when it was kept as bf16: a fresh f32 copy of the rounded values).
   Tensor get() const;
-  // Kept as bf16 only: rows [r0, r1) of the tensor seen as (rows, last dim), as a fresh
-  // contiguous f32 tensor (r1 - r0, last dim): backward can widen it a block at a time.
-  Tensor rows(int64_t r0, int64_t r1) const;
+  // Kept as bf16 only: the bf16 bits, row-major (num_rows(), last dim), for products that
+  // read them as they are (kernel::gemm_bf16_bits_b): backward never widens them.
+  const uint16_t* bits() const;
   int64_t num_rows() const;
   bool compact() const { return half_ != nullptr; }
   GemmPrecision precision() const { return precision_; }

@@ -179,6 +179,46 @@ TEST_CASE("the bf16 GEMM in AVX-512 FMAs (Intel's choice) gives its scalar twin'
   check_twin({k::GemmKernel::avx512});
 }
 
+TEST_CASE("a bf16 GEMM whose B is bf16 bits gives gemm's bits on their f32 values, every kernel") {
+  Generator g(73);
+  const PrecisionGuard bf16(k::GemmPrecision::bf16);
+  std::vector<k::GemmKernel> kernels{k::GemmKernel::portable, k::GemmKernel::avx2,
+                                     k::GemmKernel::avx512};
+  for (int64_t M : {1, 6, 40})
+    for (int64_t N : {1, 16, 33, 100})
+      for (int64_t K : {1, 7, 256, 600}) {
+        CAPTURE(M);
+        CAPTURE(N);
+        CAPTURE(K);
+        const auto av = spread(M * K, g);
+        std::vector<float> bv = spread(K * N, g);
+        bv[0] = -0.0f;
+        if (bv.size() > 2) bv[2] = std::numeric_limits<float>::infinity();
+        std::vector<uint16_t> bits16(bv.size());
+        k::to_bf16_bits(bv.data(), bits16.data(), static_cast<int64_t>(bv.size()));
+        std::vector<float> widened(bv.size());
+        k::from_bf16_bits(bits16.data(), widened.data(), static_cast<int64_t>(bv.size()));
+        for (const auto kern : kernels) {
+          const KernelGuard use(kern);
+          CAPTURE(std::string(k::gemm_kernel_name(k::gemm_kernel())));
+          for (const bool accumulate : {false, true}) {
+            for (const int threads : {1, 2}) {
+              CAPTURE(threads);
+              const int old = omp_get_max_threads();
+              omp_set_num_threads(threads);
+              std::vector<float> want(static_cast<size_t>(M * N), 0.5f), got = want;
+              k::gemm<float>(M, N, K, {av.data(), K, 1}, {widened.data(), N, 1}, want.data(), N,
+                             true, accumulate);
+              k::gemm_bf16_bits_b(M, N, K, {av.data(), K, 1}, bits16.data(), N, got.data(), N,
+                                  accumulate);
+              omp_set_num_threads(old);
+              CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+            }
+          }
+        }
+      }
+}
+
 TEST_CASE("bf16 GEMM: within f32 rounding of the exact sum of the rounded operands") {
   Generator g(72);
   const PrecisionGuard bf16(k::GemmPrecision::bf16);
