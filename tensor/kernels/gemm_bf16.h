@@ -268,19 +268,47 @@ inline void pack_b_bf16(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRe
 __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows, int64_t kc,
                                                                     int64_t pc, MatrixRef<float> A,
                                                                     float* out) {
-  const int64_t panels = (rows + MR - 1) / MR, pairs = (kc + 1) / 2;
-  for (int64_t q = 0; q < panels; ++q) {
+  const int64_t panels = (rows + MR - 1) / MR;
+  int64_t q = 0;
+  if (A.row_stride == 1) {
+    // Eight whole panels (48 values of a k row, three cache lines) and sixteen k at a time:
+    // the 16 x 48 block copied whole into a scratch (each line read once, in order), then
+    // each panel's eight pair rows made from the scratch and stored together. A panel at a
+    // time read each line in three visits a panel's sweep of k apart, and with row strides
+    // of a few KB the k rows share a few L1 sets, so the line was often gone: this packing
+    // was about 3.6% of the baby GPT's bf16 step, now about 2% (perf; docs/numbers.md,
+    // 2026-12-07). (Eight panels a pair at a time, without the scratch, was slower: its
+    // stores went to eight panels 6 KB apart, a few at a time.)
+    constexpr int64_t G = 8, KB = 16;
+    alignas(64) float block[KB][G * MR];
+    for (int64_t g = 0; q < rows / MR; q += g) {
+      g = std::min(G, rows / MR - q);
+      const __mmask16 m2 = static_cast<__mmask16>((1u << (g * MR - 32 > 0 ? g * MR - 32 : 0)) - 1);
+      const __mmask16 m1 = static_cast<__mmask16>(
+          g * MR >= 32 ? 0xffffu : (1u << (g * MR > 16 ? g * MR - 16 : 0)) - 1);
+      const __mmask16 m0 = static_cast<__mmask16>(g * MR >= 16 ? 0xffffu : (1u << (g * MR)) - 1);
+      const float* src = A.data + q * MR + pc * A.col_stride;
+      for (int64_t k0 = 0; k0 < kc; k0 += KB) {
+        const int64_t n = std::min(KB, kc - k0);
+        for (int64_t r = 0; r < n; ++r) {
+          const float* s = src + (k0 + r) * A.col_stride;
+          _mm512_store_ps(block[r], _mm512_maskz_loadu_ps(m0, s));
+          _mm512_store_ps(block[r] + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+          _mm512_store_ps(block[r] + 32, _mm512_maskz_loadu_ps(m2, s + 32));
+        }
+        for (int64_t j = 0; j < g; ++j) {
+          auto* d = reinterpret_cast<uint32_t*>(out + (q + j) * kc * MR) + k0 / 2 * MR;
+          for (int64_t p = 0; p < (n + 1) / 2; ++p)
+            bf16_pairs_x16(block[2 * p] + j * MR, 2 * p + 1 < n ? block[2 * p + 1] + j * MR : nullptr,
+                           MR, d + p * MR);
+        }
+      }
+    }
+  }
+  for (; q < panels; ++q) {
     float* dst = out + q * kc * MR;
     auto* d = reinterpret_cast<uint32_t*>(dst);
     const bool whole = q * MR + MR <= rows;
-    if (whole && A.row_stride == 1) {
-      const float* src = A.data + q * MR + pc * A.col_stride;
-      for (int64_t p = 0; p < pairs; ++p) {
-        const float* lo = src + 2 * p * A.col_stride;
-        bf16_pairs_x16(lo, 2 * p + 1 < kc ? lo + A.col_stride : nullptr, MR, d + p * MR);
-      }
-      continue;
-    }
     if (!whole || A.col_stride != 1) {
       pack_a(std::min(MR, rows - q * MR), kc, pc,
              MatrixRef<float>{A.data + q * MR * A.row_stride, A.row_stride, A.col_stride}, dst,

@@ -126,7 +126,9 @@ namespace {
 void check_twin(const std::vector<k::GemmKernel>& kernels) {
   Generator g(71);
   const PrecisionGuard bf16(k::GemmPrecision::bf16);
-  for (int64_t M : {1, 6, 13, 97})
+  // M: a partial panel of six rows; one whole; 2, 4, 6 and 16 whole and a partial one (a
+  // transposed A is packed eight whole panels at a time: groups of every width)
+  for (int64_t M : {1, 6, 13, 25, 37, 97})
     for (int64_t N : {1, 16, 33, 48, 64, 100, 112})
       for (int64_t K : {1, 2, 7, 13, 256, 257, 270, 600}) {
         CAPTURE(M);
