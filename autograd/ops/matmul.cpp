@@ -100,13 +100,20 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                "linear: expected input (..., ", w.dim() == 2 ? w.size(1) : -1,
                ") and weight (out, in), got ", shape_str(x.shape()), " and ", shape_str(w.shape()));
   if (w.dtype() == DType::BF16) return linear_bf16_weight(x, w, b);
-  Tensor out = kernel::matmul(x, kernel::transpose(w, 0, 1));  // (..., out), fresh
+  // saves: x (as bf16 under bf16 products: it is only dW's operand, tensor/kernels/kept_operand.h), w
+  kernel::KeptOperand saved_x;  // dW's operand only: not kept for a frozen weight (LoRA's base)
+  Tensor out;  // (..., out), fresh
+  if (autograd::needs_grad({w}) && kernel::KeptOperand::compacts(x) && w.dtype() == DType::F32 &&
+      w.is_contiguous()) {
+    // x's bf16 bits made as the product packs x, not in a second pass (the same bits)
+    out = kernel::KeptOperand::matmul_wt_keeping(x, w, saved_x);
+  } else {
+    out = kernel::matmul(x, kernel::transpose(w, 0, 1));
+    if (autograd::needs_grad({w})) saved_x = kernel::KeptOperand(x);
+  }
   if (b.defined()) kernel::add_(out, b);
   std::vector<Tensor> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
-  // saves: x (as bf16 under bf16 products: it is only dW's operand, tensor/kernels/kept_operand.h), w
-  kernel::KeptOperand saved_x;  // dW's operand only: not kept for a frozen weight (LoRA's base)
-  if (autograd::needs_grad({w})) saved_x = kernel::KeptOperand(x);
   autograd::record("linear", inputs, out,
                    [saved_x, w = w.detach(), has_b = b.defined()](const Tensor& g, const Needs& n) {
                      const int64_t in = w.size(1), outs = w.size(0);

@@ -82,6 +82,8 @@ struct Product {
   // bf16 only: B given as bf16 bits (row-major, row stride b_ld) instead of through B.
   const uint16_t* b_bits = nullptr;
   int64_t b_ld = 0;
+  // bf16 only: A's bf16 bits written here (row-major, row stride K) as A is packed.
+  uint16_t* a_bits = nullptr;
   // A unit of work is `step` adjacent tiles of one row panel: two with the AVX-512 f32
   // kernel (one 6 x 32 tile), four with vdpbf16ps (6 x 64), else one.
   int64_t step = 1;
@@ -111,13 +113,18 @@ struct Product {
   // A's rows [r0, r0 + rows) packed into `out`, and under bf16 each panel rounded: pairs for
   // the native kernel (in one pass) and the scalar one, swapped rounded rows for the AVX2
   // emulation.
-  void pack_a_block(int64_t r0, int64_t rows, int64_t kc, int64_t pc, T* out) const {
+  // With `keep` (the first column block) and a_bits, the rows' bf16 bits [pc, pc + kc) too.
+  void pack_a_block(int64_t r0, int64_t rows, int64_t kc, int64_t pc, T* out,
+                    bool keep = false) const {
     const MatrixRef<T> a{A.data + r0 * A.row_stride, A.row_stride, A.col_stride};
     if constexpr (std::is_same_v<T, float>) {
+      uint16_t* bits = keep && a_bits ? a_bits + r0 * K + pc : nullptr;
       if (bf16 && path == Bf16Path::native) {
-        pack_a_bf16(rows, kc, pc, a, out);  // in one pass
+        pack_a_bf16(rows, kc, pc, a, out, bits, K);  // in one pass
         return;
       }
+      for (int64_t r = 0; bits && r < rows; ++r)  // (a_bits: A.col_stride is 1)
+        for (int64_t k = 0; k < kc; ++k) bits[r * K + k] = bf16_bits(a.data[r * a.row_stride + pc + k]);
     }
     pack_a(rows, kc, pc, a, out, false);
     if constexpr (std::is_same_v<T, float>) {
@@ -205,7 +212,7 @@ void run_serial(const Product<T>& p) {
       } else {
         p.pack_b_block(nc, kc, pc, jc, b_pack);
       }
-      p.pack_a_block(0, p.M, kc, pc, a_pack);
+      p.pack_a_block(0, p.M, kc, pc, a_pack, jc == 0);
       p.rows_blocked(0, p.m_panels(), n_panels, [&](int64_t ip, int64_t jp) {
         p.tile(ip, jp, jc, nc, kc, a_pack + ip * kc * MR, bp, p.b_stride(pc),
                pc == 0 && !p.accumulate, acc);
@@ -249,7 +256,7 @@ void run_parallel(const Product<T>& p) {
                          b_pack + q0 * kc * NR);
 #pragma omp barrier
         if (ib > ia) {
-          p.pack_a_block(ia * MR, std::min(M, ib * MR) - ia * MR, kc, pc, my_a);
+          p.pack_a_block(ia * MR, std::min(M, ib * MR) - ia * MR, kc, pc, my_a, jc == 0);
           auto one = [&](int64_t ip, int64_t jp) {
             p.tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, kc * NR,
                    pc == 0 && !p.accumulate, acc);
@@ -269,7 +276,7 @@ void run_parallel(const Product<T>& p) {
 template <typename T>
 void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc,
                bool parallel, bool accumulate, const T* pre, int64_t pre_K, int64_t pre_N,
-               const uint16_t* b_bits = nullptr, int64_t b_ld = 0) {
+               const uint16_t* b_bits = nullptr, int64_t b_ld = 0, uint16_t* a_bits = nullptr) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (accumulate) return;
@@ -282,10 +289,10 @@ void gemm_impl(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, 
     p.bf16 = g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16;
     p.path = p.bf16 ? bf16_path() : Bf16Path::scalar;
     p.step = g_kernel.load() == GemmKernel::avx512 ? (p.path == Bf16Path::native ? 4 : 2) : 1;
-    p.b_bits = b_bits, p.b_ld = b_ld;
+    p.b_bits = b_bits, p.b_ld = b_ld, p.a_bits = a_bits;
     // A few rows against a transposed weight (a token at a time): no packing, same bits, in
     // f32 and in bf16.
-    if (!pre && !b_bits && few_rows_applies(M, N, K, A, B)) {
+    if (!pre && !b_bits && !a_bits && few_rows_applies(M, N, K, A, B)) {
       gemm_few_rows(M, N, K, A, B, C, ldc, parallel, accumulate, p.bf16);
       return;
     }
@@ -313,6 +320,14 @@ void gemm_bf16_bits_b(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
                         "gemm_bf16_bits_b: bf16 bits as B under f32 products");
   gemm_impl<float>(M, N, K, A, MatrixRef<float>{nullptr, 0, 0}, C, ldc, true, accumulate, nullptr,
                    0, 0, B, ldb);
+}
+
+void gemm_bf16_keep_a(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B,
+                      float* C, int64_t ldc, uint16_t* a_bits) {
+  ATTEND_INTERNAL_CHECK(g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16 &&
+                            A.col_stride == 1,
+                        "gemm_bf16_keep_a: under f32 products, or A's columns not adjacent");
+  gemm_impl<float>(M, N, K, A, B, C, ldc, true, false, nullptr, 0, 0, nullptr, 0, a_bits);
 }
 
 template <typename T>

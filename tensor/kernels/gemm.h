@@ -91,6 +91,13 @@ void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
 void gemm_bf16_bits_b(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
                       int64_t ldb, float* C, int64_t ldc, bool accumulate = false);
 
+// Under bf16 products only: gemm (C = A @ B, not accumulating) that also writes A's bf16
+// bits (to_bf16_bits' values; row-major, row stride K) to a_bits as it packs A, instead of a
+// second pass over A: what a Linear keeps of its input for backward (kept_operand.h). A's
+// columns adjacent (column stride 1). The same C as gemm.
+void gemm_bf16_keep_a(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B,
+                      float* C, int64_t ldc, uint16_t* a_bits);
+
 // The plain triple loop, accumulating in double: the test oracle.
 template <typename T>
 void gemm_naive(int64_t M, int64_t N, int64_t K, MatrixRef<T> A, MatrixRef<T> B, T* C, int64_t ldc);

@@ -265,12 +265,16 @@ inline void pack_b_bf16(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRe
 // adjacent, so each pair of k rows is one bf16_pairs_x16 of width six. A partial last panel,
 // or other strides, through pack_a and panel_to_bf16. The same words as those two passes
 // (bf16_round_x16 gives bf16_bits' bits; the twin tests compare every kernel's products).
+// With `bits` (A's columns adjacent), the rows' bf16 bits are written there too, row r's k
+// at bits[r * ld + k]: a Linear's input kept for backward, made as it is packed.
 __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows, int64_t kc,
                                                                     int64_t pc, MatrixRef<float> A,
-                                                                    float* out) {
+                                                                    float* out,
+                                                                    uint16_t* bits = nullptr,
+                                                                    int64_t ld = 0) {
   const int64_t panels = (rows + MR - 1) / MR;
   int64_t q = 0;
-  if (A.row_stride == 1) {
+  if (A.row_stride == 1 && !bits) {
     // Eight whole panels (48 values of a k row, three cache lines) and sixteen k at a time:
     // the 16 x 48 block copied whole into a scratch (each line read once, in order), then
     // each panel's eight pair rows made from the scratch and stored together. A panel at a
@@ -310,10 +314,14 @@ __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows
     auto* d = reinterpret_cast<uint32_t*>(dst);
     const bool whole = q * MR + MR <= rows;
     if (!whole || A.col_stride != 1) {
-      pack_a(std::min(MR, rows - q * MR), kc, pc,
+      const int64_t n = std::min(MR, rows - q * MR);
+      pack_a(n, kc, pc,
              MatrixRef<float>{A.data + q * MR * A.row_stride, A.row_stride, A.col_stride}, dst,
              false);
       panel_to_bf16(dst, kc, MR, Bf16Path::native);
+      for (int64_t i = 0; bits && i < n; ++i)
+        for (int64_t k = 0; k < kc; ++k)
+          bits[(q * MR + i) * ld + k] = bf16_bits(A.data[(q * MR + i) * A.row_stride + pc + k]);
       continue;
     }
     alignas(64) uint32_t tmp[MR][8];
@@ -325,8 +333,12 @@ __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows
       for (int64_t i = 0; i < MR; ++i) {
         const __m512i r = bf16_round_x16(_mm512_maskz_loadu_epi32(m, row[i] + k0));
         // the high halves (the bf16 bits), sixteen of them side by side: eight pair words
-        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp[i]),
-                           _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, r, 16)));
+        const __m256i h =
+            _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, r, 16));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp[i]), h);
+        if (bits)  // the n values (a masked load of tmp's 32 bytes: no lane past them read)
+          _mm512_mask_storeu_epi16(bits + (q * MR + i) * ld + k0, m,
+                                   _mm512_maskz_loadu_epi16(m, tmp[i]));
       }
       if (n == 16) {
         const float* t[MR];

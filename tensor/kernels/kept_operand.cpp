@@ -13,8 +13,31 @@ std::atomic<bool> g_compact{true};
 bool compact_saves() { return g_compact.load(std::memory_order_relaxed); }
 bool set_compact_saves(bool on) { return g_compact.exchange(on); }
 
+bool KeptOperand::compacts(const Tensor& t) {
+  return compact_saves() && t.dtype() == DType::F32 && gemm_precision() == GemmPrecision::bf16;
+}
+
+Tensor KeptOperand::matmul_wt_keeping(const Tensor& x, const Tensor& w, KeptOperand& kept) {
+  ATTEND_INTERNAL_CHECK(compacts(x) && w.dim() == 2 && w.dtype() == DType::F32 &&
+                            w.is_contiguous() && x.dim() >= 1 && x.size(-1) == w.size(1),
+                        "KeptOperand::matmul_wt_keeping: not an f32 input kept as bf16, or not "
+                        "an (out, in) contiguous f32 weight");
+  const Tensor xc = contiguous(x);
+  const int64_t in = w.size(1), outs = w.size(0), M = xc.numel() / std::max<int64_t>(in, 1);
+  Shape shape = x.shape();
+  shape.back() = outs;
+  Tensor out = empty(shape, DType::F32);
+  kept = KeptOperand();
+  kept.precision_ = GemmPrecision::bf16;
+  kept.shape_ = x.shape();
+  kept.half_ = std::make_shared<Storage>(static_cast<size_t>(xc.numel()) * 2);
+  gemm_bf16_keep_a(M, outs, in, {xc.data<float>(), in, 1}, {w.data<float>(), 1, in},
+                   out.data<float>(), outs, static_cast<uint16_t*>(kept.half_->data));
+  return out;
+}
+
 KeptOperand::KeptOperand(const Tensor& t) : precision_(gemm_precision()) {
-  if (!compact_saves() || t.dtype() != DType::F32 || precision_ != GemmPrecision::bf16) {
+  if (!compacts(t)) {
     full_ = t.detach();
     return;
   }

@@ -29,6 +29,12 @@ class KeptOperand {
   KeptOperand() = default;
   // Keeps t as is, or (bf16 products, f32, compact saves on) its bf16 values.
   explicit KeptOperand(const Tensor& t);
+  // Whether KeptOperand(t) would keep t as bf16 now.
+  static bool compacts(const Tensor& t);
+  // y = x w^T (kernel::matmul(x, w^T)'s bits), w (out, in) contiguous f32, where
+  // compacts(x): x's bf16 bits are written into `kept` as the product packs x (one pass over
+  // x, kernel::gemm_bf16_keep_a), the same bits KeptOperand(x) keeps.
+  static Tensor matmul_wt_keeping(const Tensor& x, const Tensor& w, KeptOperand& kept);
   // The tensor (contiguous when it was kept as bf16: a fresh f32 copy of the rounded values).
   Tensor get() const;
   // Kept as bf16 only: the bf16 bits, row-major (num_rows(), last dim), for products that
