@@ -327,9 +327,15 @@ __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows
     alignas(64) uint32_t tmp[MR][8];
     const float* row[MR];
     for (int64_t i = 0; i < MR; ++i) row[i] = A.data + (q * MR + i) * A.row_stride + pc;
+    // the next panel's rows fetched a panel ahead: each row's piece is only kc floats (1 KB),
+    // too short a stream for the hardware's prefetchers to catch before it ends
+    const bool ahead = (q + 2) * MR <= rows;
     for (int64_t k0 = 0; k0 < kc; k0 += 16) {
       const int64_t n = std::min<int64_t>(16, kc - k0);
       const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+      if (ahead)
+        for (int64_t i = 0; i < MR; ++i)
+          _mm_prefetch(reinterpret_cast<const char*>(row[i] + MR * A.row_stride + k0), _MM_HINT_T0);
       for (int64_t i = 0; i < MR; ++i) {
         const __m512i r = bf16_round_x16(_mm512_maskz_loadu_epi32(m, row[i] + k0));
         // the high halves (the bf16 bits), sixteen of them side by side: eight pair words
