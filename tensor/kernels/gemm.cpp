@@ -256,7 +256,10 @@ void run_parallel(const Product<T>& p) {
                          b_pack + q0 * kc * NR);
 #pragma omp barrier
         if (ib > ia) {
-          p.pack_a_block(ia * MR, std::min(M, ib * MR) - ia * MR, kc, pc, my_a, jc == 0);
+          // A's bits (a_bits) written as it is packed where each row panel is this
+          // thread's alone (by_rows); else below
+          p.pack_a_block(ia * MR, std::min(M, ib * MR) - ia * MR, kc, pc, my_a,
+                         jc == 0 && by_rows);
           auto one = [&](int64_t ip, int64_t jp) {
             p.tile(ip, jp, jc, nc, kc, my_a + (ip - ia) * kc * MR, b_pack, kc * NR,
                    pc == 0 && !p.accumulate, acc);
@@ -268,6 +271,19 @@ void run_parallel(const Product<T>& p) {
           }
         }
 #pragma omp barrier
+      }
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      // A share of tiles may begin or end inside a row panel, which two threads then pack:
+      // each writes the bits of the row panels whose first tile (of the first column
+      // block) is its, every row once.
+      if (p.a_bits && m_panels < 4 * nt) {
+        const int64_t n_units = ((std::min(NC, N) + NR - 1) / NR + step - 1) / step;
+        const int64_t t0 = m_panels * n_units * tid / nt, t1 = m_panels * n_units * (tid + 1) / nt;
+        for (int64_t ip = (t0 + n_units - 1) / n_units; ip * n_units < t1; ++ip)
+          for (int64_t r = ip * MR; r < std::min(M, ip * MR + MR); ++r)
+            for (int64_t k = 0; k < K; ++k)
+              p.a_bits[r * K + k] = bf16_bits(p.A.data[r * p.A.row_stride + k]);
       }
     }
   }
