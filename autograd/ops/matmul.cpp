@@ -100,7 +100,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                "linear: expected input (..., ", w.dim() == 2 ? w.size(1) : -1,
                ") and weight (out, in), got ", shape_str(x.shape()), " and ", shape_str(w.shape()));
   if (w.dtype() == DType::BF16) return linear_bf16_weight(x, w, b);
-  // saves: x (as bf16 under bf16 products: it is only dW's operand, tensor/kernels/kept_operand.h), w
+  // saves: x (as bf16 under bf16 products: it is only dW's operand, kept_operand.h), w
   kernel::KeptOperand saved_x;  // dW's operand only: not kept for a frozen weight (LoRA's base)
   Tensor out;  // (..., out), fresh
   if (autograd::needs_grad({w}) && kernel::KeptOperand::compacts(x) && w.dtype() == DType::F32 &&

@@ -124,7 +124,8 @@ struct Product {
         return;
       }
       for (int64_t r = 0; bits && r < rows; ++r)  // (a_bits: A.col_stride is 1)
-        for (int64_t k = 0; k < kc; ++k) bits[r * K + k] = bf16_bits(a.data[r * a.row_stride + pc + k]);
+        for (int64_t k = 0; k < kc; ++k)
+          bits[r * K + k] = bf16_bits(a.data[r * a.row_stride + pc + k]);
     }
     pack_a(rows, kc, pc, a, out, false);
     if constexpr (std::is_same_v<T, float>) {

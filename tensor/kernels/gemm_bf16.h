@@ -262,9 +262,10 @@ inline void pack_b_bf16(int64_t nc, int64_t kc, int64_t pc, int64_t jc, MatrixRe
 // six rows of words through pack_a_rows_6x8's register transpose (it moves 32-bit lanes, so
 // words as well as floats), the last kc % 16 by the same rounding into a scratch and out one
 // by one. A transposed A (row stride 1: dW's dY^T): a panel's six values at one k are
-// adjacent, so each pair of k rows is one bf16_pairs_x16 of width six. A partial last panel,
-// or other strides, through pack_a and panel_to_bf16. The same words as those two passes
-// (bf16_round_x16 gives bf16_bits' bits; the twin tests compare every kernel's products).
+// adjacent; eight panels and sixteen k at a time go through an L1 scratch (below). A
+// partial last panel, or other strides, through pack_a and panel_to_bf16. The same words as
+// those two passes (bf16_round_x16 gives bf16_bits' bits; the twin tests compare every
+// kernel's products).
 // With `bits` (A's columns adjacent), the rows' bf16 bits are written there too, row r's k
 // at bits[r * ld + k]: a Linear's input kept for backward, made as it is packed.
 __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows, int64_t kc,
@@ -287,7 +288,9 @@ __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows
     alignas(64) float block[KB][G * MR];
     for (int64_t g = 0; q < rows / MR; q += g) {
       g = std::min(G, rows / MR - q);
-      const __mmask16 m2 = static_cast<__mmask16>((1u << (g * MR - 32 > 0 ? g * MR - 32 : 0)) - 1);
+      // the masks of the 48 values' three sixteens: the first g * MR values
+      const __mmask16 m2 =
+          static_cast<__mmask16>((1u << (g * MR - 32 > 0 ? g * MR - 32 : 0)) - 1);
       const __mmask16 m1 = static_cast<__mmask16>(
           g * MR >= 32 ? 0xffffu : (1u << (g * MR > 16 ? g * MR - 16 : 0)) - 1);
       const __mmask16 m0 = static_cast<__mmask16>(g * MR >= 16 ? 0xffffu : (1u << (g * MR)) - 1);
@@ -303,8 +306,8 @@ __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows
         for (int64_t j = 0; j < g; ++j) {
           auto* d = reinterpret_cast<uint32_t*>(out + (q + j) * kc * MR) + k0 / 2 * MR;
           for (int64_t p = 0; p < (n + 1) / 2; ++p)
-            bf16_pairs_x16(block[2 * p] + j * MR, 2 * p + 1 < n ? block[2 * p + 1] + j * MR : nullptr,
-                           MR, d + p * MR);
+            bf16_pairs_x16(block[2 * p] + j * MR,
+                           2 * p + 1 < n ? block[2 * p + 1] + j * MR : nullptr, MR, d + p * MR);
         }
       }
     }
@@ -589,7 +592,8 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_bf16_6x64(
 // `panels` (1 to 4; more than 2 only on the native path) adjacent 6 x 16 tiles of bf16
 // products from packed pair panels (B's panels `bs` elements apart), by the kernel the path
 // names: AVX512_BF16's (one 6 x 64 tile for four panels, 6 x 32 for two), the AVX2
-// emulation (it reads A's panel as swapped rounded rows) or the scalar one. Written to `out` (row stride ld), or added to it with `add`.
+// emulation (it reads A's panel as swapped rounded rows) or the scalar one. Written to
+// `out` (row stride ld), or added to it with `add`.
 inline void micro_bf16_tiles(Bf16Path path, int64_t kc, const float* a_panel,
                              const float* b_panel, int64_t bs, int64_t panels, float* out,
                              int64_t ld, bool add) {

@@ -221,44 +221,53 @@ TEST_CASE("a bf16 GEMM whose B is bf16 bits gives gemm's bits on their f32 value
       }
 }
 
-TEST_CASE("a bf16 GEMM that keeps A's bits gives gemm's C and to_bf16_bits' bits, every kernel") {
+namespace {
+
+// gemm_bf16_keep_a under the bf16 kernel b16, with each f32 kernel: gemm's C, and A's bits
+// as to_bf16_bits makes them, at 1 and 2 threads.
+void check_keep_a(k::Bf16Kernel b16) {
   Generator g(74);
   const PrecisionGuard bf16(k::GemmPrecision::bf16);
-  bool native = false;
-  for (const auto b16 : {k::Bf16Kernel::native, k::Bf16Kernel::fma}) {
-    const Bf16KernelGuard use16(b16);
-    if (b16 == k::Bf16Kernel::native && k::gemm_bf16_kernel() != k::Bf16Kernel::native) continue;
-    native |= b16 == k::Bf16Kernel::native;
-    for (const auto kern : {k::GemmKernel::portable, k::GemmKernel::avx2, k::GemmKernel::avx512})
-      for (int64_t M : {1, 3, 13, 97})
-        for (int64_t N : {1, 33, 3100})  // 3100: two column blocks of the GEMM (NC 3072)
-          for (int64_t K : {1, 7, 40, 300}) {
-            if (N == 3100 && (K > 40 || M > 13)) continue;
-            CAPTURE(M);
-            CAPTURE(N);
-            CAPTURE(K);
-            const KernelGuard use(kern);
-            CAPTURE(std::string(k::gemm_kernel_name(k::gemm_kernel())));
-            CAPTURE(static_cast<int>(k::gemm_bf16_kernel()));
-            const auto av = spread(M * K, g), bv = spread(K * N, g);
-            std::vector<uint16_t> want_bits(av.size());
-            k::to_bf16_bits(av.data(), want_bits.data(), static_cast<int64_t>(av.size()));
-            for (const int threads : {1, 2}) {
-              CAPTURE(threads);
-              std::vector<uint16_t> got_bits(av.size(), 0x5555);  // each run writes them all
-              const int old = omp_get_max_threads();
-              omp_set_num_threads(threads);
-              std::vector<float> want(static_cast<size_t>(M * N)), got(want.size(), 7.0f);
-              k::gemm<float>(M, N, K, {av.data(), K, 1}, {bv.data(), N, 1}, want.data(), N, true);
-              k::gemm_bf16_keep_a(M, N, K, {av.data(), K, 1}, {bv.data(), N, 1}, got.data(), N,
-                                  got_bits.data());
-              omp_set_num_threads(old);
-              CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
-              CHECK(want_bits == got_bits);
-            }
+  const Bf16KernelGuard use16(b16);
+  for (const auto kern : {k::GemmKernel::portable, k::GemmKernel::avx2, k::GemmKernel::avx512})
+    for (int64_t M : {1, 3, 13, 97})
+      for (int64_t N : {1, 33, 3100})  // 3100: two column blocks of the GEMM (NC 3072)
+        for (int64_t K : {1, 7, 40, 300}) {
+          if (N == 3100 && (K > 40 || M > 13)) continue;
+          CAPTURE(M);
+          CAPTURE(N);
+          CAPTURE(K);
+          const KernelGuard use(kern);
+          CAPTURE(std::string(k::gemm_kernel_name(k::gemm_kernel())));
+          const auto av = spread(M * K, g), bv = spread(K * N, g);
+          std::vector<uint16_t> want_bits(av.size());
+          k::to_bf16_bits(av.data(), want_bits.data(), static_cast<int64_t>(av.size()));
+          for (const int threads : {1, 2}) {
+            CAPTURE(threads);
+            std::vector<uint16_t> got_bits(av.size(), 0x5555);  // each run writes them all
+            const int old = omp_get_max_threads();
+            omp_set_num_threads(threads);
+            std::vector<float> want(static_cast<size_t>(M * N)), got(want.size(), 7.0f);
+            k::gemm<float>(M, N, K, {av.data(), K, 1}, {bv.data(), N, 1}, want.data(), N, true);
+            k::gemm_bf16_keep_a(M, N, K, {av.data(), K, 1}, {bv.data(), N, 1}, got.data(), N,
+                                got_bits.data());
+            omp_set_num_threads(old);
+            CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+            CHECK(want_bits == got_bits);
           }
-  }
-  if (!native) ATTEND_SKIP("this CPU has no AVX512_BF16: the native kernel's packing was not checked");
+        }
+}
+
+}  // namespace
+
+TEST_CASE("a bf16 GEMM that keeps A's bits gives gemm's C and to_bf16_bits' bits: emulations") {
+  check_keep_a(k::Bf16Kernel::fma);
+}
+
+TEST_CASE("a bf16 GEMM that keeps A's bits gives gemm's C and to_bf16_bits' bits: vdpbf16ps") {
+  if (!k::gemm_has_native_bf16())
+    ATTEND_SKIP("this CPU has no AVX512_BF16: the native kernel's packing was not checked");
+  check_keep_a(k::Bf16Kernel::native);
 }
 
 TEST_CASE("bf16 GEMM: within f32 rounding of the exact sum of the rounded operands") {
