@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 
 #include "tensor/kernels/gemm.h"
@@ -30,13 +31,16 @@ extern std::atomic<GemmKernel> g_kernel;
 // ---- micro-kernels: the MR x NR tile at out (leading dimension ld) = sum_k a[k*MR + i] *
 // b[k*NR + j], or out += that sum when add (the sum finished first, then added once) ----
 
+// Each step one fused multiply-add, written as one (std::fma), as the SIMD kernels take it:
+// `c += a * b` gave those bits only where the compiler chose to fuse it (-O2 with FMA in
+// -march), and an -O1 build's portable kernel differed from the others.
 template <typename T>
 inline void micro_portable(int64_t kc, const T* a, const T* b, T* out, int64_t ld, bool add) {
   constexpr int64_t NR = nr<T>();
   T c[MR][NR] = {};
   for (int64_t k = 0; k < kc; ++k, a += MR, b += NR)
     for (int64_t i = 0; i < MR; ++i)
-      for (int64_t j = 0; j < NR; ++j) c[i][j] += a[i] * b[j];
+      for (int64_t j = 0; j < NR; ++j) c[i][j] = std::fma(a[i], b[j], c[i][j]);
   for (int64_t i = 0; i < MR; ++i)
     for (int64_t j = 0; j < NR; ++j) out[i * ld + j] = add ? out[i * ld + j] + c[i][j] : c[i][j];
 }
