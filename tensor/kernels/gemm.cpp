@@ -123,9 +123,9 @@ struct Product {
         pack_a_bf16(rows, kc, pc, a, out, bits, K);  // in one pass
         return;
       }
-      for (int64_t r = 0; bits && r < rows; ++r)  // (a_bits: A.col_stride is 1)
-        for (int64_t k = 0; k < kc; ++k)
-          bits[r * K + k] = bf16_bits(a.data[r * a.row_stride + pc + k]);
+      // (a_bits: A.col_stride is 1; to_bf16_bits runs serially for a row this short)
+      for (int64_t r = 0; bits && r < rows; ++r)
+        to_bf16_bits(a.data + r * a.row_stride + pc, bits + r * K, kc);
     }
     pack_a(rows, kc, pc, a, out, false);
     if constexpr (std::is_same_v<T, float>) {
@@ -283,8 +283,7 @@ void run_parallel(const Product<T>& p) {
         const int64_t t0 = m_panels * n_units * tid / nt, t1 = m_panels * n_units * (tid + 1) / nt;
         for (int64_t ip = (t0 + n_units - 1) / n_units; ip * n_units < t1; ++ip)
           for (int64_t r = ip * MR; r < std::min(M, ip * MR + MR); ++r)
-            for (int64_t k = 0; k < K; ++k)
-              p.a_bits[r * K + k] = bf16_bits(p.A.data[r * p.A.row_stride + k]);
+            to_bf16_bits(p.A.data + r * p.A.row_stride, p.a_bits + r * K, K);
       }
     }
   }

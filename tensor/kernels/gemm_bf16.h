@@ -323,8 +323,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void pack_a_bf16(int64_t rows
              false);
       panel_to_bf16(dst, kc, MR, Bf16Path::native);
       for (int64_t i = 0; bits && i < n; ++i)
-        for (int64_t k = 0; k < kc; ++k)
-          bits[(q * MR + i) * ld + k] = bf16_bits(A.data[(q * MR + i) * A.row_stride + pc + k]);
+        to_bf16_bits(A.data + (q * MR + i) * A.row_stride + pc, bits + (q * MR + i) * ld, kc);
       continue;
     }
     alignas(64) uint32_t tmp[MR][8];
