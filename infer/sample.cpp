@@ -116,7 +116,8 @@ data::TokenIds generate(const nn::GPT& model, const data::Tokenizer& tok, const 
   const auto t0 = Clock::now();
   const PhiloxKey key = philox_key(o.seed);
   const bool rolling = model.config.window() > 0;
-  Tensor logits = model.forward(ids_tensor(seq, cached), Tensor(), nullptr, &caches).logits;
+  // the head on the prompt's last position only: the others' logits are never read
+  Tensor logits = model.last_logits(ids_tensor(seq, cached), &caches);  // (1, V)
   const auto t1 = Clock::now();
   if (timing) {
     timing->prompt_tokens = static_cast<int64_t>(seq.size() - cached);
@@ -134,8 +135,7 @@ data::TokenIds generate(const nn::GPT& model, const data::Tokenizer& tok, const 
   std::optional<Decoder> decoder;
   if (why.empty()) decoder.emplace(model);
   bool decoding = false;
-  Tensor last =
-      kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
+  Tensor last = kernel::contiguous(kernel::select(logits, 0, 0));
   const float* last_logits = last.data<float>();
   try {
     for (int64_t i = 0; i < o.max_new_tokens; ++i) {
@@ -168,7 +168,7 @@ data::TokenIds generate(const nn::GPT& model, const data::Tokenizer& tok, const 
           last_logits = decoder->step(next);
           continue;
         }
-        logits = model.forward(ids_tensor({next}, 0), Tensor(), nullptr, &caches).logits;
+        logits = model.last_logits(ids_tensor({next}, 0), &caches);
       } else {
         // Past the context of a model without a sliding window: the last block_size tokens
         // again, from position 0 (nanoGPT's crop): positions shift, so the cached keys no
@@ -176,9 +176,9 @@ data::TokenIds generate(const nn::GPT& model, const data::Tokenizer& tok, const 
         data::TokenIds window(seq.end() - T, seq.end());
         caches.clear();
         decoder.reset(), decoding = false;
-        logits = model.forward(ids_tensor(window, 0), Tensor(), nullptr, nullptr).logits;
+        logits = model.last_logits(ids_tensor(window, 0), nullptr);
       }
-      last = kernel::contiguous(kernel::select(kernel::select(logits, 0, 0), 0, logits.size(1) - 1));
+      last = kernel::contiguous(kernel::select(logits, 0, 0));
       last_logits = last.data<float>();
     }
   } catch (...) {

@@ -391,6 +391,11 @@ GPTOutput GPT::forward(const Tensor& idx, const Tensor& targets, std::vector<Att
   return out;
 }
 
+Tensor GPT::last_logits(const Tensor& idx, std::vector<KVCache>* caches) const {
+  const Tensor x = hidden(idx, nullptr, caches);  // (B, T, C)
+  return squeeze(lm_head->forward(narrow(x, 1, x.size(1) - 1, 1)), 1);  // (B, 1, V) -> (B, V)
+}
+
 Tensor GPT::sequence_log_probs(const Tensor& idx, const Tensor& targets) const {
   ATTEND_CHECK(targets.defined() && targets.shape() == idx.shape() && idx.dim() == 2,
                "GPT::sequence_log_probs: expected ids and targets of one shape (B, T), got ",

@@ -193,6 +193,12 @@ class GPT : public Module {
                     std::vector<AttentionTrace>* trace = nullptr,
                     std::vector<KVCache>* caches = nullptr, Taps* taps = nullptr) const;
 
+  // forward's logits at the last position only, (B, V): the LM head on the last row of
+  // hidden(), not on all T (sampling after a prompt needs no other). The same bits as
+  // forward(idx, {}, trace, caches).logits[:, T - 1] in every weight format (the products
+  // give a row the same bits whatever rows come with it).
+  Tensor last_logits(const Tensor& idx, std::vector<KVCache>* caches = nullptr) const;
+
   // forward up to the final norm: (B, T, C), what the LM head reads.
   Tensor hidden(const Tensor& idx, std::vector<AttentionTrace>* trace = nullptr,
                 std::vector<KVCache>* caches = nullptr, Taps* taps = nullptr) const;

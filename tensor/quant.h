@@ -65,9 +65,10 @@ void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* ou
 // 8-lane registers, even and odd blocks) and the scalar twin give the same bits (tested),
 // and so do any thread counts: each output is one thread's, rows of W split in contiguous
 // ranges. `parallel` false keeps it on this thread. The result is the product of the
-// dequantized W and the dequantized Q8_0 rounding of X, up to f32 rounding of the sum;
-// StoredWeight's many-rows path multiplies the same two roundings (so a prompt and the
-// tokens after it see one model).
+// dequantized W and the dequantized Q8_0 rounding of X, up to f32 rounding of the sum.
+// An output's bits do not depend on M or on the other rows of X (a prompt's last row gets
+// what the token alone gets): past 4 rows of X, W's rows go in cache-sized chunks, each
+// passed over by every 4 rows of X, the arithmetic per output unchanged.
 // W: the split layout (q8_0_split of the blocks).
 void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
                float* Y, int64_t ldy, bool parallel);

@@ -149,24 +149,15 @@ bool StoredWeight::multiply_row(const float* x, float* y) const {
   return true;
 }
 
-// A few rows: the Q8_0 product on the split rows where they lie. More (a prompt, an evaluation's
-// window): the blocked GEMM on W dequantized for this product, which reads the blocks once
-// instead of once per 4 rows.
+// Every row count through the Q8_0 product on the split rows where they lie (a prompt's rows
+// pass over W a cache-sized chunk at a time): each row gets the bits it gets alone, so a
+// prompt's last row is the token's.
 Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
   ATTEND_CHECK(x.dtype() == DType::F32, "StoredWeight q8_0: expected an f32 input, got ",
                dtype_name(x.dtype()));
   const Tensor xc = kernel::contiguous(x);
   const int64_t rows = x.numel() / in_;
   const auto* split = static_cast<const uint8_t*>(q8_blocks_->data);
-  if (rows > kFewRows) {
-    // The two roundings the Q8_0 product multiplies (Note [The Q8_0 product]): W's, and
-    // x's to Q8_0 blocks, so a prompt and the tokens after it see the same model.
-    Tensor w = empty({out_, in_}, DType::F32);
-    quant::dequantize_q8_0_split(split, out_, in_, w.data<float>());
-    Tensor xr = kernel::clone(xc);
-    quant::round_to_q8_0(xr.data<float>(), xr.numel());
-    return kernel::matmul(xr, kernel::transpose(w, 0, 1));
-  }
   Shape shape = x.shape();
   shape.back() = out_;
   Tensor out = empty(shape, DType::F32);

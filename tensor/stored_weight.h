@@ -58,7 +58,6 @@ class StoredWeight {
   bool multiply_row(const float* x, float* y) const;
 
  private:
-  static constexpr int64_t kFewRows = 16;  // q8_0: rows taken by the Q8_0 product itself
   Tensor multiply_q8_0(const Tensor& x) const;
   WeightFormat format_;
   int64_t in_ = 0, out_ = 0;

@@ -57,6 +57,16 @@ struct QuantizedRows {
   const int32_t* corrections(int64_t m) const { return corr.data() + m * nbp * 8; }
 };
 
+// Rows m0.. of a QuantizedRows, as the kernels read them (row(m) is row m0 + m).
+struct XRows {
+  const QuantizedRows* q;
+  int64_t m0, nb;
+  XRows(const QuantizedRows& rows, int64_t first) : q(&rows), m0(first), nb(rows.nb) {}
+  const int8_t* row(int64_t m) const { return q->row(m0 + m); }
+  const float* scales(int64_t m) const { return q->scales(m0 + m); }
+  const int32_t* corrections(int64_t m) const { return q->corrections(m0 + m); }
+};
+
 // W in the split layout (Note [Q8_0 rows apart]): row n's biased values and its scales.
 struct SplitRows {
   const uint8_t* values;
@@ -69,7 +79,7 @@ struct SplitRows {
 };
 
 // Rows [n0, n1) of W against up to 4 rows of X, scalar: the Note's lanes spelled out.
-void rows_scalar(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X, const uint8_t* W,
+void rows_scalar(int64_t M, int64_t n0, int64_t n1, const XRows& X, const uint8_t* W,
                  float* Y, int64_t ldy) {
   const int64_t nb = X.nb, row_bytes = nb * kQ8BlockBytes;
   for (int64_t n = n0; n < n1; ++n)
@@ -130,7 +140,7 @@ __attribute__((target("f16c"))) inline float scale_f16c(const uint8_t* b) {
 // W block read once for all M rows of X.
 template <int R, int M>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_vnni_r(
-    int64_t n, const QuantizedRows& X, const SplitRows& W, float* Y, int64_t ldy) {
+    int64_t n, const XRows& X, const SplitRows& W, float* Y, int64_t ldy) {
   const int64_t nb = X.nb;
   __m512 a[R][M];
   for (auto& r : a)
@@ -174,7 +184,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_v
 // 4 rows of W at a time for one or two rows of x, 2 for more (the accumulators, scales and
 // x's registers then fit the 32 zmm registers).
 template <int M>
-void rows_vnni_m(int64_t n0, int64_t n1, const QuantizedRows& X, const SplitRows& W, float* Y,
+void rows_vnni_m(int64_t n0, int64_t n1, const XRows& X, const SplitRows& W, float* Y,
                  int64_t ldy) {
   constexpr int R = M <= 2 ? 4 : 2;
   int64_t n = n0;
@@ -182,7 +192,7 @@ void rows_vnni_m(int64_t n0, int64_t n1, const QuantizedRows& X, const SplitRows
   for (; n < n1; ++n) rows_vnni_r<1, M>(n, X, W, Y, ldy);
 }
 
-void rows_vnni(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X, const SplitRows& W,
+void rows_vnni(int64_t M, int64_t n0, int64_t n1, const XRows& X, const SplitRows& W,
                float* Y, int64_t ldy) {
   switch (M) {  // the accumulators in registers: M known at compile time
     case 1:
@@ -212,7 +222,7 @@ __attribute__((target("avx2,fma"))) float hsum8x2(__m256 a0, __m256 a1) {
 // of 4 products as vpdpbusd. Even blocks accumulate in a0 (the Note's lanes 0-7), odd ones
 // in a1 (lanes 8-15). R rows of W at a time.
 template <int R, int M>
-__attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const QuantizedRows& X,
+__attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const XRows& X,
                                                           const SplitRows& W, float* Y,
                                                           int64_t ldy) {
   const int64_t nb = X.nb;
@@ -245,14 +255,14 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const Quant
 }
 
 template <int M>
-void rows_avx2_m(int64_t n0, int64_t n1, const QuantizedRows& X, const SplitRows& W, float* Y,
+void rows_avx2_m(int64_t n0, int64_t n1, const XRows& X, const SplitRows& W, float* Y,
                  int64_t ldy) {
   int64_t n = n0;
   for (; n + 2 <= n1; n += 2) rows_avx2_r<2, M>(n, X, W, Y, ldy);
   for (; n < n1; ++n) rows_avx2_r<1, M>(n, X, W, Y, ldy);
 }
 
-void rows_avx2(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X, const SplitRows& W,
+void rows_avx2(int64_t M, int64_t n0, int64_t n1, const XRows& X, const SplitRows& W,
                float* Y, int64_t ldy) {
   switch (M) {
     case 1:
@@ -268,7 +278,7 @@ void rows_avx2(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X, const 
 
 // The split layout's rows as blocks again, for the scalar twin on a CPU without the SIMD
 // kernels (the layout is the weight's storage; the twin reads blocks).
-void rows_split_scalar(int64_t M, int64_t n0, int64_t n1, const QuantizedRows& X,
+void rows_split_scalar(int64_t M, int64_t n0, int64_t n1, const XRows& X,
                        const SplitRows& W, float* Y, int64_t ldy) {
   const int64_t nb = X.nb;
   std::vector<uint8_t> blocks(static_cast<size_t>(nb * kQ8BlockBytes));
@@ -286,21 +296,32 @@ const bool kHasF16c = __builtin_cpu_supports("f16c");
 const bool kHasVnni = __builtin_cpu_supports("avx512vnni") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 
-// M rows of X, 4 at a time, each rounded to Q8_0 once; rows(mr, n0, n1, xq, Y) fills rows
-// [n0, n1) of Y's mr rows.
+// M rows of X, each rounded to Q8_0 once; rows(mr, n0, n1, X, Y) fills rows [n0, n1) of
+// Y's mr (<= 4) rows from X's. Each output is one call's, whatever M and the threads: the
+// Note's arithmetic, so a row's bits do not depend on the rows beside it (a prompt's last
+// row is the token's). With more than 4 rows of X, a thread's rows of W go in chunks of
+// about kChunkBytes, and every 4 rows of X pass over a chunk while it is in cache (a
+// prompt reads W once, not once per 4 tokens).
+constexpr int64_t kChunkBytes = 16 << 10;
+
 template <typename Rows>
 void run(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, float* Y, int64_t ldy,
          bool parallel, bool fast, Rows rows) {
-  for (int64_t m0 = 0; m0 < M; m0 += 4) {
-    const int64_t mr = std::min<int64_t>(4, M - m0);
-    const QuantizedRows xq(mr, K, X + m0 * ldx, ldx, fast);
-    auto body = [&](int64_t n0, int64_t n1) { rows(mr, n0, n1, xq, Y + m0 * ldy); };
-    // Threads when a product reads enough of W to pay for them: ~64 K weights per thread.
-    if (parallel && N * K >= (1 << 17))
-      parallel_for(N, std::max<int64_t>(16, (int64_t{1} << 16) / K), body);
-    else
-      body(0, N);
-  }
+  if (M <= 0 || N <= 0) return;
+  const QuantizedRows xq(M, K, X, ldx, fast);
+  const int64_t chunk = M <= 4 ? N : std::max<int64_t>(4, kChunkBytes / K / 4 * 4);
+  auto body = [&](int64_t n0, int64_t n1) {
+    for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+      const int64_t c1 = std::min(n1, c0 + chunk);
+      for (int64_t m0 = 0; m0 < M; m0 += 4)
+        rows(std::min<int64_t>(4, M - m0), c0, c1, XRows(xq, m0), Y + m0 * ldy);
+    }
+  };
+  // Threads when a product reads enough of W to pay for them: ~64 K weights per thread.
+  if (parallel && N * K >= (1 << 17))
+    parallel_for(N, std::max<int64_t>(16, (int64_t{1} << 16) / K), body);
+  else
+    body(0, N);
 }
 
 }  // namespace
@@ -365,7 +386,7 @@ void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* ou
 void gemm_q8_0_reference(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx,
                          const uint8_t* W, float* Y, int64_t ldy) {
   run(M, N, K, X, ldx, Y, ldy, false, false,
-      [&](int64_t mr, int64_t n0, int64_t n1, const QuantizedRows& xq, float* y) {
+      [&](int64_t mr, int64_t n0, int64_t n1, const XRows& xq, float* y) {
         rows_scalar(mr, n0, n1, xq, W, y, ldy);
       });
 }
@@ -376,14 +397,14 @@ void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, con
   const SplitRows w(W, N, K);
   // The SIMD kernels read scales with F16C (every AVX2 CPU made has it; else the twin runs);
   // an AVX-512 CPU without VNNI runs the AVX2 kernel (the same bits).
-  using Fn = void (*)(int64_t, int64_t, int64_t, const QuantizedRows&, const SplitRows&, float*,
+  using Fn = void (*)(int64_t, int64_t, int64_t, const XRows&, const SplitRows&, float*,
                       int64_t);
   const Fn rows = !kHasF16c                                    ? rows_split_scalar
                   : k == kernel::GemmKernel::avx512 && kHasVnni ? rows_vnni
                   : k != kernel::GemmKernel::portable           ? rows_avx2
                                                                 : rows_split_scalar;
   run(M, N, K, X, ldx, Y, ldy, parallel, rows != rows_split_scalar,
-      [&](int64_t mr, int64_t n0, int64_t n1, const QuantizedRows& xq, float* y) {
+      [&](int64_t mr, int64_t n0, int64_t n1, const XRows& xq, float* y) {
         rows(mr, n0, n1, xq, w, y, ldy);
       });
 }

@@ -103,6 +103,54 @@ TEST_CASE("Decoder gives GPT::forward's logits bit for bit, every format, 1 and 
   omp_set_num_threads(before);
 }
 
+TEST_CASE("GPT::last_logits gives forward's last row bit for bit, every format, 1 and 2 threads") {
+  // Prompts of 1, 5 and 24 positions (24: past the few-rows products, through the blocked
+  // ones), from an empty cache and after 3 cached positions; GPT-2 with biases and a GQA
+  // Llama; f32, q8_0 and bf16 decoding weights, and the model's own Linear (no decoding
+  // weights).
+  const GPTConfig gpt2{.vocab_size = 300, .block_size = 40, .n_layer = 2, .n_head = 4,
+                       .n_kv_head = 4, .n_embd = 64, .dropout = 0.0, .bias = true};
+  const int before = omp_get_max_threads();
+  for (const GPTConfig& c : {gpt2, llama_config(0, false)})
+    for (const std::string format : {"f32", "q8_0", "bf16", "plain"})
+      for (const int threads : {1, 2}) {
+        CAPTURE(c.arch);
+        CAPTURE(format);
+        CAPTURE(threads);
+        omp_set_num_threads(threads);
+        const test::PrecisionGuard use(format == "bf16" ? kernel::GemmPrecision::bf16
+                                                        : kernel::GemmPrecision::f32);
+        GPT m(c, 5);
+        draw(m, 6);
+        m.eval();
+        NoGradGuard no_grad;
+        std::optional<DecodingWeights> decoding;
+        if (format != "plain")
+          decoding.emplace(m, format == "q8_0" ? std::optional(WeightFormat::q8_0) : std::nullopt);
+        Generator g(7);
+        const Tensor ids = randint({1, 27}, 0, c.vocab_size, g);
+        for (const int64_t cached : {0, 3})
+          for (const int64_t T : {1, 5, 24}) {
+            CAPTURE(cached);
+            CAPTURE(T);
+            std::vector<KVCache> a, b;
+            if (cached > 0) {
+              (void)m.forward(kernel::narrow(ids, 1, 0, cached), Tensor(), nullptr, &a);
+              (void)m.forward(kernel::narrow(ids, 1, 0, cached), Tensor(), nullptr, &b);
+            }
+            const Tensor prompt = kernel::narrow(ids, 1, cached, T);
+            const Tensor want = m.forward(prompt, Tensor(), nullptr, &a).logits;  // (1, T, V)
+            const Tensor got = m.last_logits(prompt, &b);                          // (1, V)
+            REQUIRE(got.shape() == Shape({1, c.vocab_size}));
+            CHECK(test::bit_identical(got, kernel::select(want, 1, T - 1)));
+            // the caches are forward's too
+            CHECK(test::bit_identical(a[1].k, b[1].k));
+            CHECK(a[1].position == b[1].position);
+          }
+      }
+  omp_set_num_threads(before);
+}
+
 TEST_CASE("Decoder says what it does not take, and refuses a position past the context") {
   GPT m(llama_config(0, false), 5);
   draw(m, 6);

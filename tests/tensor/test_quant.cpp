@@ -87,10 +87,12 @@ TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's b
     ++kernels_run;
     // K / 32 blocks: 1, 8, 3, 9, 2, 4, 24 (16 and 8), 17, 33 (the VNNI kernel takes 16 a
     // time, a pair a register: odd tails and short sixteens); M 1-5 (4 rows of W a time for
-    // 1-2 rows of x, 2 for 3-4); N not a multiple of either.
+    // 1-2 rows of x, 2 for 3-4); N not a multiple of either. Past 4 rows of x, W's rows go in
+    // chunks (K 256: 64 rows, 768: 20, 3072: 4) with a short last one.
     for (const Case c : {Case{1, 8, 32}, Case{1, 300, 256}, Case{3, 97, 96}, Case{4, 1030, 288},
                          Case{5, 64, 64}, Case{17, 33, 128}, Case{1, 4096, 768},
-                         Case{2, 51, 544}, Case{3, 21, 1056}, Case{4, 7, 3072}}) {
+                         Case{2, 51, 544}, Case{3, 21, 1056}, Case{4, 7, 3072},
+                         Case{23, 300, 256}, Case{9, 37, 3072}, Case{62, 101, 768}}) {
       INFO(k::gemm_kernel_name(kind), " M ", c.M, " N ", c.N, " K ", c.K);
       std::vector<float> x(static_cast<size_t>(c.M * c.K)), w(static_cast<size_t>(c.N * c.K));
       for (float& v : x) v = normal(rng);
@@ -180,7 +182,7 @@ TEST_CASE("q8_0 product: the product of the dequantized weights and rounded x, t
     }
 }
 
-TEST_CASE("StoredWeight q8_0: few rows and many rows both give the product of the two roundings") {
+TEST_CASE("StoredWeight q8_0: any rows give each row's bits alone, the product of the two roundings") {
   Generator gen(9);
   const Tensor w = randn({48, 64}, gen);
   const StoredWeight s(w, WeightFormat::q8_0);
@@ -198,6 +200,9 @@ TEST_CASE("StoredWeight q8_0: few rows and many rows both give the product of th
     Tensor xr = k::clone(x);
     quant::round_to_q8_0(xr.data<float>(), xr.numel());
     test::check_close(got, k::matmul(xr, k::transpose(wd, 0, 1)), 1e-5, 1e-5);
+    // a prompt's rows get what each gets alone (a token's product)
+    for (const int64_t r : {int64_t{0}, rows - 1})
+      CHECK(test::bit_identical(k::select(got, 0, r), k::squeeze(s.multiply(k::narrow(x, 0, r, 1)), 0)));
   }
   CHECK_THROWS_WITH_AS(StoredWeight(randn({4, 40}, gen), WeightFormat::q8_0),
                        doctest::Contains("rows a multiple of 32 long"), Error);
