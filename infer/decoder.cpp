@@ -63,7 +63,8 @@ Decoder::Decoder(const nn::GPT& model)
   const std::string why = unsupported(model);
   ATTEND_CHECK(why.empty(), "Decoder: ", why);
   const int64_t kv = KVH_ * HS_;
-  layers_.resize(static_cast<size_t>(model.config.n_layer));
+  layers_ = static_cast<size_t>(model.config.n_layer);
+  kvd_ = kv, stride_ = 2 * model.config.n_layer * kv;
   x_.resize(C_), h_.resize(C_), att_.resize(C_), y_.resize(C_);
   qkv_.resize(C_ + 2 * kv), rot_.resize(qkv_.size());
   mlp_.resize(model.config.gated_mlp() ? 2 * H_ : H_), act_.resize(H_);
@@ -71,12 +72,22 @@ Decoder::Decoder(const nn::GPT& model)
 }
 
 void Decoder::start(const std::vector<nn::KVCache>& caches) {
-  ATTEND_CHECK(caches.size() == layers_.size(), "Decoder: ", caches.size(), " caches for ",
-               layers_.size(), " layers");
+  ATTEND_CHECK(caches.size() == layers_, "Decoder: ", caches.size(), " caches for ", layers_,
+               " layers");
   const int64_t len = caches[0].length();
   length_ = 0;
-  regrow(std::max<int64_t>(16, 2 * (len + 1)));
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  // Without a window, room for the whole context: the rows are never moved again (the
+  // buffer's pages come in as the positions fill it). A window's rows are compacted to the
+  // front when the buffer is full: room for twice the rows a step sees.
+  int64_t rows = window_ > 0 ? std::max<int64_t>(16, 2 * (std::max(len, window_) + 1))
+                             : std::max<int64_t>(len + 1, model_.config.block_size);
+  // a buffer of huge pages is made of whole ones (the rows past the context cost nothing
+  // until touched, and a window's are used)
+  const int64_t row_bytes = stride_ * static_cast<int64_t>(sizeof(float));
+  if (rows * row_bytes >= kHugePageBytes)
+    rows = (rows * row_bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes / row_bytes;
+  regrow(rows);
+  for (size_t l = 0; l < layers_; ++l) {
     const nn::KVCache& c = caches[l];
     ATTEND_CHECK(c.length() == len && c.position == caches[0].position,
                  "Decoder: the layers' caches disagree");
@@ -84,11 +95,12 @@ void Decoder::start(const std::vector<nn::KVCache>& caches) {
     ATTEND_CHECK(c.k.dim() == 4 && c.k.size(0) == 1 && c.k.size(1) == KVH_ && c.k.size(3) == HS_ &&
                      c.k.dtype() == DType::F32,
                  "Decoder: a cache of shape ", shape_str(c.k.shape()));
-    for (const auto& [src, dst] : {std::pair{&c.k, &layers_[l].k}, {&c.v, &layers_[l].v}}) {
+    for (const auto& [src, dst] : {std::pair{&c.k, keys(l)}, {&c.v, values(l)}}) {
       const Tensor s = kernel::contiguous(*src);  // (1, KVH, len, HS)
-      for (int64_t h = 0; h < KVH_; ++h)
-        std::memcpy(dst->get() + h * capacity_ * HS_, s.data<float>() + h * len * HS_,
-                    static_cast<size_t>(len * HS_) * sizeof(float));
+      for (int64_t t = 0; t < len; ++t)
+        for (int64_t h = 0; h < KVH_; ++h)
+          std::memcpy(dst + t * stride_ + h * HS_, s.data<float>() + (h * len + t) * HS_,
+                      static_cast<size_t>(HS_) * sizeof(float));
     }
   }
   length_ = len;
@@ -96,31 +108,28 @@ void Decoder::start(const std::vector<nn::KVCache>& caches) {
 }
 
 void Decoder::finish(std::vector<nn::KVCache>& caches) const {
-  caches.assign(layers_.size(), nn::KVCache());
+  caches.assign(layers_, nn::KVCache());
   if (length_ == 0) return;
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  for (size_t l = 0; l < layers_; ++l) {
     Tensor k = empty({1, KVH_, length_, HS_}), v = empty({1, KVH_, length_, HS_});
-    for (auto [dst, src] : {std::pair{&k, &layers_[l].k}, {&v, &layers_[l].v}})
+    for (auto [dst, src] : {std::pair{&k, keys(l)}, {&v, values(l)}})
       for (int64_t h = 0; h < KVH_; ++h)
-        std::memcpy(dst->data<float>() + h * length_ * HS_,
-                    src->get() + (h * capacity_ + start_) * HS_,
-                    static_cast<size_t>(length_ * HS_) * sizeof(float));
+        for (int64_t t = 0; t < length_; ++t)
+          std::memcpy(dst->data<float>() + (h * length_ + t) * HS_,
+                      src + (start_ + t) * stride_ + h * HS_,
+                      static_cast<size_t>(HS_) * sizeof(float));
     caches[l].append(k, v, window_);  // at most W rows: all kept
     caches[l].position = position_;
   }
 }
 
-// As nn::KVCache::append: when full, the kept rows move to the front of arrays with room for
-// twice the rows needed (a sliding window's stay at most 2 (W + 1) rows).
+// A buffer of `capacity` rows, the kept ones first (as nn::KVCache::append compacts).
 void Decoder::regrow(int64_t capacity) {
-  for (Layer& l : layers_)
-    for (std::unique_ptr<float[]>* a : {&l.k, &l.v}) {
-      std::unique_ptr<float[]> fresh(new float[static_cast<size_t>(KVH_ * capacity * HS_)]);
-      for (int64_t h = 0; h < KVH_ && length_ > 0; ++h)
-        std::memcpy(fresh.get() + h * capacity * HS_, a->get() + (h * capacity_ + start_) * HS_,
-                    static_cast<size_t>(length_ * HS_) * sizeof(float));
-      *a = std::move(fresh);
-    }
+  Tensor fresh = empty({capacity, stride_});
+  if (length_ > 0)
+    std::memcpy(fresh.data<float>(), kv_.data<float>() + start_ * stride_,
+                static_cast<size_t>(length_ * stride_) * sizeof(float));
+  kv_ = std::move(fresh);
   capacity_ = capacity, start_ = 0;
 }
 
@@ -159,7 +168,7 @@ const float* Decoder::step(int64_t token) {
   const int64_t seen = length_ + 1;
   if (start_ + seen > capacity_) regrow(std::max<int64_t>(16, 2 * seen));
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS_));
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  for (size_t l = 0; l < layers_; ++l) {
     const nn::Block& b = (*t.h)[static_cast<int64_t>(l)];
     const nn::Attention& a = *b.attn;
     norm(*b.ln_1, x_.data(), h_.data());
@@ -170,16 +179,12 @@ const float* Decoder::step(int64_t token) {
                              a.config.rope_theta);
       qkv = rot_.data();
     }
-    Layer& layer = layers_[l];
-    for (int64_t h = 0; h < KVH_; ++h) {
-      const size_t row = static_cast<size_t>((h * capacity_ + start_ + length_) * HS_);
-      std::memcpy(layer.k.get() + row, qkv + C_ + h * HS_, static_cast<size_t>(HS_) * sizeof(float));
-      std::memcpy(layer.v.get() + row, qkv + C_ + kv + h * HS_,
-                  static_cast<size_t>(HS_) * sizeof(float));
-    }
-    kernel::attention_one_query_f32(qkv, NH_, HS_, layer.k.get() + start_ * HS_,
-                                    layer.v.get() + start_ * HS_, KVH_, seen, capacity_ * HS_,
-                                    scale, window_, att_.data());
+    float* const k = keys(l) + start_ * stride_;  // the first kept row
+    float* const v = values(l) + start_ * stride_;
+    std::memcpy(k + length_ * stride_, qkv + C_, static_cast<size_t>(kv) * sizeof(float));
+    std::memcpy(v + length_ * stride_, qkv + C_ + kv, static_cast<size_t>(kv) * sizeof(float));
+    kernel::attention_one_query_f32(qkv, NH_, HS_, k, v, KVH_, seen, HS_, stride_, scale, window_,
+                                    att_.data());
     product(*a.c_proj, att_.data(), y_.data());
     for (int64_t i = 0; i < C_; ++i) x_[i] = x_[i] + y_[i];  // h = x + attn
     norm(*b.ln_2, x_.data(), h_.data());

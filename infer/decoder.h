@@ -41,10 +41,14 @@ class Decoder {
   void finish(std::vector<nn::KVCache>& caches) const;
 
  private:
-  struct Layer {
-    std::unique_ptr<float[]> k, v;  // (KVH, capacity, HS): kept keys and values, oldest first
-  };
-  // Arrays of `capacity` rows, the kept rows copied to their front.
+  // The kept keys and values, position-major: row r of the buffer holds every layer's key
+  // and value rows of one position ([k_0 | v_0 | k_1 | v_1 | ...], each KVH HS floats), so a
+  // token writes one contiguous stretch and the buffer fills in position order (a mapping
+  // past 2 MB then takes huge pages as it fills, Storage's mapping). Layer l's keys start at
+  // keys(l), a row (stride_ floats) per position.
+  float* keys(size_t l) const { return kv_.data<float>() + static_cast<int64_t>(2 * l) * kvd_; }
+  float* values(size_t l) const { return keys(l) + kvd_; }
+  // Room for `capacity` rows, the kept rows moved to the front.
   void regrow(int64_t capacity);
   void product(const nn::Linear& lin, const float* x, float* y) const;
 
@@ -54,7 +58,9 @@ class Decoder {
   int64_t start_ = 0;      // the first kept row (the same in every layer)
   int64_t length_ = 0;     // rows kept now
   int64_t position_ = 0;   // the next position
-  std::vector<Layer> layers_;
+  size_t layers_ = 0;
+  int64_t kvd_ = 0, stride_ = 0;  // KVH HS: a layer's key (or value) row; 2 L kvd_: a position's
+  Tensor kv_;                     // (capacity, 2 L kvd_)
   std::vector<float> x_, h_, qkv_, rot_, att_, y_, mlp_, act_, logits_;
 };
 

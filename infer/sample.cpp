@@ -106,11 +106,13 @@ Tensor ids_tensor(const data::TokenIds& ids, size_t from) {
 
 // The decoding loop: seq holds every token, the caches its first `cached` positions. Runs
 // the rest, then draws new tokens (appended to seq) as sample() says. The weights are
-// already in the decoding format (the caller holds a DecodingWeights).
+// already in the decoding format (the caller holds a DecodingWeights). keep_caches: the
+// caches hold every position run when it returns (a conversation goes on from them); else
+// they may be left empty.
 data::TokenIds generate(const nn::GPT& model, const data::Tokenizer& tok, const SampleOptions& o,
                         data::TokenIds& seq, size_t cached, std::vector<nn::KVCache>& caches,
                         const std::function<void(const std::string&)>& emit, uint32_t index,
-                        SampleTiming* timing, int64_t weight_bytes) {
+                        SampleTiming* timing, int64_t weight_bytes, bool keep_caches) {
   const int64_t T = model.config.block_size, V = model.config.vocab_size;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -185,7 +187,10 @@ data::TokenIds generate(const nn::GPT& model, const data::Tokenizer& tok, const 
     if (decoding) caches.clear();  // they miss the decoder's positions: a caller starts over
     throw;
   }
-  if (decoding) decoder->finish(caches);
+  // The decoder's positions back into the caches for a caller that goes on from them (a
+  // conversation); else they are dropped (stale: without the decoded positions).
+  if (decoding && keep_caches) decoder->finish(caches);
+  if (decoding && !keep_caches) caches.clear();
   return out;
 }
 
@@ -208,7 +213,7 @@ data::TokenIds sample(const nn::GPT& model, const data::Tokenizer& tok, const Sa
   // not changed: the cast only lets the layers hold their copies).
   const DecodingWeights decoding(const_cast<nn::GPT&>(model), o.weights);
   std::vector<nn::KVCache> caches;
-  return generate(model, tok, o, seq, 0, caches, emit, index, timing, decoding.bytes());
+  return generate(model, tok, o, seq, 0, caches, emit, index, timing, decoding.bytes(), false);
 }
 
 Conversation::Conversation(const nn::GPT& model, std::optional<WeightFormat> weights)
@@ -238,7 +243,8 @@ data::TokenIds Conversation::reply(const data::Tokenizer& tok, const data::Token
   ATTEND_INTERNAL_CHECK(cached <= seq_.size(), "Conversation: ", cached, " cached of ",
                         seq_.size());
   seq_.insert(seq_.end(), ids.begin(), ids.end());
-  return generate(model_, tok, o, seq_, cached, caches_, emit, index, nullptr, weights_->bytes());
+  return generate(model_, tok, o, seq_, cached, caches_, emit, index, nullptr, weights_->bytes(),
+                  true);
 }
 
 }  // namespace attend::infer

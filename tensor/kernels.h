@@ -200,11 +200,13 @@ void gelu_f32(const float* x, float* y, int64_t n);        // unary(Gelu)'s elem
 void rotary_row_f32(const float* x, float* y, int64_t D, int64_t HS, int64_t rotated, int64_t pos,
                     double theta);
 // attention_forward for one query row (B 1, Tq 1, causal: every key visible, or with a
-// window W > 0 the last W): q and out (NH, HS), k and v (KVH, >= Tk, HS),
-// head h's keys head_stride apart, key rows HS apart.
+// window W > 0 the last W): q and out (NH, HS); k and v hold KVH heads of Tk rows of HS,
+// head h's first key head_stride floats from head 0's, key t row_stride floats from key 0
+// (head-major: head_stride >= Tk row_stride, row_stride HS; position-major: row_stride
+// >= KVH head_stride, head_stride HS).
 void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float* k,
                              const float* v, int64_t KVH, int64_t Tk, int64_t head_stride,
-                             double scale, int64_t window, float* out);
+                             int64_t row_stride, double scale, int64_t window, float* out);
 
 }  // namespace attend::kernel
 #pragma GCC visibility pop

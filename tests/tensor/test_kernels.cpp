@@ -240,3 +240,50 @@ TEST_CASE("AVX-512 softmax rows give the plain rows' bits") {
 #if defined(__AVX512F__)
 #pragma GCC diagnostic pop
 #endif
+
+TEST_CASE("attention_one_query_f32: head-major and position-major keys give attention_forward's bits") {
+  // One query row over Tk keys, GQA (NH 6, KVH 2) and MHA, with and without a window, the
+  // keys and values laid out head after head (the layout attention_forward reads) or
+  // position after position with other rows between (a decoder's cache of every layer):
+  // the bits attention_forward gives the same numbers as tensors, at 1 and 2 threads.
+  Generator g(11);
+  const int before = omp_get_max_threads();
+  for (const int64_t KVH : {int64_t{2}, int64_t{6}})
+    for (const int64_t window : {int64_t{0}, int64_t{5}})
+      for (const int threads : {1, 2}) {
+        CAPTURE(KVH);
+        CAPTURE(window);
+        CAPTURE(threads);
+        omp_set_num_threads(threads);
+        const int64_t NH = 6, HS = 16, Tk = 13, extra = 40;  // extra: other floats in a row
+        const Tensor q = randn({1, NH, 1, HS}, g), k = randn({1, KVH, Tk, HS}, g),
+                     v = randn({1, KVH, Tk, HS}, g);
+        const double scale = 0.25;
+        const Tensor want = empty({1, NH, 1, HS});
+        k::attention_forward(q, k, v, scale, Tk - 1, DropoutStream{}, want, window);
+        std::vector<float> got(static_cast<size_t>(NH * HS));
+        // head-major: k and v as they are
+        k::attention_one_query_f32(q.data<float>(), NH, HS, k.data<float>(), v.data<float>(), KVH,
+                                   Tk, Tk * HS, HS, scale, window, got.data());
+        CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
+        // position-major, rows KVH HS + extra apart
+        const int64_t row = KVH * HS + extra;
+        std::vector<float> kp(static_cast<size_t>(Tk * row), NAN), vp(kp.size(), NAN);
+        for (int64_t t = 0; t < Tk; ++t)
+          for (int64_t h = 0; h < KVH; ++h)
+            for (int64_t i = 0; i < HS; ++i) {
+              kp[static_cast<size_t>(t * row + h * HS + i)] = k.data<float>()[(h * Tk + t) * HS + i];
+              vp[static_cast<size_t>(t * row + h * HS + i)] = v.data<float>()[(h * Tk + t) * HS + i];
+            }
+        std::fill(got.begin(), got.end(), -1.0f);
+        k::attention_one_query_f32(q.data<float>(), NH, HS, kp.data(), vp.data(), KVH, Tk, HS, row,
+                                   scale, window, got.data());
+        CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
+      }
+  omp_set_num_threads(before);
+  // overlapping heads and rows are refused
+  std::vector<float> x(64 * 64);
+  CHECK_THROWS_WITH_AS(k::attention_one_query_f32(x.data(), 2, 16, x.data(), x.data(), 2, 4, 16, 16,
+                                                  1.0, 0, x.data()),
+                       doctest::Contains("rows 16 apart"), Error);
+}
