@@ -132,61 +132,82 @@ __attribute__((target("f16c"))) inline float scale_f16c(const uint8_t* b) {
   return _cvtsh_ss(h);
 }
 
+// One pair of blocks (b, b + 1) of R rows of W against M rows of X, into the accumulators;
+// Pair false: a lone last block (its 32 bytes only: never past the row, nor the last row).
+// j: the pair's first block within its sixteen (the lanes of d16 and e16 it reads).
+template <int R, int M, bool Pair>
+[[gnu::always_inline]] inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+void vnni_pair(int64_t b, int j, const uint8_t* const (&w)[R], const __m512 (&d16)[R],
+               const int8_t* const (&x)[M], const int32_t* const (&xc)[M],
+               const __m512 (&e16)[M], __m512 (&a)[R][M]) {
+  const __m512i idx = _mm512_add_epi32(
+      _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_set1_epi32(j));
+  __m512i xv[M], c[M];
+  __m512 ex[M];  // x's scales: lanes 0-7 block b, 8-15 block b + 1 (0 if missing)
+  for (int m = 0; m < M; ++m) {
+    xv[m] = _mm512_loadu_si512(x[m] + b * kQ8Block);  // padded: always a pair
+    c[m] = _mm512_loadu_si512(xc[m] + b * 8);
+    ex[m] = _mm512_permutexvar_ps(idx, e16[m]);
+  }
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* v = w[r] + b * kQ8Block;
+    _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
+    const __m512i q = Pair ? _mm512_loadu_si512(v) : _mm512_maskz_loadu_epi8(0xffffffffull, v);
+    const __m512 d = _mm512_permutexvar_ps(idx, d16[r]);
+    for (int m = 0; m < M; ++m) {
+      const __m512i s = _mm512_dpbusd_epi32(c[m], q, xv[m]);
+      a[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, ex[m]), a[r][m]);
+    }
+  }
+}
+
 // AVX-512 VNNI: a pair of blocks per 64-byte register. vpdpbusd multiplies unsigned by
 // signed bytes: W's values come biased (q + 128, unsigned) and x's as they are, and each
 // sum starts from x's correction, so it is sum q p exactly. The scales of 16 blocks of a row
 // are widened at once (one vcvtph2ps) and each pair's two spread over the lanes by a
 // permute; d_c * e_c is then the same f32 product as the Note's. R rows of W at a time, each
-// W block read once for all M rows of X.
+// W block read once for all M rows of X. The rows' addresses are taken once and the lone
+// last block of an odd row is its own step, so the loop over pairs has no branch and keeps
+// the sums in registers (written with both inside it, GCC reloaded the rows' addresses and
+// stored every sum to the stack each pair: 50 GB/s from L2 on one Zen 5 thread, 2026-12-07).
 template <int R, int M>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_vnni_r(
     int64_t n, const XRows& X, const SplitRows& W, float* Y, int64_t ldy) {
   const int64_t nb = X.nb;
+  const uint8_t* w[R];
+  const uint16_t* ws[R];
+  for (int r = 0; r < R; ++r) w[r] = W.row(n + r), ws[r] = W.row_scales(n + r);
+  const int8_t* x[M];
+  const int32_t* xc[M];
+  const float* xs[M];
+  for (int m = 0; m < M; ++m) x[m] = X.row(m), xc[m] = X.corrections(m), xs[m] = X.scales(m);
   __m512 a[R][M];
   for (auto& r : a)
     for (auto& v : r) v = _mm512_setzero_ps();
-  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   for (int64_t b16 = 0; b16 < nb; b16 += 16) {
     const int64_t blocks = std::min<int64_t>(16, nb - b16);
     const __mmask16 live = static_cast<__mmask16>((1u << blocks) - 1);  // missing: 0
     __m512 d16[R], e16[M];
-    for (int r = 0; r < R; ++r)
-      d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, W.row_scales(n + r) + b16));
-    for (int m = 0; m < M; ++m) e16[m] = _mm512_maskz_loadu_ps(live, X.scales(m) + b16);
-    for (int64_t j = 0; j < blocks; j += 2) {
-      const int64_t b = b16 + j;
-      const bool pair = j + 1 < blocks;
-      const __m512i idx = _mm512_add_epi32(halves, _mm512_set1_epi32(static_cast<int>(j)));
-      __m512i xv[M], c[M];
-      __m512 ex[M];  // x's scales: lanes 0-7 block b, 8-15 block b + 1 (0 if missing)
-      for (int m = 0; m < M; ++m) {
-        xv[m] = _mm512_loadu_si512(X.row(m) + b * kQ8Block);  // padded: always a pair
-        c[m] = _mm512_loadu_si512(X.corrections(m) + b * 8);
-        ex[m] = _mm512_permutexvar_ps(idx, e16[m]);
-      }
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* v = W.row(n + r) + b * kQ8Block;
-        _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
-        // a lone last block: its 32 bytes only (never past the row, nor the last row)
-        const __m512i q = pair ? _mm512_loadu_si512(v) : _mm512_maskz_loadu_epi8(0xffffffffull, v);
-        const __m512 d = _mm512_permutexvar_ps(idx, d16[r]);
-        for (int m = 0; m < M; ++m) {
-          const __m512i s = _mm512_dpbusd_epi32(c[m], q, xv[m]);
-          a[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, ex[m]), a[r][m]);
-        }
-      }
-    }
+    for (int r = 0; r < R; ++r) d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, ws[r] + b16));
+    for (int m = 0; m < M; ++m) e16[m] = _mm512_maskz_loadu_ps(live, xs[m] + b16);
+    int j = 0;
+    for (; j + 1 < blocks; j += 2) vnni_pair<R, M, true>(b16 + j, j, w, d16, x, xc, e16, a);
+    if (j < blocks) vnni_pair<R, M, false>(b16 + j, j, w, d16, x, xc, e16, a);
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum16(a[r][m]);
 }
 
-// 4 rows of W at a time for one or two rows of x, 2 for more (the accumulators, scales and
-// x's registers then fit the 32 zmm registers).
+// 8 rows of W at a time for one row of x (a token), 4 for two, 2 for more (the accumulators,
+// scales and x's registers then fit the 32 zmm registers). A token's rows of W are where
+// decoding spends its time: on a 2-core Zen 5 (2026-12-07, alternating runs of `attend
+// sample --weights q8_0`) 8 rows gave GPT-2 124M 183 against 155 tokens/s at 1 thread and
+// 319 against 281 at 2; stories15m's shape (V 4096) 3527 against 3669 at 1 and 3349
+// against 2871 at 2.
 template <int M>
 void rows_vnni_m(int64_t n0, int64_t n1, const XRows& X, const SplitRows& W, float* Y,
                  int64_t ldy) {
-  constexpr int R = M <= 2 ? 4 : 2;
+  constexpr int R = M == 1 ? 8 : M == 2 ? 4 : 2;
   int64_t n = n0;
   for (; n + R <= n1; n += R) rows_vnni_r<R, M>(n, X, W, Y, ldy);
   for (; n < n1; ++n) rows_vnni_r<1, M>(n, X, W, Y, ldy);
@@ -216,42 +237,61 @@ __attribute__((target("avx2,fma"))) float hsum8x2(__m256 a0, __m256 a1) {
   return _mm_cvtss_f32(s1);
 }
 
+// Block b of R rows of W against M rows of X, into the accumulators of its parity.
+template <int R, int M>
+[[gnu::always_inline]] inline __attribute__((target("avx2,fma,f16c"))) void avx2_block(
+    int64_t b, const uint8_t* const (&w)[R], const uint16_t* const (&ws)[R],
+    const int8_t* const (&x)[M], const float* const (&xs)[M], __m256 (&a)[R][M]) {
+  const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i ax[M], px[M];
+  for (int m = 0; m < M; ++m) {
+    px[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[m] + b * kQ8Block));
+    ax[m] = _mm256_sign_epi8(px[m], px[m]);
+  }
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* v = w[r] + b * kQ8Block;
+    _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
+    const __m256i q =
+        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)), bias);
+    const float d = _cvtsh_ss(ws[r][b]);
+    for (int m = 0; m < M; ++m) {
+      const __m256i pairs = _mm256_maddubs_epi16(ax[m], _mm256_sign_epi8(q, px[m]));
+      const __m256i s = _mm256_madd_epi16(pairs, ones);
+      const __m256 scale = _mm256_set1_ps(d * xs[m][b]);
+      a[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, a[r][m]);
+    }
+  }
+}
+
 // AVX2: one block per 32-byte register, W's values unbiased again (xor 0x80); vpmaddubsw
 // sums byte products in pairs (|p q| <= 127 * 127, two of them fit an int16: the reason
 // the bias is taken off here) and vpmaddwd by ones sums the pairs into the same int32 lanes
 // of 4 products as vpdpbusd. Even blocks accumulate in a0 (the Note's lanes 0-7), odd ones
-// in a1 (lanes 8-15). R rows of W at a time.
+// in a1 (lanes 8-15): the loop takes a pair at a time, the rows' addresses taken once (as
+// the VNNI kernel, and for the same reason: with the parity an index, the sums lived on the
+// stack). R rows of W at a time.
 template <int R, int M>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const XRows& X,
                                                           const SplitRows& W, float* Y,
                                                           int64_t ldy) {
   const int64_t nb = X.nb;
-  __m256 a[R][M][2];
-  for (auto& r : a)
-    for (auto& m : r) m[0] = m[1] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i ax[M], px[M];
-    for (int m = 0; m < M; ++m) {
-      px[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(X.row(m) + b * kQ8Block));
-      ax[m] = _mm256_sign_epi8(px[m], px[m]);
-    }
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* v = W.row(n + r) + b * kQ8Block;
-      _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
-      const __m256i q =
-          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)), bias);
-      const float d = _cvtsh_ss(W.row_scales(n + r)[b]);
-      for (int m = 0; m < M; ++m) {
-        const __m256i pairs = _mm256_maddubs_epi16(ax[m], _mm256_sign_epi8(q, px[m]));
-        const __m256i s = _mm256_madd_epi16(pairs, ones);
-        const __m256 scale = _mm256_set1_ps(d * X.scales(m)[b]);
-        a[r][m][b % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, a[r][m][b % 2]);
-      }
-    }
-  }
+  const uint8_t* w[R];
+  const uint16_t* ws[R];
+  for (int r = 0; r < R; ++r) w[r] = W.row(n + r), ws[r] = W.row_scales(n + r);
+  const int8_t* x[M];
+  const float* xs[M];
+  for (int m = 0; m < M; ++m) x[m] = X.row(m), xs[m] = X.scales(m);
+  __m256 a0[R][M], a1[R][M];
   for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum8x2(a[r][m][0], a[r][m][1]);
+    for (int m = 0; m < M; ++m) a0[r][m] = a1[r][m] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    avx2_block<R, M>(b, w, ws, x, xs, a0);
+    avx2_block<R, M>(b + 1, w, ws, x, xs, a1);
+  }
+  if (b < nb) avx2_block<R, M>(b, w, ws, x, xs, a0);
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum8x2(a0[r][m], a1[r][m]);
 }
 
 template <int M>

@@ -86,9 +86,10 @@ TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's b
     if (k::gemm_kernel() != kind) continue;  // not on this CPU
     ++kernels_run;
     // K / 32 blocks: 1, 8, 3, 9, 2, 4, 24 (16 and 8), 17, 33 (the VNNI kernel takes 16 a
-    // time, a pair a register: odd tails and short sixteens); M 1-5 (4 rows of W a time for
-    // 1-2 rows of x, 2 for 3-4); N not a multiple of either. Past 4 rows of x, W's rows go in
-    // chunks (K 256: 64 rows, 768: 20, 3072: 4) with a short last one.
+    // time, a pair a register: odd tails and short sixteens); M 1-5 (8 rows of W a time for
+    // one row of x, 4 for two, 2 for 3-4); N not a multiple of them (300: 37 eights and 4 left).
+    // Past 4 rows of x, W's rows go in chunks (K 256: 64 rows, 768: 20, 3072: 4) with a short
+    // last one.
     for (const Case c : {Case{1, 8, 32}, Case{1, 300, 256}, Case{3, 97, 96}, Case{4, 1030, 288},
                          Case{5, 64, 64}, Case{17, 33, 128}, Case{1, 4096, 768},
                          Case{2, 51, 544}, Case{3, 21, 1056}, Case{4, 7, 3072},
