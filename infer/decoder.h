@@ -43,13 +43,14 @@ class Decoder {
  private:
   // The kept keys and values, position-major: row r of the buffer holds every layer's key
   // and value rows of one position ([k_0 | v_0 | k_1 | v_1 | ...], each KVH HS floats), so a
-  // token writes one contiguous stretch and the buffer fills in position order (a mapping
-  // past 2 MB then takes huge pages as it fills, Storage's mapping). Layer l's keys start at
-  // keys(l), a row (stride_ floats) per position.
+  // token writes one contiguous stretch, the buffer fills in position order (a mapping past
+  // 2 MB takes huge pages as it fills, Storage's mapping), and growing it is one copy.
+  // Layer l's keys start at keys(l), a row (stride_ floats) per position.
   float* keys(size_t l) const { return kv_.data<float>() + static_cast<int64_t>(2 * l) * kvd_; }
   float* values(size_t l) const { return keys(l) + kvd_; }
   // Room for `capacity` rows, the kept rows moved to the front.
   void regrow(int64_t capacity);
+  int64_t rows_for(int64_t needed) const;  // the capacity to regrow to for `needed` rows
   void product(const nn::Linear& lin, const float* x, float* y) const;
 
   const nn::GPT& model_;
