@@ -14,12 +14,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "tensor/kernels/gemm.h"
 #include "tensor/quant.h"
+#include "tensor/tensor.h"
 
 namespace {
 
@@ -51,28 +53,32 @@ int main(int argc, char** argv) {
           std::max<int64_t>(64, static_cast<int64_t>(mb * 1048576 / (K * bytes_per_weight(f))));
       std::vector<float> w(static_cast<size_t>(N * K));
       for (float& v : w) v = normal(rng) * 0.05f;
-      std::vector<float> p32;
-      std::vector<uint32_t> p16;
-      std::vector<uint8_t> q;
+      // W in a Storage, as a model's weights are held (past 2 MB: huge pages, Storage's
+      // mapping), so the TLB sees what decoding sees
+      std::shared_ptr<Storage> held;
       std::function<void(float*)> product;
       if (f == "f32") {
-        p32.resize(w.size());
-        kernel::to_decode_panels(w.data(), N, K, p32.data());
-        product = [&](float* y) {
-          kernel::gemm_f32_panels(1, N, K, {x.data(), K, 1}, p32.data(), y, N, true);
+        held = std::make_shared<Storage>(w.size() * sizeof(float));
+        auto* p32 = static_cast<float*>(held->data);
+        kernel::to_decode_panels(w.data(), N, K, p32);
+        product = [&, p32](float* y) {
+          kernel::gemm_f32_panels(1, N, K, {x.data(), K, 1}, p32, y, N, true);
         };
       } else if (f == "bf16") {
-        p16.resize(static_cast<size_t>(kernel::decode_panels_bf16_words(N, K)));
-        kernel::to_decode_panels_bf16(w.data(), N, K, p16.data());
-        product = [&](float* y) {
-          kernel::gemm_bf16_panels(1, N, K, {x.data(), K, 1}, p16.data(), y, N, true);
+        held = std::make_shared<Storage>(
+            static_cast<size_t>(kernel::decode_panels_bf16_words(N, K)) * sizeof(uint32_t));
+        auto* p16 = static_cast<uint32_t*>(held->data);
+        kernel::to_decode_panels_bf16(w.data(), N, K, p16);
+        product = [&, p16](float* y) {
+          kernel::gemm_bf16_panels(1, N, K, {x.data(), K, 1}, p16, y, N, true);
         };
       } else {
         std::vector<uint8_t> blocks(static_cast<size_t>(N * K / 32 * 34));
         quant::quantize_q8_0(w.data(), N * K, blocks.data());
-        q.resize(blocks.size());
-        quant::q8_0_split(blocks.data(), N, K, q.data());
-        product = [&](float* y) { quant::gemm_q8_0(1, N, K, x.data(), K, q.data(), y, N, true); };
+        held = std::make_shared<Storage>(blocks.size());
+        auto* q = static_cast<uint8_t*>(held->data);
+        quant::q8_0_split(blocks.data(), N, K, q);
+        product = [&, q](float* y) { quant::gemm_q8_0(1, N, K, x.data(), K, q, y, N, true); };
       }
       std::vector<float>().swap(w);
       std::vector<float> y(static_cast<size_t>(N));
