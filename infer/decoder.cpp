@@ -119,7 +119,8 @@ void Decoder::finish(std::vector<nn::KVCache>& caches) const {
 // small buffers of 4 KB pages faulted 3.4 times a token on stories15m's shape).
 int64_t Decoder::rows_for(int64_t needed) const {
   const int64_t row_bytes = stride_ * static_cast<int64_t>(sizeof(float));
-  int64_t rows = std::max({int64_t{16}, 2 * needed, (kHugePageBytes + row_bytes - 1) / row_bytes});
+  const int64_t page_rows = (kHugePageBytes + row_bytes - 1) / row_bytes;
+  int64_t rows = std::max({int64_t{16}, 2 * needed, page_rows});
   if (window_ == 0) rows = std::min(rows, std::max(needed, model_.config.block_size));
   if (rows * row_bytes >= kHugePageBytes) {  // rows covering every byte of the whole pages
     const int64_t pages = (rows * row_bytes + kHugePageBytes - 1) / kHugePageBytes;

@@ -188,7 +188,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_v
     const int64_t blocks = std::min<int64_t>(16, nb - b16);
     const __mmask16 live = static_cast<__mmask16>((1u << blocks) - 1);  // missing: 0
     __m512 d16[R], e16[M];
-    for (int r = 0; r < R; ++r) d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, ws[r] + b16));
+    for (int r = 0; r < R; ++r)
+      d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, ws[r] + b16));
     for (int m = 0; m < M; ++m) e16[m] = _mm512_maskz_loadu_ps(live, xs[m] + b16);
     int j = 0;
     for (; j + 1 < blocks; j += 2) vnni_pair<R, M, true>(b16 + j, j, w, d16, x, xc, e16, a);

@@ -127,7 +127,8 @@ TEST_CASE("Decoder: a sliding window's cache compacted again and again keeps for
     d.start(caches);
     int64_t same = 0;
     for (int64_t t = 3; t < 3 + steps; ++t) {
-      const Tensor want = m.forward(kernel::narrow(ids, 1, t, 1), Tensor(), nullptr, &caches).logits;
+      const Tensor want =
+          m.forward(kernel::narrow(ids, 1, t, 1), Tensor(), nullptr, &caches).logits;
       const float* got = d.step(ids.data<int64_t>()[t]);
       same += std::memcmp(got, want.data<float>(), c.vocab_size * sizeof(float)) == 0;
     }
