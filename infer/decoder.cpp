@@ -64,7 +64,7 @@ Decoder::Decoder(const nn::GPT& model)
   ATTEND_CHECK(why.empty(), "Decoder: ", why);
   const int64_t kv = KVH_ * HS_;
   layers_ = static_cast<size_t>(model.config.n_layer);
-  kvd_ = kv, stride_ = 2 * model.config.n_layer * kv;
+  kvd_ = kv;
   x_.resize(C_), h_.resize(C_), att_.resize(C_), y_.resize(C_);
   qkv_.resize(C_ + 2 * kv), rot_.resize(qkv_.size());
   mlp_.resize(model.config.gated_mlp() ? 2 * H_ : H_), act_.resize(H_);
@@ -89,7 +89,7 @@ void Decoder::start(const std::vector<nn::KVCache>& caches) {
       const Tensor s = kernel::contiguous(*src);  // (1, KVH, len, HS)
       for (int64_t t = 0; t < len; ++t)
         for (int64_t h = 0; h < KVH_; ++h)
-          std::memcpy(dst + t * stride_ + h * HS_, s.data<float>() + (h * len + t) * HS_,
+          std::memcpy(dst + t * kvd_ + h * HS_, s.data<float>() + (h * len + t) * HS_,
                       static_cast<size_t>(HS_) * sizeof(float));
     }
   }
@@ -106,7 +106,7 @@ void Decoder::finish(std::vector<nn::KVCache>& caches) const {
       for (int64_t h = 0; h < KVH_; ++h)
         for (int64_t t = 0; t < length_; ++t)
           std::memcpy(dst->data<float>() + (h * length_ + t) * HS_,
-                      src + (start_ + t) * stride_ + h * HS_,
+                      src + (start_ + t) * kvd_ + h * HS_,
                       static_cast<size_t>(HS_) * sizeof(float));
     caches[l].append(k, v, window_);  // at most W rows: all kept
     caches[l].position = position_;
@@ -116,9 +116,11 @@ void Decoder::finish(std::vector<nn::KVCache>& caches) const {
 // Room for twice the rows a step needs (a sliding window's buffer then holds 2 (W + 1) rows,
 // compacted when full) and at least a huge page's worth, at most the context's without a
 // window, and made of whole huge pages (the rows past `needed` cost nothing until touched;
-// small buffers of 4 KB pages faulted 3.4 times a token on stories15m's shape).
+// small buffers of 4 KB pages faulted 3.4 times a token on stories15m's shape). A "row" here
+// is a position's keys and values in every layer.
 int64_t Decoder::rows_for(int64_t needed) const {
-  const int64_t row_bytes = stride_ * static_cast<int64_t>(sizeof(float));
+  const int64_t row_bytes =
+      2 * static_cast<int64_t>(layers_) * kvd_ * static_cast<int64_t>(sizeof(float));
   const int64_t page_rows = (kHugePageBytes + row_bytes - 1) / row_bytes;
   int64_t rows = std::max({int64_t{16}, 2 * needed, page_rows});
   if (window_ == 0) rows = std::min(rows, std::max(needed, model_.config.block_size));
@@ -131,10 +133,13 @@ int64_t Decoder::rows_for(int64_t needed) const {
 
 // A buffer of `capacity` rows, the kept ones first (as nn::KVCache::append compacts).
 void Decoder::regrow(int64_t capacity) {
-  Tensor fresh = empty({capacity, stride_});
+  const int64_t blocks = 2 * static_cast<int64_t>(layers_);
+  Tensor fresh = empty({blocks, capacity, kvd_});
   if (length_ > 0)
-    std::memcpy(fresh.data<float>(), kv_.data<float>() + start_ * stride_,
-                static_cast<size_t>(length_ * stride_) * sizeof(float));
+    for (int64_t b = 0; b < blocks; ++b)
+      std::memcpy(fresh.data<float>() + b * capacity * kvd_,
+                  kv_.data<float>() + (b * capacity_ + start_) * kvd_,
+                  static_cast<size_t>(length_ * kvd_) * sizeof(float));
   kv_ = std::move(fresh);
   capacity_ = capacity, start_ = 0;
 }
@@ -185,11 +190,11 @@ const float* Decoder::step(int64_t token) {
                              a.config.rope_theta);
       qkv = rot_.data();
     }
-    float* const k = keys(l) + start_ * stride_;  // the first kept row
-    float* const v = values(l) + start_ * stride_;
-    std::memcpy(k + length_ * stride_, qkv + C_, static_cast<size_t>(kv) * sizeof(float));
-    std::memcpy(v + length_ * stride_, qkv + C_ + kv, static_cast<size_t>(kv) * sizeof(float));
-    kernel::attention_one_query_f32(qkv, NH_, HS_, k, v, KVH_, seen, HS_, stride_, scale, window_,
+    float* const k = keys(l) + start_ * kvd_;  // the first kept row
+    float* const v = values(l) + start_ * kvd_;
+    std::memcpy(k + length_ * kvd_, qkv + C_, static_cast<size_t>(kv) * sizeof(float));
+    std::memcpy(v + length_ * kvd_, qkv + C_ + kv, static_cast<size_t>(kv) * sizeof(float));
+    kernel::attention_one_query_f32(qkv, NH_, HS_, k, v, KVH_, seen, HS_, kvd_, scale, window_,
                                     att_.data());
     product(*a.c_proj, att_.data(), y_.data());
     for (int64_t i = 0; i < C_; ++i) x_[i] = x_[i] + y_[i];  // h = x + attn

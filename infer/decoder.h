@@ -41,13 +41,17 @@ class Decoder {
   void finish(std::vector<nn::KVCache>& caches) const;
 
  private:
-  // The kept keys and values, position-major: row r of the buffer holds every layer's key
-  // and value rows of one position ([k_0 | v_0 | k_1 | v_1 | ...], each KVH HS floats), so a
-  // token writes one contiguous stretch, the buffer fills in position order (a mapping past
-  // 2 MB takes huge pages as it fills, Storage's mapping), and growing it is one copy.
-  // Layer l's keys start at keys(l), a row (stride_ floats) per position.
-  float* keys(size_t l) const { return kv_.data<float>() + static_cast<int64_t>(2 * l) * kvd_; }
-  float* values(size_t l) const { return keys(l) + kvd_; }
+  // The kept keys and values: a block per layer's keys and one per its values ([K_0 | V_0 |
+  // K_1 | V_1 | ...]), each `capacity_` rows of KVH HS floats, a row per position (heads side
+  // by side). A head's keys are then a few hundred bytes from rows KVH HS floats apart; with
+  // every layer in a position's row (the layout before) they were rows tens of KB apart,
+  // which the prefetchers do not follow: GPT-2's shape took 1.3-1.6x as long a layer from 64
+  // keys on (bench_decode_attention, docs/numbers.md 2026-12-07 09:38). One mapping (past
+  // 2 MB, huge pages, Storage's mapping); growing it copies each block's kept rows.
+  float* keys(size_t l) const {
+    return kv_.data<float>() + static_cast<int64_t>(2 * l) * capacity_ * kvd_;
+  }
+  float* values(size_t l) const { return keys(l) + capacity_ * kvd_; }
   // Room for `capacity` rows, the kept rows moved to the front.
   void regrow(int64_t capacity);
   int64_t rows_for(int64_t needed) const;  // the capacity to regrow to for `needed` rows
@@ -60,8 +64,8 @@ class Decoder {
   int64_t length_ = 0;     // rows kept now
   int64_t position_ = 0;   // the next position
   size_t layers_ = 0;
-  int64_t kvd_ = 0, stride_ = 0;  // KVH HS: a layer's key (or value) row; 2 L kvd_: a position's
-  Tensor kv_;                     // (capacity, 2 L kvd_)
+  int64_t kvd_ = 0;  // KVH HS: a layer's key (or value) row
+  Tensor kv_;        // (2 L, capacity, kvd_)
   std::vector<float> x_, h_, qkv_, rot_, att_, y_, mlp_, act_, logits_;
 };
 

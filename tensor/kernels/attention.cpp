@@ -108,9 +108,11 @@ T* scratch(int slot, int64_t n) {
 }
 
 // The forward on checked operands (forward_impl, attention_one_query_f32).
+// grain: (batch, head, block) tasks a thread must have before threads are used.
 template <typename T>
 void forward_core(const Plan& p, const Heads& ho, const T* Q, const T* K, const T* V, T* O,
-                  double scale, int64_t offset, const DropoutStream& drop, int64_t window) {
+                  double scale, int64_t offset, const DropoutStream& drop, int64_t window,
+                  int64_t grain = 1) {
   const int64_t NH = p.q.H, Tq = p.q.T, Tk = p.k.T, HS = p.q.HS;
   const T ts = static_cast<T>(scale);
   // A few query rows (a token at a time while sampling) read K and V in place through the
@@ -118,7 +120,7 @@ void forward_core(const Plan& p, const Heads& ho, const T* Q, const T* K, const 
   // read that, every token and layer.
   const bool dropping = drop.p > 0,
              prepack = Tk <= kMaxPrepackedKeys && window == 0 && Tq > gemm_detail::kMaxFewRows;
-  parallel_for(p.q.B * NH * p.nblk, 1, [&](int64_t s, int64_t e) {
+  parallel_for(p.q.B * NH * p.nblk, grain, [&](int64_t s, int64_t e) {
     T* S = scratch<T>(0, kRows * Tk);
     T* M = dropping ? scratch<T>(1, Tk) : nullptr;
     T* PK = prepack ? scratch<T>(3, packed_b_size<T>(HS, Tk)) : nullptr;  // K^T
@@ -156,6 +158,10 @@ void forward_core(const Plan& p, const Heads& ho, const T* Q, const T* K, const 
     }
   });
 }
+
+// Multiply-adds of one query's scores (heads x keys x head size) from which its attention
+// takes threads.
+constexpr int64_t kOneQueryThreadWork = int64_t{1} << 17;
 
 template <typename T>
 void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t offset,
@@ -273,7 +279,13 @@ void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float
   const Heads hq{1, NH, 1, HS, NH * HS, HS, HS};
   const Heads hkv{1, KVH, Tk, HS, 0, head_stride, row_stride};  // (one batch: sb unread)
   const Plan p{hq, hkv, hkv, NH / KVH, 1};
-  forward_core<float>(p, hq, q, k, v, out, scale, Tk - 1, DropoutStream{}, window);
+  // Threads over the heads only for long enough rows of keys: below, a fork and join of two
+  // cost more than they save (bench_decode_attention, 2026-12-07: at 1 / 2 threads, GPT-2's
+  // shape 9.1 / 10.2-12.5 us a layer at 64 keys, 38-49 / 24-35 at 256; stories15m's 13.2 /
+  // 10.7-14.4 at 256 keys, 54 / 38-45 at 1,024).
+  const int64_t keys = Tk - first_key(0, Tk - 1, window);
+  const int64_t grain = NH * keys * HS >= kOneQueryThreadWork ? 1 : NH;
+  forward_core<float>(p, hq, q, k, v, out, scale, Tk - 1, DropoutStream{}, window, grain);
 }
 
 void attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -244,42 +244,78 @@ TEST_CASE("AVX-512 softmax rows give the plain rows' bits") {
 TEST_CASE("attention_one_query_f32: head-major and position-major keys give attention_forward's bits") {
   // One query row over Tk keys, GQA (NH 6, KVH 2) and MHA, with and without a window, the
   // keys and values laid out head after head (the layout attention_forward reads) or
-  // position after position with other rows between (a decoder's cache of every layer):
-  // the bits attention_forward gives the same numbers as tensors, at 1 and 2 threads.
+  // position after position with other floats between (rows further apart than the heads):
+  // the bits attention_forward gives the last of Tk query rows, at 1 and 2 threads, under
+  // f32 and bf16 products. Shapes: a head size with a tail past whole vectors (12, 40), keys
+  // past one KC block (300, 530: the values' sums in two and three blocks) and enough work
+  // for threads (530), a window inside the keys and one past them.
   Generator g(11);
   const int before = omp_get_max_threads();
-  for (const int64_t KVH : {int64_t{2}, int64_t{6}})
-    for (const int64_t window : {int64_t{0}, int64_t{5}})
-      for (const int threads : {1, 2}) {
-        CAPTURE(KVH);
-        CAPTURE(window);
-        CAPTURE(threads);
-        omp_set_num_threads(threads);
-        const int64_t NH = 6, HS = 16, Tk = 13, extra = 40;  // extra: other floats in a row
-        const Tensor q = randn({1, NH, 1, HS}, g), k = randn({1, KVH, Tk, HS}, g),
-                     v = randn({1, KVH, Tk, HS}, g);
-        const double scale = 0.25;
-        const Tensor want = empty({1, NH, 1, HS});
-        k::attention_forward(q, k, v, scale, Tk - 1, DropoutStream{}, want, window);
-        std::vector<float> got(static_cast<size_t>(NH * HS));
-        // head-major: k and v as they are
-        k::attention_one_query_f32(q.data<float>(), NH, HS, k.data<float>(), v.data<float>(), KVH,
-                                   Tk, Tk * HS, HS, scale, window, got.data());
-        CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
-        // position-major, rows KVH HS + extra apart
-        const int64_t row = KVH * HS + extra;
-        std::vector<float> kp(static_cast<size_t>(Tk * row), NAN), vp(kp.size(), NAN);
-        for (int64_t t = 0; t < Tk; ++t)
-          for (int64_t h = 0; h < KVH; ++h)
-            for (int64_t i = 0; i < HS; ++i) {
-              kp[static_cast<size_t>(t * row + h * HS + i)] = k.data<float>()[(h * Tk + t) * HS + i];
-              vp[static_cast<size_t>(t * row + h * HS + i)] = v.data<float>()[(h * Tk + t) * HS + i];
-            }
-        std::fill(got.begin(), got.end(), -1.0f);
-        k::attention_one_query_f32(q.data<float>(), NH, HS, kp.data(), vp.data(), KVH, Tk, HS, row,
-                                   scale, window, got.data());
-        CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
-      }
+  struct Case {
+    int64_t HS, Tk;
+    k::GemmPrecision precision;
+    int64_t KVH, window;
+    int threads;
+  };
+  std::vector<Case> cases;
+  for (const auto& [HS, Tk] : {std::pair<int64_t, int64_t>{16, 13}, {12, 300}, {40, 530}})
+    for (const auto precision : {k::GemmPrecision::f32, k::GemmPrecision::bf16})
+      for (const int64_t KVH : {2, 6})
+        for (const int64_t window : {0, 5, 290})
+          for (const int threads : {1, 2})
+            cases.push_back({HS, Tk, precision, KVH, window, threads});
+  for (const Case& c : cases) {
+    CAPTURE(c.HS);
+    CAPTURE(c.Tk);
+    CAPTURE(static_cast<int>(c.precision));
+    CAPTURE(c.KVH);
+    CAPTURE(c.window);
+    CAPTURE(c.threads);
+    omp_set_num_threads(c.threads);
+    const k::GemmPrecision was = k::set_gemm_precision(c.precision);
+    const int64_t NH = 6, HS = c.HS, Tk = c.Tk, KVH = c.KVH, window = c.window;
+    const int64_t extra = 40;  // other floats in a row
+    // The reference: the last row of Tk query rows' causal attention (the blocked GEMM's
+    // path, not the few-rows one a single query takes). Under a window inside the keys, a
+    // block of 32 rows sums the values from its first row's first key, a single query from
+    // its own: the same bits in f32 while the block's keys (up to window + 31) are one KC
+    // block (the keys between add products of zero), not under bf16 (the keys' pairs start
+    // elsewhere) nor past a block. There, the single query's own attention_forward is the
+    // reference.
+    const Tensor qs = randn({1, NH, Tk, HS}, g), k = randn({1, KVH, Tk, HS}, g),
+                 v = randn({1, KVH, Tk, HS}, g);
+    const double scale = 0.25;
+    const Tensor q = k::contiguous(k::narrow(qs, 2, Tk - 1, 1));
+    const bool rows_agree =
+        window == 0 || window >= Tk || (c.precision == k::GemmPrecision::f32 && window + 31 <= 256);
+    Tensor want = empty({1, NH, 1, HS});
+    if (rows_agree) {
+      const Tensor all = empty({1, NH, Tk, HS});
+      k::attention_forward(qs, k, v, scale, 0, DropoutStream{}, all, window);
+      want = k::contiguous(k::narrow(all, 2, Tk - 1, 1));
+    } else {
+      k::attention_forward(q, k, v, scale, Tk - 1, DropoutStream{}, want, window);
+    }
+    std::vector<float> got(static_cast<size_t>(NH * HS));
+    // head-major: k and v as they are
+    k::attention_one_query_f32(q.data<float>(), NH, HS, k.data<float>(), v.data<float>(), KVH, Tk,
+                               Tk * HS, HS, scale, window, got.data());
+    CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
+    // position-major, rows KVH HS + extra apart
+    const int64_t row = KVH * HS + extra;
+    std::vector<float> kp(static_cast<size_t>(Tk * row), NAN), vp(kp.size(), NAN);
+    for (int64_t t = 0; t < Tk; ++t)
+      for (int64_t h = 0; h < KVH; ++h)
+        for (int64_t i = 0; i < HS; ++i) {
+          kp[static_cast<size_t>(t * row + h * HS + i)] = k.data<float>()[(h * Tk + t) * HS + i];
+          vp[static_cast<size_t>(t * row + h * HS + i)] = v.data<float>()[(h * Tk + t) * HS + i];
+        }
+    std::fill(got.begin(), got.end(), -1.0f);
+    k::attention_one_query_f32(q.data<float>(), NH, HS, kp.data(), vp.data(), KVH, Tk, HS, row,
+                               scale, window, got.data());
+    CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
+    k::set_gemm_precision(was);
+  }
   omp_set_num_threads(before);
   // overlapping heads and rows are refused
   std::vector<float> x(64 * 64);
