@@ -45,7 +45,7 @@ class Decoder {
   // K_1 | V_1 | ...]), each `capacity_` rows of KVH HS floats, a row per position (heads side
   // by side). A head's keys are then a few hundred bytes from rows KVH HS floats apart; with
   // every layer in a position's row (the layout before) they were rows tens of KB apart,
-  // which the prefetchers do not follow: GPT-2's shape took 1.3-1.6x as long a layer from 64
+  // which the prefetchers do not follow: GPT-2's shape took 1.4-1.6x as long a layer from 64
   // keys on (bench_decode_attention, docs/numbers.md 2026-12-07 09:38). One mapping (past
   // 2 MB, huge pages, Storage's mapping); growing it copies each block's kept rows.
   float* keys(size_t l) const {
