@@ -7,8 +7,12 @@
 // prefetch 8 KB ahead (as the decoding products do). The roof is the better of the two:
 // on a 2-core Zen 5 VM (2026-12-07) the prefetched reads were 1.5x the plain ones at 48 MB
 // (94.6 against 58.5 GB/s, 2 threads) and 1.2x from DRAM, so a roof from plain reads alone
-// flattered every fraction of it. Columns: MB, the roof at 1 and 2 threads, then the plain
-// and the prefetched reads apart.
+// flattered every fraction of it. The buffer is a Storage, as a model's weights are (past
+// 2 MB: mapped 2 MB aligned, advised as transparent huge pages): in a std::vector (4 KB
+// pages, as before 2026-12-07 10:30 UTC) one thread read DRAM at 26-28 GB/s, below the 34
+// GB/s the f32 decoding panels read from huge pages, and the roof was under the figures it
+// bounds. Columns: MB, the roof at 1 and 2 threads, then the plain and the prefetched
+// reads apart.
 //
 //   build/bench/bench_bandwidth [MAX_MB (default 1024)]
 #include <omp.h>
@@ -18,6 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "tensor/tensor.h"
 
 namespace {
 
@@ -43,7 +49,9 @@ float sum_range(const float* p, size_t n) {
 
 int main(int argc, char** argv) {
   const size_t max_mb = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 1024;
-  std::vector<float> buf(max_mb * (1u << 20) / 4, 1.0f);
+  const attend::Storage held(max_mb << 20);
+  float* const buf = static_cast<float*>(held.data);
+  std::fill(buf, buf + (max_mb << 20) / 4, 1.0f);
   std::printf("read bandwidth, GB/s (best of the passes); %d cores\n", omp_get_num_procs());
   std::printf("%-10s %-10s %-10s %-10s %-10s %-10s %-10s\n", "MB", "1 thread", "2 threads",
               "1 plain", "2 plain", "1 prefetch", "2 prefetch");
@@ -64,7 +72,7 @@ int main(int argc, char** argv) {
           for (int p = 0; p < passes; ++p) {
 #pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
             for (int t = 0; t < threads; ++t) {
-              const float* part = buf.data() + n * t / threads;
+              const float* part = buf + n * t / threads;
               total += pf ? sum_range<true>(part, n / threads) : sum_range<false>(part, n / threads);
             }
           }
