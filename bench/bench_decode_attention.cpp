@@ -7,7 +7,8 @@
 // The cache is in a Storage (huge pages past 2 MB), as the decoder's is. Threads as the
 // kernel takes them (OMP_NUM_THREADS=1 for one): over the heads, for long rows of keys only.
 //
-//   build/bench/bench_decode_attention [MAX_KEYS (default 1024)]
+//   build/bench/bench_decode_attention [MAX_KEYS (default 1024)] [f32|bf16 (the products'
+//   precision, as `sample --weights` sets it; default f32)]
 #include <omp.h>
 
 #include <algorithm>
@@ -15,9 +16,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
 #include "tensor/tensor.h"
 
 namespace {
@@ -33,7 +36,10 @@ struct ModelShape {
 
 int main(int argc, char** argv) {
   const int64_t max_keys = argc > 1 ? std::atoll(argv[1]) : 1024;
-  std::printf("attention for one query, every layer; %d thread(s)\n", omp_get_max_threads());
+  const bool bf16 = argc > 2 && std::string(argv[2]) == "bf16";
+  kernel::set_gemm_precision(bf16 ? kernel::GemmPrecision::bf16 : kernel::GemmPrecision::f32);
+  std::printf("attention for one query, every layer; %d thread(s), %s products\n",
+              omp_get_max_threads(), bf16 ? "bf16" : "f32");
   std::printf("%-10s %-14s %6s %10s %8s %8s\n", "shape", "cache", "keys", "us/layer", "GMAC/s",
               "GB/s");
   std::mt19937 rng(1);

@@ -331,6 +331,51 @@ __attribute__((target("avx512f"))) void panel_f32_avx512(int64_t K, const float*
   }
 }
 
+// The same under bf16 products for an f32 B (V's rows in attention, under bf16 products):
+// rows_row_major<1, true>'s arithmetic (A's values rounded before, B's rounded as they are
+// read; per pair of k, the product of k + 1 then of k, an odd block's last k after a
+// product of zeros; flushed to zero while a block accumulates; the sums stored or added
+// after), the sums in registers. The memory version stores and reloads every sum at every
+// k: GPT-2's attention for one query under bf16 took 2.5-7x the f32 time (2026-12-07).
+template <int NV>
+__attribute__((target("avx512f"))) void panel_bf16_rows_avx512(int64_t K, const float* A,
+                                                               const float* B, int64_t ldb,
+                                                               int64_t cols, float* C,
+                                                               bool accumulate) {
+  const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  auto rounded = [&](const float* p, __mmask16 m) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(bf16_round_x16(_mm512_maskz_loadu_epi32(m, p)), high));
+  };
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    const int64_t end = std::min(K, pc + KC);
+    __m512 s[NV];
+    for (auto& v : s) v = _mm512_setzero_ps();
+    {
+      const FlushToZero<> ftz;
+      for (int64_t k = pc; k < end; k += 2) {
+        const float* b0 = B + k * ldb;
+        const bool two = k + 1 < end;
+        const __m512 a0 = _mm512_set1_ps(A[k]), a1 = _mm512_set1_ps(two ? A[k + 1] : 0.0f);
+#pragma GCC unroll 8
+        for (int j = 0; j < NV; ++j) {
+          const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
+          const __m512 x0 = rounded(b0 + 16 * j, m);
+          const __m512 x1 = two ? rounded(b0 + ldb + 16 * j, m) : _mm512_setzero_ps();
+          s[j] = _mm512_fmadd_ps(a0, x0, _mm512_fmadd_ps(a1, x1, s[j]));
+        }
+      }
+    }
+    for (int j = 0; j < NV; ++j) {
+      float* c = C + 16 * j;
+      const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
+      _mm512_mask_storeu_ps(
+          c, m, pc == 0 && !accumulate ? s[j] : _mm512_add_ps(_mm512_maskz_loadu_ps(m, c), s[j]));
+    }
+  }
+}
+
 // f(std::integral_constant<int, NV>) for NV = ceil(cols / 16) in 1..8: a panel's columns
 // in that many AVX-512 registers.
 template <typename F>
@@ -357,12 +402,15 @@ void row_major(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B
       const int64_t n0 = (N + 7) / 8 * q / shares * 8;
       const int64_t n1 = std::min(N, (N + 7) / 8 * (q + 1) / shares * 8), w = n1 - n0;
       if (w <= 0) continue;
-      if constexpr (!Bf16) {
+      if constexpr (std::is_same_v<Src, float>) {
         if (M == 1 && kHasAvx512F && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
           for (int64_t c0 = n0; c0 < n1; c0 += kDecodePanel) {  // sums in registers
             const int64_t cols = std::min(kDecodePanel, n1 - c0);
             with_vectors(cols, [&](auto nv) {
-              panel_f32_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
+              if constexpr (Bf16)
+                panel_bf16_rows_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
+              else
+                panel_f32_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
             });
           }
           continue;

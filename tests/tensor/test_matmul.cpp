@@ -278,9 +278,10 @@ TEST_CASE(
               for (auto* v : {&a, &w, &c0})
                 for (float& x : *v) x = normal(rng);
               if (bf16) {
-                // Row 1 of A and the first rows of W scaled to ~1e-19: their products near
-                // 1e-38, some below f32's smallest normal; a few subnormal operands.
-                for (int64_t kk = 0; kk < K; ++kk) a[K + kk] *= 1e-19f;
+                // Rows 0 and 1 of A (M 1 meets them too) and the first rows of W scaled to
+                // ~1e-19: their products near 1e-38, some below f32's smallest normal, and so
+                // the sums of the first columns; a few subnormal operands.
+                for (int64_t kk = 0; kk < 2 * K; ++kk) a[kk] *= 1e-19f;
                 for (int64_t i = 0; i < std::min<int64_t>(N, 3) * K; ++i) w[i] *= 1e-19f;
                 for (size_t i = 0; i < a.size(); i += 13) a[i] = 3e-39f;
                 for (size_t i = 5; i < w.size(); i += 17) w[i] = -2e-39f;
