@@ -78,6 +78,15 @@ for m in $models; do
   done
 done
 if [ "$rounds" -gt 1 ]; then
+  echo "tokens/s by round:"
+  for m in $models; do
+    for t in 1 2; do
+      for f in f32 bf16 q8_0; do
+        printf "  %-10s %-6s %-8s %s\n" "$m" "$f" "$t" "$(awk -v m="$m" -v f="$f" -v t="$t" \
+          '$2 == m && $3 == f && $4 == t { printf "%s ", $5 }' "$w/rates.txt")"
+      done
+    done
+  done
   echo "medians of the rounds' ratios (each round's formats run one after the other):"
   for m in $models; do
     for t in 1 2; do
