@@ -247,8 +247,9 @@ TEST_CASE("attention_one_query_f32: head-major and position-major keys give atte
   // position after position with other floats between (rows further apart than the heads):
   // the bits attention_forward gives the last of Tk query rows, at 1 and 2 threads, under
   // f32 and bf16 products. Shapes: a head size with a tail past whole vectors (12, 40), keys
-  // past one KC block (300, 530: the values' sums in two and three blocks) and enough work
-  // for threads (530), a window inside the keys and one past them.
+  // past one KC block (300, 600: the values' sums in two and three blocks), enough work for
+  // threads over the heads (600: 6 x 600 x 40 >= 2^17 multiply-adds; 530 was short of it), a
+  // window inside the keys and one past them.
   Generator g(11);
   const int before = omp_get_max_threads();
   struct Case {
@@ -258,7 +259,7 @@ TEST_CASE("attention_one_query_f32: head-major and position-major keys give atte
     int threads;
   };
   std::vector<Case> cases;
-  for (const auto& [HS, Tk] : {std::pair<int64_t, int64_t>{16, 13}, {12, 300}, {40, 530}})
+  for (const auto& [HS, Tk] : {std::pair<int64_t, int64_t>{16, 13}, {12, 300}, {40, 600}})
     for (const auto precision : {k::GemmPrecision::f32, k::GemmPrecision::bf16})
       for (const int64_t KVH : {2, 6})
         for (const int64_t window : {0, 5, 290})
