@@ -6,6 +6,7 @@
 // same working set, the kernel's arithmetic (or its threads) is what waits, not memory.
 //
 //   build/bench/bench_decode_kernels [MAX_MB (default 256)] [FORMATS (default f32,bf16,q8_0)]
+//                                    [K (default 768, GPT-2's width; 3072 its MLP's)]
 #include <omp.h>
 
 #include <algorithm>
@@ -37,7 +38,11 @@ double bytes_per_weight(const std::string& f) {
 int main(int argc, char** argv) {
   const double max_mb = argc > 1 ? std::strtod(argv[1], nullptr) : 256;
   const std::string formats = argc > 2 ? argv[2] : "f32,bf16,q8_0";
-  const int64_t K = 768;
+  const int64_t K = argc > 3 ? std::strtoll(argv[3], nullptr, 10) : 768;
+  if (K < 32 || K % 32 != 0 || K > (1 << 20)) {
+    std::fprintf(stderr, "bench_decode_kernels: K %s: a multiple of 32 from 32 to 2^20\n", argv[3]);
+    return 1;
+  }
   std::printf("decoding products, one row of x, K %lld, kernel %s; GB/s of W read (best of the "
               "passes) and G multiply-adds/s\n",
               static_cast<long long>(K), kernel::gemm_kernel_name(kernel::gemm_kernel()));

@@ -36,11 +36,22 @@ void dequantize_q8_0(const uint8_t* blocks, int64_t n, float* out);
 void round_to_q8_0(float* x, int64_t n);
 
 // Note [Q8_0 rows apart]: the layout the Q8_0 product reads W (N, K) in (StoredWeight's
-// q8_0): first the N K values, row after row, each stored as q XOR 0x80 (q + 128 as an
-// unsigned byte: the unsigned operand AVX-512 VNNI's vpdpbusd takes), then the N K / 32
-// scales, half bits, row after row. The same numbers as the blocks in the same bytes (34 a
-// block): a pair of blocks' values is one 64-byte load (two 34-byte blocks hold their
-// scales between their values), and 16 scales widen in one instruction.
+// q8_0): first the N K values, each stored as q XOR 0x80 (q + 128 as an unsigned byte: the
+// unsigned operand AVX-512 VNNI's vpdpbusd takes), then the N K / 32 scales, half bits.
+// The same numbers as the blocks in the same bytes (34 a block): a pair of blocks' values
+// is one 64-byte load (two 34-byte blocks hold their scales between their values), and 16
+// scales widen in one instruction. Both parts go by groups of kQ8Group rows (the last
+// group holds the N % 8 left, g rows), in the order the kernel reads them, so that a token's
+// product reads W as two sequential streams:
+//   values: group after group (g K bytes each); in a group, pair p of row r (64 bytes) at
+//     (p g + r) 64, and an odd row's lone last block (32 bytes) after every pair, at
+//     (K / 64) g 64 + r 32;
+//   scales: group after group (g K / 32 halves each); in a group, by sixteens of blocks:
+//     the c-th sixteen of row r (s = min(16, K / 32 - 16 c) halves) at c 16 g + r s.
+// Eight rows of W read rows apart (K bytes between the kernel's eight streams) reached
+// 13-19 GB/s from DRAM on one Zen 5 thread where a plain read reaches 29-34: the
+// hardware prefetcher follows one stream, not eight (docs/numbers.md, 2026-12-07 13:00).
+inline constexpr int64_t kQ8Group = 8;
 int64_t q8_0_split_bytes(int64_t N, int64_t K);
 // W's blocks (N rows of K / 32 blocks) -> the split layout at out (q8_0_split_bytes).
 void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out);

@@ -47,13 +47,15 @@ std::shared_ptr<const Storage> decode_panels(const Tensor& w) {
   return out;
 }
 
-// W's rows as Q8_0 in the split layout (Note [Q8_0 rows apart]), 64 rows at a time.
+// W's rows as Q8_0 in the split layout (Note [Q8_0 rows apart]), 64 rows at a time: whole
+// groups of the layout, so each part's values and scales are the whole's, in place.
 std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
   const int64_t outs = w.size(0), in = w.size(1), row_bytes = in / quant::kQ8Block * quant::kQ8BlockBytes;
   auto split = std::make_shared<Storage>(static_cast<size_t>(quant::q8_0_split_bytes(outs, in)));
   auto* dst = static_cast<uint8_t*>(split->data);
   std::vector<uint8_t> blocks(static_cast<size_t>(64 * row_bytes)), part(blocks.size());
   const int64_t scale_bytes = in / quant::kQ8Block * 2;
+  static_assert(64 % quant::kQ8Group == 0, "a part is whole groups");
   for (int64_t r0 = 0; r0 < outs; r0 += 64) {
     const int64_t n = std::min<int64_t>(64, outs - r0);
     const Tensor rows = kernel::contiguous(kernel::narrow(w, 0, r0, n));

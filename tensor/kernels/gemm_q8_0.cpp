@@ -67,15 +67,36 @@ struct XRows {
   const int32_t* corrections(int64_t m) const { return q->corrections(m0 + m); }
 };
 
-// W in the split layout (Note [Q8_0 rows apart]): row n's biased values and its scales.
-struct SplitRows {
+// Where the split layout (Note [Q8_0 rows apart]) puts row n's blocks and scales: offsets
+// of values (bytes) and of scales (halves) from each part's start.
+struct SplitLayout {
+  int64_t N, K, nb, pairs;
+  SplitLayout(int64_t N_, int64_t K_) : N(N_), K(K_), nb(K_ / kQ8Block), pairs(K_ / kQ8Block / 2) {}
+  static int64_t first(int64_t n) { return n / kQ8Group * kQ8Group; }  // its group's first row
+  int64_t group_rows(int64_t n) const { return std::min(kQ8Group, N - first(n)); }
+  // Pair 0 of row n; pair p is p group_rows(n) 64 bytes further.
+  int64_t pairs_at(int64_t n) const { return first(n) * K + (n - first(n)) * 64; }
+  int64_t lone_at(int64_t n) const {  // an odd row's last block
+    return first(n) * K + pairs * group_rows(n) * 64 + (n - first(n)) * kQ8Block;
+  }
+  int64_t block_at(int64_t n, int64_t b) const {  // block b's 32 values
+    return b < 2 * pairs ? pairs_at(n) + b / 2 * group_rows(n) * 64 + b % 2 * kQ8Block
+                         : lone_at(n);
+  }
+  int64_t sixteen_at(int64_t n, int64_t c) const {  // scales of row n's blocks 16 c ..
+    return first(n) * nb + c * 16 * group_rows(n) + (n - first(n)) * std::min<int64_t>(16, nb - 16 * c);
+  }
+  int64_t scale_at(int64_t n, int64_t b) const { return sixteen_at(n, b / 16) + b % 16; }
+};
+
+// W in the split layout: its biased values and its scales.
+struct SplitRows : SplitLayout {
   const uint8_t* values;
   const uint16_t* scales;
-  int64_t K, nb;
-  SplitRows(const uint8_t* w, int64_t N, int64_t K_)
-      : values(w), scales(reinterpret_cast<const uint16_t*>(w + N * K_)), K(K_), nb(K_ / kQ8Block) {}
-  const uint8_t* row(int64_t n) const { return values + n * K; }
-  const uint16_t* row_scales(int64_t n) const { return scales + n * nb; }
+  SplitRows(const uint8_t* w, int64_t N_, int64_t K_)
+      : SplitLayout(N_, K_), values(w), scales(reinterpret_cast<const uint16_t*>(w + N_ * K_)) {}
+  const uint8_t* block(int64_t n, int64_t b) const { return values + block_at(n, b); }
+  uint16_t scale(int64_t n, int64_t b) const { return scales[scale_at(n, b)]; }
 };
 
 // Rows [n0, n1) of W against up to 4 rows of X, scalar: the Note's lanes spelled out.
@@ -122,8 +143,11 @@ __attribute__((target("avx512f"))) float hsum16(__m512 a) {
 // core's Q8_0 product at a third of the f32 product's bytes per second from DRAM. With the
 // values apart, 8 KB read 4-5% faster from DRAM than 4 KB and as fast as 16 KB (none 9.8,
 // 2 KB 13.5, 4 KB 15.0, 8 KB 15.8, 16 KB 15.5 GB/s on one Xeon thread, medians of 15
-// interleaved passes over 256 MB; docs/numbers.md).
+// interleaved passes over 256 MB; docs/numbers.md). The values are one stream in the order
+// they are read (Note [Q8_0 rows apart]), so this is 8 KB of the stream ahead. The scales,
+// the other stream, are fetched as far ahead in rows: 2 bytes for every 32 of values.
 constexpr int kPrefetch = 8192;
+constexpr int kScalePrefetch = kPrefetch / kQ8Block * 2;
 
 // A block's scale, f16 -> f32 in one instruction (exact, as half_to_float).
 __attribute__((target("f16c"))) inline float scale_f16c(const uint8_t* b) {
@@ -134,10 +158,11 @@ __attribute__((target("f16c"))) inline float scale_f16c(const uint8_t* b) {
 
 // One pair of blocks (b, b + 1) of R rows of W against M rows of X, into the accumulators;
 // Pair false: a lone last block (its 32 bytes only: never past the row, nor the last row).
-// j: the pair's first block within its sixteen (the lanes of d16 and e16 it reads).
+// j: the pair's first block within its sixteen (the lanes of d16 and e16 it reads). Row r's
+// values are at w[r] + off.
 template <int R, int M, bool Pair>
 [[gnu::always_inline]] inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-void vnni_pair(int64_t b, int j, const uint8_t* const (&w)[R], const __m512 (&d16)[R],
+void vnni_pair(int64_t b, int j, const uint8_t* const (&w)[R], int64_t off, const __m512 (&d16)[R],
                const int8_t* const (&x)[M], const int32_t* const (&xc)[M],
                const __m512 (&e16)[M], __m512 (&a)[R][M]) {
   const __m512i idx = _mm512_add_epi32(
@@ -150,7 +175,7 @@ void vnni_pair(int64_t b, int j, const uint8_t* const (&w)[R], const __m512 (&d1
     ex[m] = _mm512_permutexvar_ps(idx, e16[m]);
   }
   for (int r = 0; r < R; ++r) {
-    const uint8_t* v = w[r] + b * kQ8Block;
+    const uint8_t* v = w[r] + off;
     _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
     const __m512i q = Pair ? _mm512_loadu_si512(v) : _mm512_maskz_loadu_epi8(0xffffffffull, v);
     const __m512 d = _mm512_permutexvar_ps(idx, d16[r]);
@@ -170,13 +195,14 @@ void vnni_pair(int64_t b, int j, const uint8_t* const (&w)[R], const __m512 (&d1
 // last block of an odd row is its own step, so the loop over pairs has no branch and keeps
 // the sums in registers (written with both inside it, GCC reloaded the rows' addresses and
 // stored every sum to the stack each pair: 50 GB/s from L2 on one Zen 5 thread, 2026-12-07).
+// Rows n .. n + R - 1 are in one group of the layout: their pairs step together.
 template <int R, int M>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_vnni_r(
     int64_t n, const XRows& X, const SplitRows& W, float* Y, int64_t ldy) {
-  const int64_t nb = X.nb;
+  const int64_t nb = X.nb, step = W.group_rows(n) * 64;
   const uint8_t* w[R];
-  const uint16_t* ws[R];
-  for (int r = 0; r < R; ++r) w[r] = W.row(n + r), ws[r] = W.row_scales(n + r);
+  const uint8_t* lone[R];
+  for (int r = 0; r < R; ++r) w[r] = W.values + W.pairs_at(n + r), lone[r] = W.values + W.lone_at(n + r);
   const int8_t* x[M];
   const int32_t* xc[M];
   const float* xs[M];
@@ -188,12 +214,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_v
     const int64_t blocks = std::min<int64_t>(16, nb - b16);
     const __mmask16 live = static_cast<__mmask16>((1u << blocks) - 1);  // missing: 0
     __m512 d16[R], e16[M];
-    for (int r = 0; r < R; ++r)
-      d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, ws[r] + b16));
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* ws = W.scales + W.sixteen_at(n + r, b16 / 16);
+      _mm_prefetch(reinterpret_cast<const char*>(ws) + kScalePrefetch, _MM_HINT_T0);
+      d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, ws));
+    }
     for (int m = 0; m < M; ++m) e16[m] = _mm512_maskz_loadu_ps(live, xs[m] + b16);
     int j = 0;
-    for (; j + 1 < blocks; j += 2) vnni_pair<R, M, true>(b16 + j, j, w, d16, x, xc, e16, a);
-    if (j < blocks) vnni_pair<R, M, false>(b16 + j, j, w, d16, x, xc, e16, a);
+    for (; j + 1 < blocks; j += 2)
+      vnni_pair<R, M, true>(b16 + j, j, w, (b16 + j) / 2 * step, d16, x, xc, e16, a);
+    if (j < blocks) vnni_pair<R, M, false>(b16 + j, j, lone, 0, d16, x, xc, e16, a);
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum16(a[r][m]);
@@ -205,13 +235,23 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_v
 // sample --weights q8_0`) 8 rows gave GPT-2 124M 183 against 155 tokens/s at 1 thread and
 // 319 against 281 at 2; stories15m's shape (V 4096) 3527 against 3669 at 1 and 3349
 // against 2871 at 2.
+// Rows [n0, n1) a group of the layout at a time: R rows while they fit in it, then one.
+template <int R, typename One, typename Many>
+void by_groups(int64_t n0, int64_t n1, const SplitLayout& W, One one, Many many) {
+  for (int64_t n = n0; n < n1;) {
+    const int64_t end = std::min(n1, SplitLayout::first(n) + W.group_rows(n));
+    for (; n + R <= end; n += R) many(n);
+    for (; n < end; ++n) one(n);
+  }
+}
+
 template <int M>
 void rows_vnni_m(int64_t n0, int64_t n1, const XRows& X, const SplitRows& W, float* Y,
                  int64_t ldy) {
   constexpr int R = M == 1 ? 8 : M == 2 ? 4 : 2;
-  int64_t n = n0;
-  for (; n + R <= n1; n += R) rows_vnni_r<R, M>(n, X, W, Y, ldy);
-  for (; n < n1; ++n) rows_vnni_r<1, M>(n, X, W, Y, ldy);
+  by_groups<R>(
+      n0, n1, W, [&](int64_t n) { rows_vnni_r<1, M>(n, X, W, Y, ldy); },
+      [&](int64_t n) { rows_vnni_r<R, M>(n, X, W, Y, ldy); });
 }
 
 void rows_vnni(int64_t M, int64_t n0, int64_t n1, const XRows& X, const SplitRows& W,
@@ -238,10 +278,11 @@ __attribute__((target("avx2,fma"))) float hsum8x2(__m256 a0, __m256 a1) {
   return _mm_cvtss_f32(s1);
 }
 
-// Block b of R rows of W against M rows of X, into the accumulators of its parity.
+// Block b of R rows of W (row r's values at w[r], its scale ws[r]) against M rows of X,
+// into the accumulators of its parity.
 template <int R, int M>
 [[gnu::always_inline]] inline __attribute__((target("avx2,fma,f16c"))) void avx2_block(
-    int64_t b, const uint8_t* const (&w)[R], const uint16_t* const (&ws)[R],
+    int64_t b, const uint8_t* const (&w)[R], const uint16_t (&ws)[R],
     const int8_t* const (&x)[M], const float* const (&xs)[M], __m256 (&a)[R][M]) {
   const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256i ax[M], px[M];
@@ -250,11 +291,11 @@ template <int R, int M>
     ax[m] = _mm256_sign_epi8(px[m], px[m]);
   }
   for (int r = 0; r < R; ++r) {
-    const uint8_t* v = w[r] + b * kQ8Block;
+    const uint8_t* v = w[r];
     _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
     const __m256i q =
         _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)), bias);
-    const float d = _cvtsh_ss(ws[r][b]);
+    const float d = _cvtsh_ss(ws[r]);
     for (int m = 0; m < M; ++m) {
       const __m256i pairs = _mm256_maddubs_epi16(ax[m], _mm256_sign_epi8(q, px[m]));
       const __m256i s = _mm256_madd_epi16(pairs, ones);
@@ -276,21 +317,29 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const XRows
                                                           const SplitRows& W, float* Y,
                                                           int64_t ldy) {
   const int64_t nb = X.nb;
-  const uint8_t* w[R];
-  const uint16_t* ws[R];
-  for (int r = 0; r < R; ++r) w[r] = W.row(n + r), ws[r] = W.row_scales(n + r);
   const int8_t* x[M];
   const float* xs[M];
   for (int m = 0; m < M; ++m) x[m] = X.row(m), xs[m] = X.scales(m);
   __m256 a0[R][M], a1[R][M];
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) a0[r][m] = a1[r][m] = _mm256_setzero_ps();
+  // block b's values and scale for each row
+  const auto at = [&](int64_t b, const uint8_t* (&w)[R], uint16_t (&ws)[R]) {
+    for (int r = 0; r < R; ++r) w[r] = W.block(n + r, b), ws[r] = W.scale(n + r, b);
+  };
+  const uint8_t* w[R];
+  uint16_t ws[R];
   int64_t b = 0;
   for (; b + 1 < nb; b += 2) {
+    at(b, w, ws);
     avx2_block<R, M>(b, w, ws, x, xs, a0);
+    at(b + 1, w, ws);
     avx2_block<R, M>(b + 1, w, ws, x, xs, a1);
   }
-  if (b < nb) avx2_block<R, M>(b, w, ws, x, xs, a0);
+  if (b < nb) {
+    at(b, w, ws);
+    avx2_block<R, M>(b, w, ws, x, xs, a0);
+  }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum8x2(a0[r][m], a1[r][m]);
 }
@@ -298,9 +347,9 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const XRows
 template <int M>
 void rows_avx2_m(int64_t n0, int64_t n1, const XRows& X, const SplitRows& W, float* Y,
                  int64_t ldy) {
-  int64_t n = n0;
-  for (; n + 2 <= n1; n += 2) rows_avx2_r<2, M>(n, X, W, Y, ldy);
-  for (; n < n1; ++n) rows_avx2_r<1, M>(n, X, W, Y, ldy);
+  by_groups<2>(
+      n0, n1, W, [&](int64_t n) { rows_avx2_r<1, M>(n, X, W, Y, ldy); },
+      [&](int64_t n) { rows_avx2_r<2, M>(n, X, W, Y, ldy); });
 }
 
 void rows_avx2(int64_t M, int64_t n0, int64_t n1, const XRows& X, const SplitRows& W,
@@ -326,8 +375,9 @@ void rows_split_scalar(int64_t M, int64_t n0, int64_t n1, const XRows& X,
   for (int64_t n = n0; n < n1; ++n) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = blocks.data() + b * kQ8BlockBytes;
-      std::memcpy(blk, W.row_scales(n) + b, 2);
-      for (int64_t j = 0; j < kQ8Block; ++j) blk[2 + j] = W.row(n)[b * kQ8Block + j] ^ 0x80u;
+      const uint16_t d = W.scale(n, b);
+      std::memcpy(blk, &d, 2);
+      for (int64_t j = 0; j < kQ8Block; ++j) blk[2 + j] = W.block(n, b)[j] ^ 0x80u;
     }
     rows_scalar(M, 0, 1, X, blocks.data(), Y + n, ldy);
   }
@@ -350,7 +400,8 @@ void run(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, float* Y,
          bool parallel, bool fast, Rows rows) {
   if (M <= 0 || N <= 0) return;
   const QuantizedRows xq(M, K, X, ldx, fast);
-  const int64_t chunk = M <= 4 ? N : std::max<int64_t>(4, kChunkBytes / K / 4 * 4);
+  const int64_t chunk =
+      M <= 4 ? N : std::max<int64_t>(kQ8Group, kChunkBytes / K / kQ8Group * kQ8Group);
   auto body = [&](int64_t n0, int64_t n1) {
     for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
       const int64_t c1 = std::min(n1, c0 + chunk);
@@ -358,11 +409,17 @@ void run(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, float* Y,
         rows(std::min<int64_t>(4, M - m0), c0, c1, XRows(xq, m0), Y + m0 * ldy);
     }
   };
-  // Threads when a product reads enough of W to pay for them: ~64 K weights per thread.
-  if (parallel && N * K >= (1 << 17))
-    parallel_for(N, std::max<int64_t>(16, (int64_t{1} << 16) / K), body);
-  else
+  // Threads when a product reads enough of W to pay for them: ~64 K weights per thread,
+  // whole groups of the layout each (so each thread's rows are one stream).
+  if (parallel && N * K >= (1 << 17)) {
+    const int64_t groups = (N + kQ8Group - 1) / kQ8Group;
+    parallel_for(groups, std::max<int64_t>(2, (int64_t{1} << 16) / K / kQ8Group),
+                 [&](int64_t g0, int64_t g1) {
+                   body(g0 * kQ8Group, std::min(N, g1 * kQ8Group));
+                 });
+  } else {
     body(0, N);
+  }
 }
 
 }  // namespace
@@ -370,13 +427,13 @@ void run(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, float* Y,
 int64_t q8_0_split_bytes(int64_t N, int64_t K) { return N * K / kQ8Block * kQ8BlockBytes; }
 
 void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out) {
-  const int64_t nb = K / kQ8Block;
+  const SplitLayout at(N, K);
   auto* scales = reinterpret_cast<uint16_t*>(out + N * K);
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = blocks + (n * nb + b) * kQ8BlockBytes;
-      std::memcpy(scales + n * nb + b, blk, 2);
-      uint8_t* v = out + n * K + b * kQ8Block;
+    for (int64_t b = 0; b < at.nb; ++b) {
+      const uint8_t* blk = blocks + (n * at.nb + b) * kQ8BlockBytes;
+      std::memcpy(scales + at.scale_at(n, b), blk, 2);
+      uint8_t* v = out + at.block_at(n, b);
       for (int64_t j = 0; j < kQ8Block; ++j) v[j] = blk[2 + j] ^ 0x80u;
     }
 }
@@ -387,8 +444,8 @@ namespace {
 void dequantize_rows_scalar(const SplitRows& W, int64_t n0, int64_t n1, float* out) {
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t b = 0; b < W.nb; ++b) {
-      const float d = half_to_float(W.row_scales(n)[b]);
-      const uint8_t* v = W.row(n) + b * kQ8Block;
+      const float d = half_to_float(W.scale(n, b));
+      const uint8_t* v = W.block(n, b);
       for (int64_t j = 0; j < kQ8Block; ++j)
         out[n * W.K + b * kQ8Block + j] =
             d * static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(v[j] ^ 0x80u)));
@@ -400,9 +457,9 @@ __attribute__((target("avx2,f16c"))) void dequantize_rows_avx2(const SplitRows& 
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t b = 0; b < W.nb; ++b) {
-      const __m256 d = _mm256_set1_ps(_cvtsh_ss(W.row_scales(n)[b]));
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(W.scale(n, b)));
       const __m256i q = _mm256_xor_si256(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(W.row(n) + b * kQ8Block)), bias);
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(W.block(n, b))), bias);
       float* o = out + n * W.K + b * kQ8Block;
       for (int i = 0; i < 4; ++i) {
         const __m128i q8 = i < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);

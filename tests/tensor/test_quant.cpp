@@ -154,6 +154,55 @@ TEST_CASE("q8_0 rows apart: the split layout holds the blocks' numbers") {
   omp_set_num_threads(saved_threads);
 }
 
+TEST_CASE("q8_0 rows apart: groups of eight rows, in the order the kernel reads them") {
+  // Note [Q8_0 rows apart]'s places, spelled out: N 10 is a group of 8 and one of 2; K 96
+  // has one pair and a lone block a row, K 1088 34 blocks (sixteens of 16, 16 and 2).
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (const int64_t K : {int64_t{96}, int64_t{1088}}) {
+    const int64_t N = 10, nb = K / 32, pairs = nb / 2;
+    std::vector<float> w(static_cast<size_t>(N * K));
+    for (float& v : w) v = normal(rng);
+    const std::vector<uint8_t> q = quantized(w);
+    std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(N, K)));
+    quant::q8_0_split(q.data(), N, K, split.data());
+    auto value = [&](int64_t n, int64_t b, int64_t j) {  // block b's value j, as stored
+      return static_cast<uint8_t>(q[static_cast<size_t>((n * nb + b) * 34 + 2 + j)] ^ 0x80u);
+    };
+    auto scale = [&](int64_t n, int64_t b) {
+      uint16_t h;
+      std::memcpy(&h, q.data() + (n * nb + b) * 34, 2);
+      return h;
+    };
+    auto stored_scale = [&](int64_t index) {
+      uint16_t h;
+      std::memcpy(&h, split.data() + N * K + 2 * index, 2);
+      return h;
+    };
+    INFO("K ", K);
+    // group 0 (8 rows): pair p of row r at (8 p + r) 64
+    CHECK(split[64 * 1] == value(1, 0, 0));              // row 1, pair 0
+    CHECK(split[64 * 7 + 63] == value(7, 1, 31));        // row 7, pair 0's second block
+    CHECK(split[64 * (8 * (pairs - 1) + 3) + 33] == value(3, 2 * pairs - 1, 1));
+    // group 1 (rows 8, 9) from 8 K: pair p of row 8 + r at (2 p + r) 64
+    CHECK(split[static_cast<size_t>(8 * K + 64)] == value(9, 0, 0));
+    CHECK(split[static_cast<size_t>(8 * K + 64 * (2 * (pairs - 1)))] == value(8, 2 * pairs - 2, 0));
+    if (nb % 2 == 1) {  // the lone blocks after every pair of the group
+      CHECK(split[static_cast<size_t>(pairs * 8 * 64 + 32 * 5 + 7)] == value(5, nb - 1, 7));
+      CHECK(split[static_cast<size_t>(8 * K + pairs * 2 * 64 + 32)] == value(9, nb - 1, 0));
+    }
+    // scales: sixteen c of row r at c 16 g + r s (s its length), g rows in the group
+    CHECK(stored_scale(0) == scale(0, 0));
+    CHECK(stored_scale(std::min<int64_t>(16, nb) * 3 + 1) == scale(3, 1));
+    CHECK(stored_scale(8 * nb + std::min<int64_t>(16, nb)) == scale(9, 0));  // group 1
+    if (nb > 32) {  // the third sixteen (2 blocks) of rows 0-7, then of rows 8-9
+      CHECK(stored_scale(2 * 16 * 8 + 6 * 2 + 1) == scale(6, 33));
+      CHECK(stored_scale(8 * nb + 2 * 16 * 2 + 1 * 2) == scale(9, 32));
+      CHECK(stored_scale(16 * 8 + 4 * 16 + 15) == scale(4, 31));
+    }
+  }
+}
+
 TEST_CASE("q8_0 product: the product of the dequantized weights and rounded x, to f32 rounding") {
   // The twin's arithmetic is one order of the same sum: against a double sum of
   // d q * e p (W's and x's Q8_0 values), it is within a few ulps of the magnitudes summed.
