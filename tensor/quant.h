@@ -35,31 +35,31 @@ void dequantize_q8_0(const uint8_t* blocks, int64_t n, float* out);
 // x replaced by dequantize(quantize(x)): the values the Q8_0 product multiplies W by.
 void round_to_q8_0(float* x, int64_t n);
 
-// Note [Q8_0 rows apart]: the layout the Q8_0 product reads W (N, K) in (StoredWeight's
-// q8_0): first the N K values, each stored as q XOR 0x80 (q + 128 as an unsigned byte: the
-// unsigned operand AVX-512 VNNI's vpdpbusd takes), then the N K / 32 scales, half bits.
-// The same numbers as the blocks in the same bytes (34 a block): a pair of blocks' values
-// is one 64-byte load (two 34-byte blocks hold their scales between their values), and 16
-// scales widen in one instruction. Both parts go by groups of kQ8Group rows (the last
-// group holds the N % 8 left, g rows), in the order the kernel reads them, so that a token's
-// product reads W as two sequential streams:
-//   values: group after group (g K bytes each); in a group, pair p of row r (64 bytes) at
-//     (p g + r) 64, and an odd row's lone last block (32 bytes) after every pair, at
-//     (K / 64) g 64 + r 32;
-//   scales: group after group (g K / 32 halves each); in a group, by sixteens of blocks:
-//     the c-th sixteen of row r (s = min(16, K / 32 - 16 c) halves) at c 16 g + r s.
-// Eight rows of W read rows apart (K bytes between the kernel's eight streams) reached
-// 13-19 GB/s from DRAM on one Zen 5 thread where a plain read reaches 29-34: the
-// hardware prefetcher follows one stream, not eight (docs/numbers.md, 2026-12-07 13:00).
+// Note [Q8_0 as read]: the layout the Q8_0 product reads W (N, K) in (StoredWeight's q8_0),
+// the same 34 bytes a block as the blocks: the values stored as q XOR 0x80 (q + 128 as an
+// unsigned byte: the unsigned operand AVX-512 VNNI's vpdpbusd takes), a pair of blocks'
+// values together (one 64-byte load; two 34-byte blocks hold their scales between their
+// values), and 16 scales of a row together (widened in one instruction), all in the order
+// a token's product reads them, so that it reads W as one sequential stream:
+//   groups of kQ8Group rows, one after the other (the last holds the N % 8 left; g rows);
+//   in a group, its rows' blocks by sixteens (the c-th: blocks 16 c .., s = min(16,
+//   K / 32 - 16 c) of them), one after the other, each g s 34 bytes;
+//   in a sixteen: the scales (halves), row after row (s each); then its pairs of blocks,
+//   pair by pair, row after row (pair p of row r at (p g + r) 64); then, if s is odd (the
+//   last sixteen of an odd row), the rows' lone last blocks (32 bytes each).
+// The layout before (2026-12-06: all values row after row, then all scales) had the
+// kernel's eight rows read K bytes apart and the scales as a second stream: one Zen 5
+// thread read K 3072 at 13 GB/s from DRAM where a plain read reaches 29 (docs/numbers.md,
+// 2026-12-07 13:00-14:30).
 inline constexpr int64_t kQ8Group = 8;
 int64_t q8_0_split_bytes(int64_t N, int64_t K);
-// W's blocks (N rows of K / 32 blocks) -> the split layout at out (q8_0_split_bytes).
+// W's blocks (N rows of K / 32 blocks) -> that layout at out (q8_0_split_bytes).
 void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out);
-// The split layout back into N K floats: half(d) * q.
+// That layout back into N K floats: half(d) * q.
 void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* out);
 
 // Note [The Q8_0 product]: Y (M, N) = X (M, K) W^T for W (N, K) stored as Q8_0 (K / 32
-// blocks a row; gemm_q8_0 reads them split, Note [Q8_0 rows apart], the twin as blocks),
+// blocks a row; gemm_q8_0 reads them as laid out in Note [Q8_0 as read], the twin as blocks),
 // X f32 (rows contiguous, row stride ldx), Y row stride ldy.
 // X is rounded to Q8_0 blocks too (quantize_q8_0: a half scale e_b and 32 int8 values p per
 // block of a row), as llama.cpp's Q8_0 product does, so each block's 32 products are exact
@@ -80,7 +80,7 @@ void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* ou
 // An output's bits do not depend on M or on the other rows of X (a prompt's last row gets
 // what the token alone gets): past 4 rows of X, W's rows go in cache-sized chunks, each
 // passed over by every 4 rows of X, the arithmetic per output unchanged.
-// W: the split layout (q8_0_split of the blocks).
+// W: Note [Q8_0 as read]'s layout (q8_0_split of the blocks).
 void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
                float* Y, int64_t ldy, bool parallel);
 // The scalar twin: the same arithmetic, plainly, on W's blocks as they are (the oracle of

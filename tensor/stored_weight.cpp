@@ -47,14 +47,13 @@ std::shared_ptr<const Storage> decode_panels(const Tensor& w) {
   return out;
 }
 
-// W's rows as Q8_0 in the split layout (Note [Q8_0 rows apart]), 64 rows at a time: whole
-// groups of the layout, so each part's values and scales are the whole's, in place.
+// W's rows as Q8_0 in the layout the product reads (Note [Q8_0 as read]), 64 rows at a
+// time: whole groups of it, so each part's bytes are the whole's, in place.
 std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
   const int64_t outs = w.size(0), in = w.size(1), row_bytes = in / quant::kQ8Block * quant::kQ8BlockBytes;
   auto split = std::make_shared<Storage>(static_cast<size_t>(quant::q8_0_split_bytes(outs, in)));
   auto* dst = static_cast<uint8_t*>(split->data);
-  std::vector<uint8_t> blocks(static_cast<size_t>(64 * row_bytes)), part(blocks.size());
-  const int64_t scale_bytes = in / quant::kQ8Block * 2;
+  std::vector<uint8_t> blocks(static_cast<size_t>(64 * row_bytes));
   static_assert(64 % quant::kQ8Group == 0, "a part is whole groups");
   for (int64_t r0 = 0; r0 < outs; r0 += 64) {
     const int64_t n = std::min<int64_t>(64, outs - r0);
@@ -66,10 +65,7 @@ std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
         ATTEND_CHECK(std::isfinite(x[i]), "q8_0: the weight (", outs, ", ", in, ") holds ", x[i],
                      " at row ", r0 + i / in, "; only finite values quantize");
     quant::quantize_q8_0_fast(x, count, blocks.data());
-    quant::q8_0_split(blocks.data(), n, in, part.data());  // n rows: values, then scales
-    std::memcpy(dst + r0 * in, part.data(), static_cast<size_t>(n * in));
-    std::memcpy(dst + outs * in + r0 * scale_bytes, part.data() + n * in,
-                static_cast<size_t>(n * scale_bytes));
+    quant::q8_0_split(blocks.data(), n, in, dst + r0 * row_bytes);
   }
   return split;
 }

@@ -11,8 +11,8 @@
 //         Made and used under bf16 products only (Note [Precision is scoped] in
 //         kernels/gemm.h).
 // More rows of x than the few-rows kernels take (a prompt) multiply by W itself.
-//   q8_0  W itself (not transposed) as Q8_0 blocks along each row (tensor/quant.h), their
-//         values and scales apart (Note [Q8_0 rows apart]): 8.5 bits
+//   q8_0  W itself (not transposed) as Q8_0 blocks along each row (tensor/quant.h), laid
+//         out in the order the product reads them (Note [Q8_0 as read]): 8.5 bits
 //         a weight, a quarter of f32's bytes; a few rows of x through the Q8_0 product (Note
 //         [The Q8_0 product]), more rows (a prompt, an evaluation's window) through the
 //         blocked GEMM on W dequantized for that product. The weights' values change (each
@@ -63,7 +63,7 @@ class StoredWeight {
   int64_t in_ = 0, out_ = 0;
   std::shared_ptr<const Storage> f32_panels_;  // f32: W^T's panels
   std::shared_ptr<const Storage> bf16_bits_;   // bf16: W^T's panels as bf16 bits
-  std::shared_ptr<const Storage> q8_blocks_;  // q8_0: W's rows split (Note [Q8_0 rows apart])
+  std::shared_ptr<const Storage> q8_blocks_;  // q8_0: W's blocks as read (Note [Q8_0 as read])
 };
 
 }  // namespace attend

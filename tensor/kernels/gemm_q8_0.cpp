@@ -1,6 +1,6 @@
 // The Q8_0 product (Note [The Q8_0 product], tensor/quant.h): a token's y = x W^T reading W
-// in Q8_0 rows apart (Note [Q8_0 rows apart]), 8.5 bits a weight, against x rounded to Q8_0 blocks, each block's 32
-// products summed as integers.
+// in Q8_0 laid out in the order it is read (Note [Q8_0 as read]), 8.5 bits a weight,
+// against x rounded to Q8_0 blocks, each block's 32 products summed as integers.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -67,36 +67,50 @@ struct XRows {
   const int32_t* corrections(int64_t m) const { return q->corrections(m0 + m); }
 };
 
-// Where the split layout (Note [Q8_0 rows apart]) puts row n's blocks and scales: offsets
-// of values (bytes) and of scales (halves) from each part's start.
+// Where the layout (Note [Q8_0 as read]) puts row n's blocks and scales, in bytes from W's
+// start.
 struct SplitLayout {
   int64_t N, K, nb, pairs;
-  SplitLayout(int64_t N_, int64_t K_) : N(N_), K(K_), nb(K_ / kQ8Block), pairs(K_ / kQ8Block / 2) {}
+  SplitLayout(int64_t N_, int64_t K_)
+      : N(N_), K(K_), nb(K_ / kQ8Block), pairs(K_ / kQ8Block / 2) {}
   static int64_t first(int64_t n) { return n / kQ8Group * kQ8Group; }  // its group's first row
   int64_t group_rows(int64_t n) const { return std::min(kQ8Group, N - first(n)); }
-  // Pair 0 of row n; pair p is p group_rows(n) 64 bytes further.
-  int64_t pairs_at(int64_t n) const { return first(n) * K + (n - first(n)) * 64; }
-  int64_t lone_at(int64_t n) const {  // an odd row's last block
-    return first(n) * K + pairs * group_rows(n) * 64 + (n - first(n)) * kQ8Block;
+  int64_t sixteen(int64_t c) const { return std::min<int64_t>(16, nb - 16 * c); }  // blocks
+  // The start of sixteen c of row n's group: its scales, then its pairs, then lone blocks.
+  int64_t sixteen_at(int64_t n, int64_t c) const {
+    return first(n) * nb * kQ8BlockBytes + group_rows(n) * c * 16 * kQ8BlockBytes;
+  }
+  // Row n's scales of sixteen c.
+  int64_t scales_at(int64_t n, int64_t c) const {
+    return sixteen_at(n, c) + (n - first(n)) * sixteen(c) * 2;
+  }
+  // Row n's first pair of sixteen c; the next pair is group_rows(n) 64 bytes further.
+  int64_t pairs_at(int64_t n, int64_t c) const {
+    return sixteen_at(n, c) + group_rows(n) * sixteen(c) * 2 + (n - first(n)) * 64;
+  }
+  // Row n's lone block in sixteen c (an odd row's last block, in the last sixteen).
+  int64_t lone_at(int64_t n, int64_t c) const {
+    return sixteen_at(n, c) + group_rows(n) * (sixteen(c) * 2 + sixteen(c) / 2 * 64) +
+           (n - first(n)) * kQ8Block;
   }
   int64_t block_at(int64_t n, int64_t b) const {  // block b's 32 values
-    return b < 2 * pairs ? pairs_at(n) + b / 2 * group_rows(n) * 64 + b % 2 * kQ8Block
-                         : lone_at(n);
+    const int64_t c = b / 16;
+    return b < 2 * pairs ? pairs_at(n, c) + (b % 16) / 2 * group_rows(n) * 64 + b % 2 * kQ8Block
+                         : lone_at(n, c);
   }
-  int64_t sixteen_at(int64_t n, int64_t c) const {  // scales of row n's blocks 16 c ..
-    return first(n) * nb + c * 16 * group_rows(n) + (n - first(n)) * std::min<int64_t>(16, nb - 16 * c);
-  }
-  int64_t scale_at(int64_t n, int64_t b) const { return sixteen_at(n, b / 16) + b % 16; }
+  int64_t scale_at(int64_t n, int64_t b) const { return scales_at(n, b / 16) + b % 16 * 2; }
 };
 
-// W in the split layout: its biased values and its scales.
+// W in that layout.
 struct SplitRows : SplitLayout {
-  const uint8_t* values;
-  const uint16_t* scales;
-  SplitRows(const uint8_t* w, int64_t N_, int64_t K_)
-      : SplitLayout(N_, K_), values(w), scales(reinterpret_cast<const uint16_t*>(w + N_ * K_)) {}
-  const uint8_t* block(int64_t n, int64_t b) const { return values + block_at(n, b); }
-  uint16_t scale(int64_t n, int64_t b) const { return scales[scale_at(n, b)]; }
+  const uint8_t* w;
+  SplitRows(const uint8_t* w_, int64_t N_, int64_t K_) : SplitLayout(N_, K_), w(w_) {}
+  const uint8_t* block(int64_t n, int64_t b) const { return w + block_at(n, b); }
+  uint16_t scale(int64_t n, int64_t b) const {
+    uint16_t h;
+    std::memcpy(&h, w + scale_at(n, b), 2);
+    return h;
+  }
 };
 
 // Rows [n0, n1) of W against up to 4 rows of X, scalar: the Note's lanes spelled out.
@@ -143,11 +157,9 @@ __attribute__((target("avx512f"))) float hsum16(__m512 a) {
 // core's Q8_0 product at a third of the f32 product's bytes per second from DRAM. With the
 // values apart, 8 KB read 4-5% faster from DRAM than 4 KB and as fast as 16 KB (none 9.8,
 // 2 KB 13.5, 4 KB 15.0, 8 KB 15.8, 16 KB 15.5 GB/s on one Xeon thread, medians of 15
-// interleaved passes over 256 MB; docs/numbers.md). The values are one stream in the order
-// they are read (Note [Q8_0 rows apart]), so this is 8 KB of the stream ahead. The scales,
-// the other stream, are fetched as far ahead in rows: 2 bytes for every 32 of values.
+// interleaved passes over 256 MB; docs/numbers.md). W is one stream in the order it is
+// read (Note [Q8_0 as read]), so this is 8 KB of that stream ahead, scales as values.
 constexpr int kPrefetch = 8192;
-constexpr int kScalePrefetch = kPrefetch / kQ8Block * 2;
 
 // A block's scale, f16 -> f32 in one instruction (exact, as half_to_float).
 __attribute__((target("f16c"))) inline float scale_f16c(const uint8_t* b) {
@@ -200,9 +212,6 @@ template <int R, int M>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_vnni_r(
     int64_t n, const XRows& X, const SplitRows& W, float* Y, int64_t ldy) {
   const int64_t nb = X.nb, step = W.group_rows(n) * 64;
-  const uint8_t* w[R];
-  const uint8_t* lone[R];
-  for (int r = 0; r < R; ++r) w[r] = W.values + W.pairs_at(n + r), lone[r] = W.values + W.lone_at(n + r);
   const int8_t* x[M];
   const int32_t* xc[M];
   const float* xs[M];
@@ -211,19 +220,25 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_v
   for (auto& r : a)
     for (auto& v : r) v = _mm512_setzero_ps();
   for (int64_t b16 = 0; b16 < nb; b16 += 16) {
-    const int64_t blocks = std::min<int64_t>(16, nb - b16);
+    const int64_t c = b16 / 16, blocks = std::min<int64_t>(16, nb - b16);
     const __mmask16 live = static_cast<__mmask16>((1u << blocks) - 1);  // missing: 0
+    const uint8_t* w[R];  // the rows' first pairs of this sixteen
     __m512 d16[R], e16[M];
     for (int r = 0; r < R; ++r) {
-      const uint16_t* ws = W.scales + W.sixteen_at(n + r, b16 / 16);
-      _mm_prefetch(reinterpret_cast<const char*>(ws) + kScalePrefetch, _MM_HINT_T0);
+      const uint8_t* ws = W.w + W.scales_at(n + r, c);
+      _mm_prefetch(reinterpret_cast<const char*>(ws) + kPrefetch, _MM_HINT_T0);
       d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, ws));
+      w[r] = W.w + W.pairs_at(n + r, c);
     }
     for (int m = 0; m < M; ++m) e16[m] = _mm512_maskz_loadu_ps(live, xs[m] + b16);
     int j = 0;
     for (; j + 1 < blocks; j += 2)
-      vnni_pair<R, M, true>(b16 + j, j, w, (b16 + j) / 2 * step, d16, x, xc, e16, a);
-    if (j < blocks) vnni_pair<R, M, false>(b16 + j, j, lone, 0, d16, x, xc, e16, a);
+      vnni_pair<R, M, true>(b16 + j, j, w, j / 2 * step, d16, x, xc, e16, a);
+    if (j < blocks) {
+      const uint8_t* lone[R];
+      for (int r = 0; r < R; ++r) lone[r] = W.w + W.lone_at(n + r, c);
+      vnni_pair<R, M, false>(b16 + j, j, lone, 0, d16, x, xc, e16, a);
+    }
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum16(a[r][m]);
@@ -428,11 +443,10 @@ int64_t q8_0_split_bytes(int64_t N, int64_t K) { return N * K / kQ8Block * kQ8Bl
 
 void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out) {
   const SplitLayout at(N, K);
-  auto* scales = reinterpret_cast<uint16_t*>(out + N * K);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t b = 0; b < at.nb; ++b) {
       const uint8_t* blk = blocks + (n * at.nb + b) * kQ8BlockBytes;
-      std::memcpy(scales + at.scale_at(n, b), blk, 2);
+      std::memcpy(out + at.scale_at(n, b), blk, 2);
       uint8_t* v = out + at.block_at(n, b);
       for (int64_t j = 0; j < kQ8Block; ++j) v[j] = blk[2 + j] ^ 0x80u;
     }

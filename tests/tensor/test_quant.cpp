@@ -116,10 +116,9 @@ TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's b
   CHECK(kernels_run >= 1);
 }
 
-TEST_CASE("q8_0 rows apart: the split layout holds the blocks' numbers") {
-  // Split and read back: the same values as dequantizing the blocks, bit for bit, on every
-  // kernel and thread count (the reading is vectorised and split across threads), and the
-  // bytes are the blocks' own (each value xor 0x80 once, the scales as they were).
+TEST_CASE("q8_0 as read: the layout holds the blocks' numbers") {
+  // Laid out and read back: the same values as dequantizing the blocks, bit for bit, on
+  // every kernel and thread count (the reading is vectorised and split across threads).
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
   const int saved_threads = omp_get_max_threads();
@@ -132,9 +131,6 @@ TEST_CASE("q8_0 rows apart: the split layout holds the blocks' numbers") {
     std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(N, K)));
     CHECK(split.size() == q.size());
     quant::q8_0_split(q.data(), N, K, split.data());
-    CHECK(split[0] == (q[2] ^ 0x80));
-    CHECK(split[static_cast<size_t>(N * K)] == q[0]);           // the first scale, low byte
-    CHECK(split[static_cast<size_t>(N * K) + 3] == q[34 + 1]);  // the second, high byte
     std::vector<float> want(w.size()), got(w.size());
     quant::dequantize_q8_0(q.data(), N * K, want.data());
     for (const k::GemmKernel kind :
@@ -154,51 +150,40 @@ TEST_CASE("q8_0 rows apart: the split layout holds the blocks' numbers") {
   omp_set_num_threads(saved_threads);
 }
 
-TEST_CASE("q8_0 rows apart: groups of eight rows, in the order the kernel reads them") {
-  // Note [Q8_0 rows apart]'s places, spelled out: N 10 is a group of 8 and one of 2; K 96
-  // has one pair and a lone block a row, K 1088 34 blocks (sixteens of 16, 16 and 2).
+TEST_CASE("q8_0 as read: groups of eight rows, by sixteens of blocks, scales first") {
+  // Note [Q8_0 as read]'s places, worked out by hand: N 10 is a group of 8 rows and one of
+  // 2; K 96 is one sixteen of 3 blocks a row (a pair and a lone block), K 1088 three
+  // sixteens of 16, 16 and 2 blocks.
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
-  for (const int64_t K : {int64_t{96}, int64_t{1088}}) {
-    const int64_t N = 10, nb = K / 32, pairs = nb / 2;
+  struct Place {
+    int64_t n, b, j, at;  // value j of row n's block b at byte `at` (j -1: its scale)
+  };
+  const std::vector<std::pair<int64_t, std::vector<Place>>> cases = {
+      {96,
+       {{0, 0, -1, 0}, {3, 1, -1, 20},  // group 0: 8 x 3 scales, then 8 pairs, 8 lone blocks
+        {1, 0, 0, 112}, {7, 1, 31, 559}, {5, 2, 7, 727},
+        {9, 0, -1, 822}, {9, 0, 0, 892}, {9, 2, 0, 988}}},  // group 1 from 816: 2 x 3 scales
+      {1088,
+       {{3, 1, -1, 98}, {4, 31, -1, 4510}, {6, 33, -1, 8730},  // sixteens at 0, 4352, 8704
+        {1, 0, 0, 320}, {7, 1, 31, 767}, {3, 15, 1, 4065}, {3, 33, 1, 8961},
+        {9, 0, -1, 9280}, {9, 0, 0, 9376}, {9, 32, -1, 11428}, {8, 32, 0, 11432}}}};  // 9248 on
+  for (const auto& [K, places] : cases) {
+    const int64_t N = 10, nb = K / 32;
     std::vector<float> w(static_cast<size_t>(N * K));
     for (float& v : w) v = normal(rng);
     const std::vector<uint8_t> q = quantized(w);
     std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(N, K)));
     quant::q8_0_split(q.data(), N, K, split.data());
-    auto value = [&](int64_t n, int64_t b, int64_t j) {  // block b's value j, as stored
-      return static_cast<uint8_t>(q[static_cast<size_t>((n * nb + b) * 34 + 2 + j)] ^ 0x80u);
-    };
-    auto scale = [&](int64_t n, int64_t b) {
-      uint16_t h;
-      std::memcpy(&h, q.data() + (n * nb + b) * 34, 2);
-      return h;
-    };
-    auto stored_scale = [&](int64_t index) {
-      uint16_t h;
-      std::memcpy(&h, split.data() + N * K + 2 * index, 2);
-      return h;
-    };
-    INFO("K ", K);
-    // group 0 (8 rows): pair p of row r at (8 p + r) 64
-    CHECK(split[64 * 1] == value(1, 0, 0));              // row 1, pair 0
-    CHECK(split[64 * 7 + 63] == value(7, 1, 31));        // row 7, pair 0's second block
-    CHECK(split[64 * (8 * (pairs - 1) + 3) + 33] == value(3, 2 * pairs - 1, 1));
-    // group 1 (rows 8, 9) from 8 K: pair p of row 8 + r at (2 p + r) 64
-    CHECK(split[static_cast<size_t>(8 * K + 64)] == value(9, 0, 0));
-    CHECK(split[static_cast<size_t>(8 * K + 64 * (2 * (pairs - 1)))] == value(8, 2 * pairs - 2, 0));
-    if (nb % 2 == 1) {  // the lone blocks after every pair of the group
-      CHECK(split[static_cast<size_t>(pairs * 8 * 64 + 32 * 5 + 7)] == value(5, nb - 1, 7));
-      CHECK(split[static_cast<size_t>(8 * K + pairs * 2 * 64 + 32)] == value(9, nb - 1, 0));
-    }
-    // scales: sixteen c of row r at c 16 g + r s (s its length), g rows in the group
-    CHECK(stored_scale(0) == scale(0, 0));
-    CHECK(stored_scale(std::min<int64_t>(16, nb) * 3 + 1) == scale(3, 1));
-    CHECK(stored_scale(8 * nb + std::min<int64_t>(16, nb)) == scale(9, 0));  // group 1
-    if (nb > 32) {  // the third sixteen (2 blocks) of rows 0-7, then of rows 8-9
-      CHECK(stored_scale(2 * 16 * 8 + 6 * 2 + 1) == scale(6, 33));
-      CHECK(stored_scale(8 * nb + 2 * 16 * 2 + 1 * 2) == scale(9, 32));
-      CHECK(stored_scale(16 * 8 + 4 * 16 + 15) == scale(4, 31));
+    for (const Place& p : places) {
+      INFO("K ", K, " row ", p.n, " block ", p.b, " value ", p.j, " at ", p.at);
+      const size_t block = static_cast<size_t>((p.n * nb + p.b) * 34);
+      if (p.j < 0) {
+        CHECK(split[static_cast<size_t>(p.at)] == q[block]);
+        CHECK(split[static_cast<size_t>(p.at) + 1] == q[block + 1]);
+      } else {
+        CHECK(split[static_cast<size_t>(p.at)] == (q[block + 2 + static_cast<size_t>(p.j)] ^ 0x80));
+      }
     }
   }
 }
