@@ -171,12 +171,12 @@ __attribute__((target("f16c"))) inline float scale_f16c(const uint8_t* b) {
 // One pair of blocks (b, b + 1) of R rows of W against M rows of X, into the accumulators;
 // Pair false: a lone last block (its 32 bytes only: never past the row, nor the last row).
 // j: the pair's first block within its sixteen (the lanes of d16 and e16 it reads). Row r's
-// values are at w[r] + off.
+// values are at w + r 64 (a pair), or w + r 32 (lone blocks): the rows of a group, side by
+// side (Note [Q8_0 as read]), so one address serves them all.
 template <int R, int M, bool Pair>
-[[gnu::always_inline]] inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-void vnni_pair(int64_t b, int j, const uint8_t* const (&w)[R], int64_t off, const __m512 (&d16)[R],
-               const int8_t* const (&x)[M], const int32_t* const (&xc)[M],
-               const __m512 (&e16)[M], __m512 (&a)[R][M]) {
+[[gnu::always_inline]] inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void
+vnni_pair(int64_t b, int j, const uint8_t* w, const __m512 (&d16)[R], const int8_t* const (&x)[M],
+          const int32_t* const (&xc)[M], const __m512 (&e16)[M], __m512 (&a)[R][M]) {
   const __m512i idx = _mm512_add_epi32(
       _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_set1_epi32(j));
   __m512i xv[M], c[M];
@@ -187,7 +187,7 @@ void vnni_pair(int64_t b, int j, const uint8_t* const (&w)[R], int64_t off, cons
     ex[m] = _mm512_permutexvar_ps(idx, e16[m]);
   }
   for (int r = 0; r < R; ++r) {
-    const uint8_t* v = w[r] + off;
+    const uint8_t* v = w + r * (Pair ? 64 : kQ8Block);
     _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
     const __m512i q = Pair ? _mm512_loadu_si512(v) : _mm512_maskz_loadu_epi8(0xffffffffull, v);
     const __m512 d = _mm512_permutexvar_ps(idx, d16[r]);
@@ -207,7 +207,8 @@ void vnni_pair(int64_t b, int j, const uint8_t* const (&w)[R], int64_t off, cons
 // last block of an odd row is its own step, so the loop over pairs has no branch and keeps
 // the sums in registers (written with both inside it, GCC reloaded the rows' addresses and
 // stored every sum to the stack each pair: 50 GB/s from L2 on one Zen 5 thread, 2026-12-07).
-// Rows n .. n + R - 1 are in one group of the layout: their pairs step together.
+// Rows n .. n + R - 1 are in one group of the layout: their pairs are side by side, one
+// address for all (with an address a row, the product from L2 ran at 43 against 79 GB/s).
 template <int R, int M>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_vnni_r(
     int64_t n, const XRows& X, const SplitRows& W, float* Y, int64_t ldy) {
@@ -222,23 +223,19 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_v
   for (int64_t b16 = 0; b16 < nb; b16 += 16) {
     const int64_t c = b16 / 16, blocks = std::min<int64_t>(16, nb - b16);
     const __mmask16 live = static_cast<__mmask16>((1u << blocks) - 1);  // missing: 0
-    const uint8_t* w[R];  // the rows' first pairs of this sixteen
     __m512 d16[R], e16[M];
+    const uint8_t* ws = W.w + W.scales_at(n, c);  // row n + r's at ws + r s 2
     for (int r = 0; r < R; ++r) {
-      const uint8_t* ws = W.w + W.scales_at(n + r, c);
-      _mm_prefetch(reinterpret_cast<const char*>(ws) + kPrefetch, _MM_HINT_T0);
-      d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, ws));
-      w[r] = W.w + W.pairs_at(n + r, c);
+      const uint8_t* wr = ws + r * blocks * 2;
+      _mm_prefetch(reinterpret_cast<const char*>(wr) + kPrefetch, _MM_HINT_T0);
+      d16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, wr));
     }
     for (int m = 0; m < M; ++m) e16[m] = _mm512_maskz_loadu_ps(live, xs[m] + b16);
+    const uint8_t* w = W.w + W.pairs_at(n, c);  // row n + r's pair at w + r 64
     int j = 0;
-    for (; j + 1 < blocks; j += 2)
-      vnni_pair<R, M, true>(b16 + j, j, w, j / 2 * step, d16, x, xc, e16, a);
-    if (j < blocks) {
-      const uint8_t* lone[R];
-      for (int r = 0; r < R; ++r) lone[r] = W.w + W.lone_at(n + r, c);
-      vnni_pair<R, M, false>(b16 + j, j, lone, 0, d16, x, xc, e16, a);
-    }
+    for (; j + 1 < blocks; j += 2, w += step)
+      vnni_pair<R, M, true>(b16 + j, j, w, d16, x, xc, e16, a);
+    if (j < blocks) vnni_pair<R, M, false>(b16 + j, j, W.w + W.lone_at(n, c), d16, x, xc, e16, a);
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum16(a[r][m]);
@@ -293,11 +290,11 @@ __attribute__((target("avx2,fma"))) float hsum8x2(__m256 a0, __m256 a1) {
   return _mm_cvtss_f32(s1);
 }
 
-// Block b of R rows of W (row r's values at w[r], its scale ws[r]) against M rows of X,
-// into the accumulators of its parity.
+// Block b of R rows of W (row r's values at w + r wr, its scale at ws + r sr) against M rows
+// of X, into the accumulators of its parity.
 template <int R, int M>
 [[gnu::always_inline]] inline __attribute__((target("avx2,fma,f16c"))) void avx2_block(
-    int64_t b, const uint8_t* const (&w)[R], const uint16_t (&ws)[R],
+    int64_t b, const uint8_t* w, int64_t wr, const uint8_t* ws, int64_t sr,
     const int8_t* const (&x)[M], const float* const (&xs)[M], __m256 (&a)[R][M]) {
   const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256i ax[M], px[M];
@@ -306,11 +303,13 @@ template <int R, int M>
     ax[m] = _mm256_sign_epi8(px[m], px[m]);
   }
   for (int r = 0; r < R; ++r) {
-    const uint8_t* v = w[r];
+    const uint8_t* v = w + r * wr;
     _mm_prefetch(reinterpret_cast<const char*>(v) + kPrefetch, _MM_HINT_T0);
     const __m256i q =
         _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)), bias);
-    const float d = _cvtsh_ss(ws[r]);
+    uint16_t h;
+    std::memcpy(&h, ws + r * sr, 2);
+    const float d = _cvtsh_ss(h);
     for (int m = 0; m < M; ++m) {
       const __m256i pairs = _mm256_maddubs_epi16(ax[m], _mm256_sign_epi8(q, px[m]));
       const __m256i s = _mm256_madd_epi16(pairs, ones);
@@ -338,22 +337,18 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const XRows
   __m256 a0[R][M], a1[R][M];
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) a0[r][m] = a1[r][m] = _mm256_setzero_ps();
-  // block b's values and scale for each row
-  const auto at = [&](int64_t b, const uint8_t* (&w)[R], uint16_t (&ws)[R]) {
-    for (int r = 0; r < R; ++r) w[r] = W.block(n + r, b), ws[r] = W.scale(n + r, b);
-  };
-  const uint8_t* w[R];
-  uint16_t ws[R];
-  int64_t b = 0;
-  for (; b + 1 < nb; b += 2) {
-    at(b, w, ws);
-    avx2_block<R, M>(b, w, ws, x, xs, a0);
-    at(b + 1, w, ws);
-    avx2_block<R, M>(b + 1, w, ws, x, xs, a1);
-  }
-  if (b < nb) {
-    at(b, w, ws);
-    avx2_block<R, M>(b, w, ws, x, xs, a0);
+  const int64_t step = W.group_rows(n) * 64;
+  for (int64_t b16 = 0; b16 < nb; b16 += 16) {  // as the VNNI kernel: a sixteen at a time
+    const int64_t c = b16 / 16, blocks = std::min<int64_t>(16, nb - b16);
+    const uint8_t* ws = W.w + W.scales_at(n, c);
+    const uint8_t* w = W.w + W.pairs_at(n, c);
+    int64_t j = 0;
+    for (; j + 1 < blocks; j += 2, w += step) {
+      avx2_block<R, M>(b16 + j, w, 64, ws + 2 * j, 2 * blocks, x, xs, a0);
+      avx2_block<R, M>(b16 + j + 1, w + kQ8Block, 64, ws + 2 * j + 2, 2 * blocks, x, xs, a1);
+    }
+    if (j < blocks)
+      avx2_block<R, M>(b16 + j, W.w + W.lone_at(n, c), kQ8Block, ws + 2 * j, 2 * blocks, x, xs, a0);
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) Y[m * ldy + n + r] = hsum8x2(a0[r][m], a1[r][m]);
