@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
         quant::quantize_q8_0(w.data(), N * K, blocks.data());
         held = std::make_shared<Storage>(blocks.size());
         auto* q = static_cast<uint8_t*>(held->data);
-        quant::q8_0_split(blocks.data(), N, K, q);
+        quant::q8_0_as_read(blocks.data(), N, K, q);
         product = [&, q](float* y) { quant::gemm_q8_0(1, N, K, x.data(), K, q, y, N, true); };
       }
       std::vector<float>().swap(w);

@@ -50,13 +50,13 @@ void round_to_q8_0(float* x, int64_t n);
 // The layout before (2026-12-06: all values row after row, then all scales) had the
 // kernel's eight rows read K bytes apart and the scales as a second stream: one Zen 5
 // thread read K 3072 at 13 GB/s from DRAM where a plain read reaches 29 (docs/numbers.md,
-// 2026-12-07 13:00-14:30).
+// 2026-12-07 12:38-14:54).
 inline constexpr int64_t kQ8Group = 8;
-int64_t q8_0_split_bytes(int64_t N, int64_t K);
-// W's blocks (N rows of K / 32 blocks) -> that layout at out (q8_0_split_bytes).
-void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out);
+int64_t q8_0_as_read_bytes(int64_t N, int64_t K);
+// W's blocks (N rows of K / 32 blocks) -> that layout at out (q8_0_as_read_bytes).
+void q8_0_as_read(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out);
 // That layout back into N K floats: half(d) * q.
-void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* out);
+void dequantize_q8_0_as_read(const uint8_t* laid, int64_t N, int64_t K, float* out);
 
 // Note [The Q8_0 product]: Y (M, N) = X (M, K) W^T for W (N, K) stored as Q8_0 (K / 32
 // blocks a row; gemm_q8_0 reads them as laid out in Note [Q8_0 as read], the twin as blocks),
@@ -80,7 +80,7 @@ void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* ou
 // An output's bits do not depend on M or on the other rows of X (a prompt's last row gets
 // what the token alone gets): past 4 rows of X, W's rows go in cache-sized chunks, each
 // passed over by every 4 rows of X, the arithmetic per output unchanged.
-// W: Note [Q8_0 as read]'s layout (q8_0_split of the blocks).
+// W: Note [Q8_0 as read]'s layout (q8_0_as_read of the blocks).
 void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
                float* Y, int64_t ldy, bool parallel);
 // The scalar twin: the same arithmetic, plainly, on W's blocks as they are (the oracle of

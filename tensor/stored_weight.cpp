@@ -51,8 +51,8 @@ std::shared_ptr<const Storage> decode_panels(const Tensor& w) {
 // time: whole groups of it, so each part's bytes are the whole's, in place.
 std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
   const int64_t outs = w.size(0), in = w.size(1), row_bytes = in / quant::kQ8Block * quant::kQ8BlockBytes;
-  auto split = std::make_shared<Storage>(static_cast<size_t>(quant::q8_0_split_bytes(outs, in)));
-  auto* dst = static_cast<uint8_t*>(split->data);
+  auto laid = std::make_shared<Storage>(static_cast<size_t>(quant::q8_0_as_read_bytes(outs, in)));
+  auto* dst = static_cast<uint8_t*>(laid->data);
   std::vector<uint8_t> blocks(static_cast<size_t>(64 * row_bytes));
   static_assert(64 % quant::kQ8Group == 0, "a part is whole groups");
   for (int64_t r0 = 0; r0 < outs; r0 += 64) {
@@ -65,9 +65,9 @@ std::shared_ptr<const Storage> q8_rows(const Tensor& w) {
         ATTEND_CHECK(std::isfinite(x[i]), "q8_0: the weight (", outs, ", ", in, ") holds ", x[i],
                      " at row ", r0 + i / in, "; only finite values quantize");
     quant::quantize_q8_0_fast(x, count, blocks.data());
-    quant::q8_0_split(blocks.data(), n, in, dst + r0 * row_bytes);
+    quant::q8_0_as_read(blocks.data(), n, in, dst + r0 * row_bytes);
   }
-  return split;
+  return laid;
 }
 
 }  // namespace
@@ -147,7 +147,7 @@ bool StoredWeight::multiply_row(const float* x, float* y) const {
   return true;
 }
 
-// Every row count through the Q8_0 product on the split rows where they lie (a prompt's rows
+// Every row count through the Q8_0 product on the rows as laid out where they lie (a prompt's rows
 // pass over W a cache-sized chunk at a time): each row gets the bits it gets alone, so a
 // prompt's last row is the token's.
 Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
@@ -155,11 +155,11 @@ Tensor StoredWeight::multiply_q8_0(const Tensor& x) const {
                dtype_name(x.dtype()));
   const Tensor xc = kernel::contiguous(x);
   const int64_t rows = x.numel() / in_;
-  const auto* split = static_cast<const uint8_t*>(q8_blocks_->data);
+  const auto* laid = static_cast<const uint8_t*>(q8_blocks_->data);
   Shape shape = x.shape();
   shape.back() = out_;
   Tensor out = empty(shape, DType::F32);
-  quant::gemm_q8_0(rows, out_, in_, xc.data<float>(), in_, split, out.data<float>(), out_, true);
+  quant::gemm_q8_0(rows, out_, in_, xc.data<float>(), in_, laid, out.data<float>(), out_, true);
   return out;
 }
 

@@ -69,9 +69,9 @@ struct XRows {
 
 // Where the layout (Note [Q8_0 as read]) puts row n's blocks and scales, in bytes from W's
 // start.
-struct SplitLayout {
+struct ReadLayout {
   int64_t N, K, nb, pairs;
-  SplitLayout(int64_t N_, int64_t K_)
+  ReadLayout(int64_t N_, int64_t K_)
       : N(N_), K(K_), nb(K_ / kQ8Block), pairs(K_ / kQ8Block / 2) {}
   static int64_t first(int64_t n) { return n / kQ8Group * kQ8Group; }  // its group's first row
   int64_t group_rows(int64_t n) const { return std::min(kQ8Group, N - first(n)); }
@@ -102,9 +102,9 @@ struct SplitLayout {
 };
 
 // W in that layout.
-struct SplitRows : SplitLayout {
+struct ReadRows : ReadLayout {
   const uint8_t* w;
-  SplitRows(const uint8_t* w_, int64_t N_, int64_t K_) : SplitLayout(N_, K_), w(w_) {}
+  ReadRows(const uint8_t* w_, int64_t N_, int64_t K_) : ReadLayout(N_, K_), w(w_) {}
   const uint8_t* block(int64_t n, int64_t b) const { return w + block_at(n, b); }
   uint16_t scale(int64_t n, int64_t b) const {
     uint16_t h;
@@ -211,7 +211,7 @@ vnni_pair(int64_t b, int j, const uint8_t* w, const __m512 (&d16)[R], const int8
 // address for all (with an address a row, the product from L2 ran at 43 against 79 GB/s).
 template <int R, int M>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_vnni_r(
-    int64_t n, const XRows& X, const SplitRows& W, float* Y, int64_t ldy) {
+    int64_t n, const XRows& X, const ReadRows& W, float* Y, int64_t ldy) {
   const int64_t nb = X.nb, step = W.group_rows(n) * 64;
   const int8_t* x[M];
   const int32_t* xc[M];
@@ -249,16 +249,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void rows_v
 // against 2871 at 2.
 // Rows [n0, n1) a group of the layout at a time: R rows while they fit in it, then one.
 template <int R, typename One, typename Many>
-void by_groups(int64_t n0, int64_t n1, const SplitLayout& W, One one, Many many) {
+void by_groups(int64_t n0, int64_t n1, const ReadLayout& W, One one, Many many) {
   for (int64_t n = n0; n < n1;) {
-    const int64_t end = std::min(n1, SplitLayout::first(n) + W.group_rows(n));
+    const int64_t end = std::min(n1, ReadLayout::first(n) + W.group_rows(n));
     for (; n + R <= end; n += R) many(n);
     for (; n < end; ++n) one(n);
   }
 }
 
 template <int M>
-void rows_vnni_m(int64_t n0, int64_t n1, const XRows& X, const SplitRows& W, float* Y,
+void rows_vnni_m(int64_t n0, int64_t n1, const XRows& X, const ReadRows& W, float* Y,
                  int64_t ldy) {
   constexpr int R = M == 1 ? 8 : M == 2 ? 4 : 2;
   by_groups<R>(
@@ -266,7 +266,7 @@ void rows_vnni_m(int64_t n0, int64_t n1, const XRows& X, const SplitRows& W, flo
       [&](int64_t n) { rows_vnni_r<R, M>(n, X, W, Y, ldy); });
 }
 
-void rows_vnni(int64_t M, int64_t n0, int64_t n1, const XRows& X, const SplitRows& W,
+void rows_vnni(int64_t M, int64_t n0, int64_t n1, const XRows& X, const ReadRows& W,
                float* Y, int64_t ldy) {
   switch (M) {  // the accumulators in registers: M known at compile time
     case 1:
@@ -328,7 +328,7 @@ template <int R, int M>
 // stack). R rows of W at a time.
 template <int R, int M>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const XRows& X,
-                                                          const SplitRows& W, float* Y,
+                                                          const ReadRows& W, float* Y,
                                                           int64_t ldy) {
   const int64_t nb = X.nb;
   const int8_t* x[M];
@@ -355,14 +355,14 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2_r(int64_t n, const XRows
 }
 
 template <int M>
-void rows_avx2_m(int64_t n0, int64_t n1, const XRows& X, const SplitRows& W, float* Y,
+void rows_avx2_m(int64_t n0, int64_t n1, const XRows& X, const ReadRows& W, float* Y,
                  int64_t ldy) {
   by_groups<2>(
       n0, n1, W, [&](int64_t n) { rows_avx2_r<1, M>(n, X, W, Y, ldy); },
       [&](int64_t n) { rows_avx2_r<2, M>(n, X, W, Y, ldy); });
 }
 
-void rows_avx2(int64_t M, int64_t n0, int64_t n1, const XRows& X, const SplitRows& W,
+void rows_avx2(int64_t M, int64_t n0, int64_t n1, const XRows& X, const ReadRows& W,
                float* Y, int64_t ldy) {
   switch (M) {
     case 1:
@@ -376,10 +376,10 @@ void rows_avx2(int64_t M, int64_t n0, int64_t n1, const XRows& X, const SplitRow
   }
 }
 
-// The split layout's rows as blocks again, for the scalar twin on a CPU without the SIMD
+// The layout's rows as blocks again, for the scalar twin on a CPU without the SIMD
 // kernels (the layout is the weight's storage; the twin reads blocks).
-void rows_split_scalar(int64_t M, int64_t n0, int64_t n1, const XRows& X,
-                       const SplitRows& W, float* Y, int64_t ldy) {
+void rows_as_read_scalar(int64_t M, int64_t n0, int64_t n1, const XRows& X,
+                       const ReadRows& W, float* Y, int64_t ldy) {
   const int64_t nb = X.nb;
   std::vector<uint8_t> blocks(static_cast<size_t>(nb * kQ8BlockBytes));
   for (int64_t n = n0; n < n1; ++n) {
@@ -434,10 +434,10 @@ void run(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, float* Y,
 
 }  // namespace
 
-int64_t q8_0_split_bytes(int64_t N, int64_t K) { return N * K / kQ8Block * kQ8BlockBytes; }
+int64_t q8_0_as_read_bytes(int64_t N, int64_t K) { return N * K / kQ8Block * kQ8BlockBytes; }
 
-void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out) {
-  const SplitLayout at(N, K);
+void q8_0_as_read(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out) {
+  const ReadLayout at(N, K);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t b = 0; b < at.nb; ++b) {
       const uint8_t* blk = blocks + (n * at.nb + b) * kQ8BlockBytes;
@@ -449,8 +449,8 @@ void q8_0_split(const uint8_t* blocks, int64_t N, int64_t K, uint8_t* out) {
 
 namespace {
 
-// Rows [n0, n1) of the split layout into f32: d * q, one product each (as dequantize_q8_0).
-void dequantize_rows_scalar(const SplitRows& W, int64_t n0, int64_t n1, float* out) {
+// Rows [n0, n1) of the layout into f32: d * q, one product each (as dequantize_q8_0).
+void dequantize_rows_scalar(const ReadRows& W, int64_t n0, int64_t n1, float* out) {
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t b = 0; b < W.nb; ++b) {
       const float d = half_to_float(W.scale(n, b));
@@ -461,7 +461,7 @@ void dequantize_rows_scalar(const SplitRows& W, int64_t n0, int64_t n1, float* o
     }
 }
 
-__attribute__((target("avx2,f16c"))) void dequantize_rows_avx2(const SplitRows& W, int64_t n0,
+__attribute__((target("avx2,f16c"))) void dequantize_rows_avx2(const ReadRows& W, int64_t n0,
                                                                int64_t n1, float* out) {
   const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t n = n0; n < n1; ++n)
@@ -481,8 +481,8 @@ __attribute__((target("avx2,f16c"))) void dequantize_rows_avx2(const SplitRows& 
 
 }  // namespace
 
-void dequantize_q8_0_split(const uint8_t* split, int64_t N, int64_t K, float* out) {
-  const SplitRows W(split, N, K);
+void dequantize_q8_0_as_read(const uint8_t* laid, int64_t N, int64_t K, float* out) {
+  const ReadRows W(laid, N, K);
   const bool avx2 = kHasF16c && kernel::gemm_kernel() != kernel::GemmKernel::portable;
   // threads split the rows (each output written once, so any count gives the same values)
   parallel_for(N, std::max<int64_t>(1, (int64_t{1} << 16) / K), [&](int64_t n0, int64_t n1) {
@@ -501,16 +501,16 @@ void gemm_q8_0_reference(int64_t M, int64_t N, int64_t K, const float* X, int64_
 void gemm_q8_0(int64_t M, int64_t N, int64_t K, const float* X, int64_t ldx, const uint8_t* W,
                float* Y, int64_t ldy, bool parallel) {
   const kernel::GemmKernel k = kernel::gemm_kernel();
-  const SplitRows w(W, N, K);
+  const ReadRows w(W, N, K);
   // The SIMD kernels read scales with F16C (every AVX2 CPU made has it; else the twin runs);
   // an AVX-512 CPU without VNNI runs the AVX2 kernel (the same bits).
-  using Fn = void (*)(int64_t, int64_t, int64_t, const XRows&, const SplitRows&, float*,
+  using Fn = void (*)(int64_t, int64_t, int64_t, const XRows&, const ReadRows&, float*,
                       int64_t);
-  const Fn rows = !kHasF16c                                    ? rows_split_scalar
+  const Fn rows = !kHasF16c                                    ? rows_as_read_scalar
                   : k == kernel::GemmKernel::avx512 && kHasVnni ? rows_vnni
                   : k != kernel::GemmKernel::portable           ? rows_avx2
-                                                                : rows_split_scalar;
-  run(M, N, K, X, ldx, Y, ldy, parallel, rows != rows_split_scalar,
+                                                                : rows_as_read_scalar;
+  run(M, N, K, X, ldx, Y, ldy, parallel, rows != rows_as_read_scalar,
       [&](int64_t mr, int64_t n0, int64_t n1, const XRows& xq, float* y) {
         rows(mr, n0, n1, xq, w, y, ldy);
       });

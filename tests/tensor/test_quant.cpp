@@ -99,14 +99,14 @@ TEST_CASE("q8_0 product: every kernel and thread count gives its scalar twin's b
       for (float& v : x) v = normal(rng);
       for (float& v : w) v = normal(rng) * 0.05f;
       const std::vector<uint8_t> q = quantized(w);
-      std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(c.N, c.K)));
-      quant::q8_0_split(q.data(), c.N, c.K, split.data());
+      std::vector<uint8_t> laid(static_cast<size_t>(quant::q8_0_as_read_bytes(c.N, c.K)));
+      quant::q8_0_as_read(q.data(), c.N, c.K, laid.data());
       std::vector<float> want(static_cast<size_t>(c.M * c.N)), got(want.size());
       quant::gemm_q8_0_reference(c.M, c.N, c.K, x.data(), c.K, q.data(), want.data(), c.N);
       for (const int threads : {1, 2}) {
         omp_set_num_threads(threads);
         std::fill(got.begin(), got.end(), -1.0f);
-        quant::gemm_q8_0(c.M, c.N, c.K, x.data(), c.K, split.data(), got.data(), c.N, true);
+        quant::gemm_q8_0(c.M, c.N, c.K, x.data(), c.K, laid.data(), got.data(), c.N, true);
         CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
       }
     }
@@ -128,9 +128,9 @@ TEST_CASE("q8_0 as read: the layout holds the blocks' numbers") {
     std::vector<float> w(static_cast<size_t>(N * K));
     for (float& v : w) v = normal(rng);
     const std::vector<uint8_t> q = quantized(w);
-    std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(N, K)));
-    CHECK(split.size() == q.size());
-    quant::q8_0_split(q.data(), N, K, split.data());
+    std::vector<uint8_t> laid(static_cast<size_t>(quant::q8_0_as_read_bytes(N, K)));
+    CHECK(laid.size() == q.size());
+    quant::q8_0_as_read(q.data(), N, K, laid.data());
     std::vector<float> want(w.size()), got(w.size());
     quant::dequantize_q8_0(q.data(), N * K, want.data());
     for (const k::GemmKernel kind :
@@ -141,7 +141,7 @@ TEST_CASE("q8_0 as read: the layout holds the blocks' numbers") {
         INFO(k::gemm_kernel_name(kind), " N ", N, " threads ", threads);
         omp_set_num_threads(threads);
         std::fill(got.begin(), got.end(), -1.0f);
-        quant::dequantize_q8_0_split(split.data(), N, K, got.data());
+        quant::dequantize_q8_0_as_read(laid.data(), N, K, got.data());
         CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
       }
     }
@@ -173,16 +173,16 @@ TEST_CASE("q8_0 as read: groups of eight rows, by sixteens of blocks, scales fir
     std::vector<float> w(static_cast<size_t>(N * K));
     for (float& v : w) v = normal(rng);
     const std::vector<uint8_t> q = quantized(w);
-    std::vector<uint8_t> split(static_cast<size_t>(quant::q8_0_split_bytes(N, K)));
-    quant::q8_0_split(q.data(), N, K, split.data());
+    std::vector<uint8_t> laid(static_cast<size_t>(quant::q8_0_as_read_bytes(N, K)));
+    quant::q8_0_as_read(q.data(), N, K, laid.data());
     for (const Place& p : places) {
       INFO("K ", K, " row ", p.n, " block ", p.b, " value ", p.j, " at ", p.at);
       const size_t block = static_cast<size_t>((p.n * nb + p.b) * 34);
       if (p.j < 0) {
-        CHECK(split[static_cast<size_t>(p.at)] == q[block]);
-        CHECK(split[static_cast<size_t>(p.at) + 1] == q[block + 1]);
+        CHECK(laid[static_cast<size_t>(p.at)] == q[block]);
+        CHECK(laid[static_cast<size_t>(p.at) + 1] == q[block + 1]);
       } else {
-        CHECK(split[static_cast<size_t>(p.at)] == (q[block + 2 + static_cast<size_t>(p.j)] ^ 0x80));
+        CHECK(laid[static_cast<size_t>(p.at)] == (q[block + 2 + static_cast<size_t>(p.j)] ^ 0x80));
       }
     }
   }
