@@ -6,6 +6,7 @@
 
 #include "nn/lora.h"
 #include "tensor/kernels.h"
+#include "tensor/kernels/gemm.h"
 #include "tensor/stored_weight.h"
 
 namespace attend::infer {
@@ -69,7 +70,18 @@ Decoder::Decoder(const nn::GPT& model)
   qkv_.resize(C_ + 2 * kv), rot_.resize(qkv_.size());
   mlp_.resize(model.config.gated_mlp() ? 2 * H_ : H_), act_.resize(H_);
   logits_.resize(V_);
+  bf16_ = StoredWeight::format_for_products() == WeightFormat::bf16;
 }
+
+// Note [A bf16 cache beside the f32 one]. Under bf16 products attention's two products round
+// every key and value to bf16 as they read them: each token, every cached key and value of
+// every layer, 2.5x an f32 token's attention on GPT-2's shape (0.8-1.0 against 0.4 ms a
+// token, docs/numbers.md 2026-12-07 12:38). So the decoder rounds a row once, when it enters
+// the cache, into bf16 bits kept beside the f32 rows, and attention reads the bits
+// (kernel::attention_one_query_bf16): the same values (rounding is idempotent), so the same
+// logits, from half the bytes and with nothing rounded a token. The f32 rows stay the cache's
+// truth: finish() hands back the values GPT::forward would have kept, whatever the precision
+// it then runs under. 1.5x the f32 cache's memory, under bf16 products only.
 
 void Decoder::start(const std::vector<nn::KVCache>& caches) {
   ATTEND_CHECK(caches.size() == layers_, "Decoder: ", caches.size(), " caches for ", layers_,
@@ -91,6 +103,10 @@ void Decoder::start(const std::vector<nn::KVCache>& caches) {
         for (int64_t h = 0; h < KVH_; ++h)
           std::memcpy(dst + t * kvd_ + h * HS_, s.data<float>() + (h * len + t) * HS_,
                       static_cast<size_t>(HS_) * sizeof(float));
+    }
+    if (bf16_) {
+      kernel::to_bf16_bits(keys(l), key_bits(l), len * kvd_);
+      kernel::to_bf16_bits(values(l), value_bits(l), len * kvd_);
     }
   }
   length_ = len;
@@ -135,12 +151,19 @@ int64_t Decoder::rows_for(int64_t needed) const {
 void Decoder::regrow(int64_t capacity) {
   const int64_t blocks = 2 * static_cast<int64_t>(layers_);
   Tensor fresh = empty({blocks, capacity, kvd_});
+  Tensor fresh_bits = bf16_ ? empty({blocks, capacity, kvd_}, DType::BF16) : Tensor();
   if (length_ > 0)
-    for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t b = 0; b < blocks; ++b) {
       std::memcpy(fresh.data<float>() + b * capacity * kvd_,
                   kv_.data<float>() + (b * capacity_ + start_) * kvd_,
                   static_cast<size_t>(length_ * kvd_) * sizeof(float));
+      if (bf16_)
+        std::memcpy(fresh_bits.data<uint16_t>() + b * capacity * kvd_,
+                    kvb_.data<uint16_t>() + (b * capacity_ + start_) * kvd_,
+                    static_cast<size_t>(length_ * kvd_) * sizeof(uint16_t));
+    }
   kv_ = std::move(fresh);
+  kvb_ = std::move(fresh_bits);
   capacity_ = capacity, start_ = 0;
 }
 
@@ -160,6 +183,9 @@ const float* Decoder::step(int64_t token) {
   ATTEND_CHECK(window_ > 0 || position_ + 1 <= c.block_size, "GPT: sequence length ",
                position_ + 1, " exceeds block_size ", c.block_size,
                " (decoding past the context needs a sliding-window model)");
+  ATTEND_CHECK(bf16_ == (StoredWeight::format_for_products() == WeightFormat::bf16),
+               "Decoder: made under ", bf16_ ? "bf16" : "f32", " products, stepped under ",
+               weight_format_name(StoredWeight::format_for_products()), " ones");
   const auto& t = *model_.transformer;
   const int64_t kv = KVH_ * HS_;
   const float* wte = t.wte->weight.data<float>() + token * C_;
@@ -194,8 +220,17 @@ const float* Decoder::step(int64_t token) {
     float* const v = values(l) + start_ * kvd_;
     std::memcpy(k + length_ * kvd_, qkv + C_, static_cast<size_t>(kv) * sizeof(float));
     std::memcpy(v + length_ * kvd_, qkv + C_ + kv, static_cast<size_t>(kv) * sizeof(float));
-    kernel::attention_one_query_f32(qkv, NH_, HS_, k, v, KVH_, seen, HS_, kvd_, scale, window_,
-                                    att_.data());
+    if (bf16_) {
+      uint16_t* const kb = key_bits(l) + start_ * kvd_;
+      uint16_t* const vb = value_bits(l) + start_ * kvd_;
+      kernel::to_bf16_bits(qkv + C_, kb + length_ * kvd_, kv);
+      kernel::to_bf16_bits(qkv + C_ + kv, vb + length_ * kvd_, kv);
+      kernel::attention_one_query_bf16(qkv, NH_, HS_, kb, vb, KVH_, seen, HS_, kvd_, scale, window_,
+                                       att_.data());
+    } else {
+      kernel::attention_one_query_f32(qkv, NH_, HS_, k, v, KVH_, seen, HS_, kvd_, scale, window_,
+                                      att_.data());
+    }
     product(*a.c_proj, att_.data(), y_.data());
     for (int64_t i = 0; i < C_; ++i) x_[i] = x_[i] + y_[i];  // h = x + attn
     norm(*b.ln_2, x_.data(), h_.data());

@@ -52,6 +52,12 @@ class Decoder {
     return kv_.data<float>() + static_cast<int64_t>(2 * l) * capacity_ * kvd_;
   }
   float* values(size_t l) const { return keys(l) + capacity_ * kvd_; }
+  // Under bf16 products, the same rows again as bf16 bits (kvb_, laid out as kv_), which
+  // attention reads: Note [A bf16 cache beside the f32 one].
+  uint16_t* key_bits(size_t l) const {
+    return kvb_.data<uint16_t>() + static_cast<int64_t>(2 * l) * capacity_ * kvd_;
+  }
+  uint16_t* value_bits(size_t l) const { return key_bits(l) + capacity_ * kvd_; }
   // Room for `capacity` rows, the kept rows moved to the front.
   void regrow(int64_t capacity);
   int64_t rows_for(int64_t needed) const;  // the capacity to regrow to for `needed` rows
@@ -66,6 +72,8 @@ class Decoder {
   size_t layers_ = 0;
   int64_t kvd_ = 0;  // KVH HS: a layer's key (or value) row
   Tensor kv_;        // (2 L, capacity, kvd_)
+  bool bf16_ = false;  // bf16 products when made: kvb_ kept
+  Tensor kvb_;         // (2 L, capacity, kvd_) bf16, or undefined
   std::vector<float> x_, h_, qkv_, rot_, att_, y_, mlp_, act_, logits_;
 };
 

@@ -207,6 +207,13 @@ void rotary_row_f32(const float* x, float* y, int64_t D, int64_t HS, int64_t rot
 void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float* k,
                              const float* v, int64_t KVH, int64_t Tk, int64_t head_stride,
                              int64_t row_stride, double scale, int64_t window, float* out);
+// The same under bf16 products with k and v as bf16 bits (to_bf16_bits of the f32 keys and
+// values: a decoder's cache in half the bytes). The products round K and V to bf16 as they
+// read them, so this gives attention_one_query_f32's bits on the f32 values the bits were
+// made from, reading half the bytes and rounding nothing. Under f32 products it throws.
+void attention_one_query_bf16(const float* q, int64_t NH, int64_t HS, const uint16_t* k,
+                              const uint16_t* v, int64_t KVH, int64_t Tk, int64_t head_stride,
+                              int64_t row_stride, double scale, int64_t window, float* out);
 
 }  // namespace attend::kernel
 #pragma GCC visibility pop

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/kernels.h"
@@ -78,11 +79,14 @@ Plan plan(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, int
 constexpr int64_t kMaxPrepackedKeys = 3072;
 
 // C (M, n) = A @ B[:k, :n], B (K, N): from B's panels packed once by pack_b_all when
-// `packed` is set, else read through B's strides. The same bits either way.
-template <typename T>
-void product(int64_t M, int64_t n, int64_t k, MatrixRef<T> A, const T* packed, int64_t K, int64_t N,
-             MatrixRef<T> B, T* C, int64_t ldc) {
-  if (packed) {
+// `packed` is set, else read through B's strides. The same bits either way. B as bf16 bits
+// (a decoder's cache under bf16 products): gemm_bf16_bits, the bits of its f32 values.
+template <typename T, typename KV>
+void product(int64_t M, int64_t n, int64_t k, MatrixRef<T> A, const KV* packed, int64_t K,
+             int64_t N, MatrixRef<KV> B, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<KV, uint16_t>) {
+    gemm_bf16_bits(M, n, k, A, B, C, ldc);
+  } else if (packed) {
     gemm_prepacked<T>(M, n, k, A, packed, K, N, C, ldc);
   } else {
     gemm<T>(M, n, k, A, B, C, ldc, false);
@@ -107,10 +111,11 @@ T* scratch(int slot, int64_t n) {
   return b.data();
 }
 
-// The forward on checked operands (forward_impl, attention_one_query_f32).
-// grain: (batch, head, block) tasks a thread must have before threads are used.
-template <typename T>
-void forward_core(const Plan& p, const Heads& ho, const T* Q, const T* K, const T* V, T* O,
+// The forward on checked operands (forward_impl, attention_one_query_f32 and _bf16).
+// grain: (batch, head, block) tasks a thread must have before threads are used. KV: K's and
+// V's elements, T or (under bf16 products, T float) bf16 bits.
+template <typename T, typename KV = T>
+void forward_core(const Plan& p, const Heads& ho, const T* Q, const KV* K, const KV* V, T* O,
                   double scale, int64_t offset, const DropoutStream& drop, int64_t window,
                   int64_t grain = 1) {
   const int64_t NH = p.q.H, Tq = p.q.T, Tk = p.k.T, HS = p.q.HS;
@@ -118,13 +123,13 @@ void forward_core(const Plan& p, const Heads& ho, const T* Q, const T* K, const 
   // A few query rows (a token at a time while sampling) read K and V in place through the
   // few-rows products (gemm_rows.h): packing them would read the cache, write a copy and
   // read that, every token and layer.
-  const bool dropping = drop.p > 0,
-             prepack = Tk <= kMaxPrepackedKeys && window == 0 && Tq > gemm_detail::kMaxFewRows;
+  const bool dropping = drop.p > 0, prepack = std::is_same_v<KV, T> && Tk <= kMaxPrepackedKeys &&
+                                              window == 0 && Tq > gemm_detail::kMaxFewRows;
   parallel_for(p.q.B * NH * p.nblk, grain, [&](int64_t s, int64_t e) {
     T* S = scratch<T>(0, kRows * Tk);
     T* M = dropping ? scratch<T>(1, Tk) : nullptr;
-    T* PK = prepack ? scratch<T>(3, packed_b_size<T>(HS, Tk)) : nullptr;  // K^T
-    T* PV = prepack ? scratch<T>(4, packed_b_size<T>(Tk, HS)) : nullptr;  // V
+    KV* PK = nullptr;                                                     // K^T
+    KV* PV = nullptr;                                                     // V
     int64_t packed_for = -1;                                              // b * KVH + kvh
     for (int64_t task = s; task < e; ++task) {
       const int64_t blk = task % p.nblk, bh = task / p.nblk, h = bh % NH, b = bh / NH;
@@ -132,17 +137,23 @@ void forward_core(const Plan& p, const Heads& ho, const T* Q, const T* K, const 
       const auto [k0, nk] = block_keys(r0, rows, Tk, offset, window);
       const int64_t w = nk - k0;  // the block's keys
       const T* qb = Q + b * p.q.sb + h * p.q.sh + r0 * p.q.st;
-      const T* kb = K + b * p.k.sb + kvh * p.k.sh;
-      const T* vb = V + b * p.v.sb + kvh * p.v.sh;
+      const KV* kb = K + b * p.k.sb + kvh * p.k.sh;
+      const KV* vb = V + b * p.v.sb + kvh * p.v.sh;
       T* ob = O + b * ho.sb + h * ho.sh + r0 * ho.st;
-      if (prepack && packed_for != b * p.k.H + kvh) {
-        pack_b_all<T>(HS, Tk, {kb, 1, p.k.st}, PK);
-        pack_b_all<T>(Tk, HS, {vb, p.v.st, 1}, PV);
-        packed_for = b * p.k.H + kvh;
+      if constexpr (std::is_same_v<KV, T>) {
+        if (prepack && packed_for != b * p.k.H + kvh) {
+          if (!PK) {
+            PK = scratch<T>(3, packed_b_size<T>(HS, Tk));
+            PV = scratch<T>(4, packed_b_size<T>(Tk, HS));
+          }
+          pack_b_all<T>(HS, Tk, {kb, 1, p.k.st}, PK);
+          pack_b_all<T>(Tk, HS, {vb, p.v.st, 1}, PV);
+          packed_for = b * p.k.H + kvh;
+        }
       }
-      const T* kw = kb + k0 * p.k.st;  // key k0 on
-      const T* vw = vb + k0 * p.v.st;
-      product<T>(rows, w, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kw, 1, p.k.st}, S, w);
+      const KV* kw = kb + k0 * p.k.st;  // key k0 on
+      const KV* vw = vb + k0 * p.v.st;
+      product<T, KV>(rows, w, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kw, 1, p.k.st}, S, w);
       for (int64_t i = 0; i < rows; ++i) {
         T* y = S + i * w;
         const int64_t lo = first_key(r0 + i, offset, window) - k0;
@@ -154,7 +165,7 @@ void forward_core(const Plan& p, const Heads& ho, const T* Q, const T* K, const 
           for (int64_t j = lo; j < valid; ++j) y[j] *= M[j];
         }
       }
-      product<T>(rows, HS, w, {S, w, 1}, PV, Tk, HS, {vw, p.v.st, 1}, ob, ho.st);
+      product<T, KV>(rows, HS, w, {S, w, 1}, PV, Tk, HS, {vw, p.v.st, 1}, ob, ho.st);
     }
   });
 }
@@ -265,17 +276,23 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double
   });
 }
 
-void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float* k,
-                             const float* v, int64_t KVH, int64_t Tk, int64_t head_stride,
-                             int64_t row_stride, double scale, int64_t window, float* out) {
+namespace {
+
+template <typename KV>
+void one_query(const char* name, const float* q, int64_t NH, int64_t HS, const KV* k, const KV* v,
+               int64_t KVH, int64_t Tk, int64_t head_stride, int64_t row_stride, double scale,
+               int64_t window, float* out) {
   // the heads' rows must not overlap: heads apart and rows within them, or the reverse
   const bool head_major = row_stride >= HS && head_stride >= (Tk - 1) * row_stride + HS;
   const bool position_major = head_stride >= HS && row_stride >= (KVH - 1) * head_stride + HS;
   ATTEND_CHECK(NH > 0 && KVH > 0 && NH % KVH == 0 && HS > 0 && Tk > 0 &&
                    (head_major || position_major) && window >= 0,
-               "attention_one_query_f32: ", NH, " query heads, ", KVH, " key/value heads of ", Tk,
+               name, ": ", NH, " query heads, ", KVH, " key/value heads of ", Tk,
                " keys, head size ", HS, ", heads ", head_stride, " apart, rows ", row_stride,
                " apart, window ", window);
+  if constexpr (std::is_same_v<KV, uint16_t>)
+    ATTEND_CHECK(gemm_precision() == GemmPrecision::bf16, name, ": bf16 keys and values under ",
+                 gemm_precision_name(gemm_precision()), " products");
   const Heads hq{1, NH, 1, HS, NH * HS, HS, HS};
   const Heads hkv{1, KVH, Tk, HS, 0, head_stride, row_stride};  // (one batch: sb unread)
   const Plan p{hq, hkv, hkv, NH / KVH, 1};
@@ -285,7 +302,23 @@ void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float
   // 10.7-14.4 at 256 keys, 54 / 38-45 at 1,024).
   const int64_t keys = Tk - first_key(0, Tk - 1, window);
   const int64_t grain = NH * keys * HS >= kOneQueryThreadWork ? 1 : NH;
-  forward_core<float>(p, hq, q, k, v, out, scale, Tk - 1, DropoutStream{}, window, grain);
+  forward_core<float, KV>(p, hq, q, k, v, out, scale, Tk - 1, DropoutStream{}, window, grain);
+}
+
+}  // namespace
+
+void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float* k, const float* v,
+                             int64_t KVH, int64_t Tk, int64_t head_stride, int64_t row_stride,
+                             double scale, int64_t window, float* out) {
+  one_query("attention_one_query_f32", q, NH, HS, k, v, KVH, Tk, head_stride, row_stride, scale,
+            window, out);
+}
+
+void attention_one_query_bf16(const float* q, int64_t NH, int64_t HS, const uint16_t* k,
+                              const uint16_t* v, int64_t KVH, int64_t Tk, int64_t head_stride,
+                              int64_t row_stride, double scale, int64_t window, float* out) {
+  one_query("attention_one_query_bf16", q, NH, HS, k, v, KVH, Tk, head_stride, row_stride, scale,
+            window, out);
 }
 
 void attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -24,6 +24,7 @@
 #include <new>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "tensor/error.h"
 #include "tensor/kernels/gemm_bf16.h"
@@ -336,6 +337,23 @@ void gemm_bf16_bits_b(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
                         "gemm_bf16_bits_b: bf16 bits as B under f32 products");
   gemm_impl<float>(M, N, K, A, MatrixRef<float>{nullptr, 0, 0}, C, ldc, true, accumulate, nullptr,
                    0, 0, B, ldb);
+}
+
+void gemm_bf16_bits(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<uint16_t> B,
+                    float* C, int64_t ldc) {
+  ATTEND_INTERNAL_CHECK(g_precision.load(std::memory_order_relaxed) == GemmPrecision::bf16,
+                        "gemm_bf16_bits: bf16 bits as B under f32 products");
+  if (few_rows_applies(M, N, K, A, MatrixRef<float>{nullptr, B.row_stride, B.col_stride})) {
+    gemm_few_rows_bf16_bits(M, N, K, A, B, C, ldc, false, false);
+    return;
+  }
+  thread_local std::vector<float> wide;  // B's values (K, N), rows N apart
+  if (static_cast<int64_t>(wide.size()) < K * N) wide.resize(static_cast<size_t>(K * N));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n)
+      wide[static_cast<size_t>(k * N + n)] =
+          bf16_value(B.data[k * B.row_stride + n * B.col_stride]);
+  gemm<float>(M, N, K, A, {wide.data(), N, 1}, C, ldc, false);
 }
 
 void gemm_bf16_keep_a(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B,

@@ -91,6 +91,13 @@ void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
 void gemm_bf16_bits_b(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint16_t* B,
                       int64_t ldb, float* C, int64_t ldc, bool accumulate = false);
 
+// Under bf16 products only, serial: C (M, N) = A (M, K) @ B, B (K, N) given as bf16 bits
+// through any strides (a decoder's bf16 key and value cache: K^T, a row per key, and V).
+// gemm's bits on B's f32 values; B read in place, widened as it is read, where the few-rows
+// products take the shape (gemm_rows.h), else widened into a buffer first.
+void gemm_bf16_bits(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<uint16_t> B,
+                    float* C, int64_t ldc);
+
 // Under bf16 products only: gemm (C = A @ B, not accumulating) that also writes A's bf16
 // bits (to_bf16_bits' values; row-major, row stride K) to a_bits as it packs A, instead of a
 // second pass over A: what a Linear keeps of its input for backward (kept_operand.h). A's

@@ -29,13 +29,40 @@ namespace {
 constexpr int kGroups = 4;
 constexpr int64_t kChunk = 8 * kGroups;
 
-// Eight k from eight rows (r[i] + k) as eight column vectors: c[j] lane i = r[i][k + j].
-__attribute__((target("avx2,fma"))) inline void columns8(const float* const* r, int64_t k,
+// Eight and one of B's values as the kernels multiply them: f32 as they are, or rounded to
+// bf16 (Bf16), or widened from bf16 bits (a weight kept in bf16 for decoding, or a decoder's
+// bf16 key and value cache: the same values as rounding the f32 they were made from).
+template <bool Bf16, typename Src>
+__attribute__((target("avx2,fma"))) inline __m256 load8(const Src* p) {
+  if constexpr (std::is_same_v<Src, uint16_t>) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (Bf16) {
+    return bf16_round_ps_x8(_mm256_loadu_ps(p));
+  } else {
+    return _mm256_loadu_ps(p);
+  }
+}
+template <bool Bf16, typename Src>
+inline float load1(const Src* p) {
+  if constexpr (std::is_same_v<Src, uint16_t>) {
+    return bf16_value(*p);
+  } else if constexpr (Bf16) {
+    return bf16_round(*p);
+  } else {
+    return *p;
+  }
+}
+
+// Eight k from eight rows (r[i] + k) as eight column vectors: c[j] lane i = r[i][k + j]
+// (bf16 bits widened; f32 values as they are).
+template <typename Src>
+__attribute__((target("avx2,fma"))) inline void columns8(const Src* const* r, int64_t k,
                                                          __m256* c) {
-  const __m256 r0 = _mm256_loadu_ps(r[0] + k), r1 = _mm256_loadu_ps(r[1] + k),
-               r2 = _mm256_loadu_ps(r[2] + k), r3 = _mm256_loadu_ps(r[3] + k),
-               r4 = _mm256_loadu_ps(r[4] + k), r5 = _mm256_loadu_ps(r[5] + k),
-               r6 = _mm256_loadu_ps(r[6] + k), r7 = _mm256_loadu_ps(r[7] + k);
+  const __m256 r0 = load8<false>(r[0] + k), r1 = load8<false>(r[1] + k),
+               r2 = load8<false>(r[2] + k), r3 = load8<false>(r[3] + k),
+               r4 = load8<false>(r[4] + k), r5 = load8<false>(r[5] + k),
+               r6 = load8<false>(r[6] + k), r7 = load8<false>(r[7] + k);
   const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
                t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
                t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
@@ -54,24 +81,25 @@ __attribute__((target("avx2,fma"))) inline void columns8(const float* const* r, 
   c[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// One k from eight rows as a vector (lane i = r[i][k]), rounded to bf16 with Bf16.
-template <bool Bf16>
-__attribute__((target("avx2,fma"))) inline __m256 column(const float* const* r, int64_t k) {
-  const __m256 c =
-      _mm256_setr_ps(r[0][k], r[1][k], r[2][k], r[3][k], r[4][k], r[5][k], r[6][k], r[7][k]);
-  if constexpr (Bf16) return bf16_round_ps_x8(c);
-  return c;
+// One k from eight rows as a vector (lane i = r[i][k]), as load1 gives each.
+template <bool Bf16, typename Src>
+__attribute__((target("avx2,fma"))) inline __m256 column(const Src* const* r, int64_t k) {
+  return _mm256_setr_ps(load1<Bf16>(r[0] + k), load1<Bf16>(r[1] + k), load1<Bf16>(r[2] + k),
+                        load1<Bf16>(r[3] + k), load1<Bf16>(r[4] + k), load1<Bf16>(r[5] + k),
+                        load1<Bf16>(r[6] + k), load1<Bf16>(r[7] + k));
 }
 
 // Outputs [n0, n0 + 32) of M rows (rows of W past N repeat row N - 1: computed, not
 // stored).
-// Bf16: A's rows come rounded (gemm_few_rows), W's values are rounded here; per pair of k
-// the products of k+1 then of k, an odd block's last k after a product of zeros.
-template <int M, bool Bf16>
+// Bf16: A's rows come rounded (gemm_few_rows), W's values are rounded here (or come as
+// bf16 bits); per pair of k the products of k+1 then of k, an odd block's last k after a
+// product of zeros.
+template <int M, bool Bf16, typename Src>
 __attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K, const float* A,
-                                               int64_t lda, const float* W, int64_t ldw, float* C,
+                                               int64_t lda, const Src* W, int64_t ldw, float* C,
                                                int64_t ldc, bool accumulate) {
-  const float* rows[kGroups][8];
+  static_assert(Bf16 || std::is_same_v<Src, float>);
+  const Src* rows[kGroups][8];
   for (int64_t g = 0; g < kGroups; ++g)
     for (int64_t i = 0; i < 8; ++i) rows[g][i] = W + std::min(n0 + 8 * g + i, N - 1) * ldw;
   for (int64_t pc = 0; pc < K; pc += KC) {
@@ -88,7 +116,7 @@ __attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K,
         for (int g = 0; g < kGroups; ++g) {
           __m256 c[8];
           columns8(rows[g], k, c);
-          if constexpr (Bf16) {
+          if constexpr (Bf16 && std::is_same_v<Src, float>) {
 #pragma GCC unroll 8
             for (int j = 0; j < 8; ++j) c[j] = bf16_round_ps_x8(c[j]);
           }
@@ -145,31 +173,6 @@ __attribute__((target("avx2,fma"))) void chunk(int64_t n0, int64_t N, int64_t K,
           for (int64_t j = 0; j < width; ++j) c[j] += s[j];
         }
       }
-  }
-}
-
-// Eight and one of B's values as the row-major kernel multiplies them: f32 as they are, or
-// rounded to bf16 (Bf16), or widened from bf16 bits (a weight kept in bf16 for decoding: the
-// same values as rounding the f32 weight they were made from).
-template <bool Bf16, typename Src>
-__attribute__((target("avx2,fma"))) inline __m256 load8(const Src* p) {
-  if constexpr (std::is_same_v<Src, uint16_t>) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  } else if constexpr (Bf16) {
-    return bf16_round_ps_x8(_mm256_loadu_ps(p));
-  } else {
-    return _mm256_loadu_ps(p);
-  }
-}
-template <bool Bf16, typename Src>
-inline float load1(const Src* p) {
-  if constexpr (std::is_same_v<Src, uint16_t>) {
-    return bf16_value(*p);
-  } else if constexpr (Bf16) {
-    return bf16_round(*p);
-  } else {
-    return *p;
   }
 }
 
@@ -290,6 +293,8 @@ bool use_threads(int64_t N, int64_t K, bool parallel, bool rows_of_w) {
 }
 
 const bool kHasAvx512F = __builtin_cpu_supports("avx512f");
+const bool kHasAvx512BW =
+    kHasAvx512F && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 
 // One row of A against `cols` <= 128 columns of a row-major B (K, ldb) (a decoding panel's,
 // or V's rows in attention), with
@@ -337,16 +342,20 @@ __attribute__((target("avx512f"))) void panel_f32_avx512(int64_t K, const float*
 // product of zeros; flushed to zero while a block accumulates; the sums stored or added
 // after), the sums in registers. The memory version stores and reloads every sum at every
 // k: GPT-2's attention for one query under bf16 took 2.5-7x the f32 time (2026-12-07).
-template <int NV>
-__attribute__((target("avx512f"))) void panel_bf16_rows_avx512(int64_t K, const float* A,
-                                                               const float* B, int64_t ldb,
-                                                               int64_t cols, float* C,
-                                                               bool accumulate) {
+// From bf16 bits (a decoder's bf16 value cache), B's values are widened instead: the same
+// values, half the bytes, no rounding.
+template <int NV, typename Src>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void panel_bf16_rows_avx512(
+    int64_t K, const float* A, const Src* B, int64_t ldb, int64_t cols, float* C, bool accumulate) {
   const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  auto rounded = [&](const float* p, __mmask16 m) {
-    return _mm512_castsi512_ps(
-        _mm512_and_si512(bf16_round_x16(_mm512_maskz_loadu_epi32(m, p)), high));
+  auto rounded = [&](const Src* p, __mmask16 m) {
+    if constexpr (std::is_same_v<Src, uint16_t>)
+      return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+          m, _mm512_maskz_cvtepu16_epi32(m, _mm256_maskz_loadu_epi16(m, p)), 16));
+    else
+      return _mm512_castsi512_ps(
+          _mm512_and_si512(bf16_round_x16(_mm512_maskz_loadu_epi32(m, p)), high));
   };
   for (int64_t pc = 0; pc < K; pc += KC) {
     const int64_t end = std::min(K, pc + KC);
@@ -355,7 +364,7 @@ __attribute__((target("avx512f"))) void panel_bf16_rows_avx512(int64_t K, const 
     {
       const FlushToZero<> ftz;
       for (int64_t k = pc; k < end; k += 2) {
-        const float* b0 = B + k * ldb;
+        const Src* b0 = B + k * ldb;
         const bool two = k + 1 < end;
         const __m512 a0 = _mm512_set1_ps(A[k]), a1 = _mm512_set1_ps(two ? A[k + 1] : 0.0f);
 #pragma GCC unroll 8
@@ -402,19 +411,18 @@ void row_major(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B
       const int64_t n0 = (N + 7) / 8 * q / shares * 8;
       const int64_t n1 = std::min(N, (N + 7) / 8 * (q + 1) / shares * 8), w = n1 - n0;
       if (w <= 0) continue;
-      if constexpr (std::is_same_v<Src, float>) {
-        if (M == 1 && kHasAvx512F && g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
-          for (int64_t c0 = n0; c0 < n1; c0 += kDecodePanel) {  // sums in registers
-            const int64_t cols = std::min(kDecodePanel, n1 - c0);
-            with_vectors(cols, [&](auto nv) {
-              if constexpr (Bf16)
-                panel_bf16_rows_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
-              else
-                panel_f32_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
-            });
-          }
-          continue;
+      if (M == 1 && (Bf16 ? kHasAvx512BW : kHasAvx512F) &&
+          g_kernel.load(std::memory_order_relaxed) == GemmKernel::avx512) {
+        for (int64_t c0 = n0; c0 < n1; c0 += kDecodePanel) {  // sums in registers
+          const int64_t cols = std::min(kDecodePanel, n1 - c0);
+          with_vectors(cols, [&](auto nv) {
+            if constexpr (Bf16)
+              panel_bf16_rows_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
+            else
+              panel_f32_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
+          });
         }
+        continue;
       }
       with_rows(M, [&](auto rows) {
         rows_row_major<rows(), Bf16>(n0, w, K, A.data, A.row_stride, B, ldb, C, ldc, accumulate);
@@ -424,8 +432,8 @@ void row_major(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B
   shares > 1 ? parallel_for(shares, 1, body) : body(0, shares);
 }
 
-template <bool Bf16>
-void few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B, float* C,
+template <bool Bf16, typename Src>
+void few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<Src> B, float* C,
               int64_t ldc, bool parallel, bool accumulate) {
   const bool threads = use_threads(N, K, parallel, B.col_stride != 1);
   if (B.col_stride == 1) {
@@ -464,6 +472,12 @@ void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRe
     return;
   }
   // W's values rounded as they are read.
+  few_rows<true>(M, N, K, rounded_rows(M, K, A), B, C, ldc, parallel, accumulate);
+}
+
+void gemm_few_rows_bf16_bits(int64_t M, int64_t N, int64_t K, MatrixRef<float> A,
+                             MatrixRef<uint16_t> B, float* C, int64_t ldc, bool parallel,
+                             bool accumulate) {
   few_rows<true>(M, N, K, rounded_rows(M, K, A), B, C, ldc, parallel, accumulate);
 }
 

@@ -31,5 +31,10 @@ bool few_rows_applies(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, Matri
 // arithmetic, so vdpbf16ps would not make them faster.
 void gemm_few_rows(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, MatrixRef<float> B,
                    float* C, int64_t ldc, bool parallel, bool accumulate, bool bf16);
+// bf16's bits with B given as bf16 bits (through the same strides few_rows_applies takes):
+// the values B's f32 would round to, widened as they are read.
+void gemm_few_rows_bf16_bits(int64_t M, int64_t N, int64_t K, MatrixRef<float> A,
+                             MatrixRef<uint16_t> B, float* C, int64_t ldc, bool parallel,
+                             bool accumulate);
 
 }  // namespace attend::kernel::gemm_detail

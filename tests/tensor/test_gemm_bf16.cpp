@@ -221,6 +221,51 @@ TEST_CASE("a bf16 GEMM whose B is bf16 bits gives gemm's bits on their f32 value
       }
 }
 
+TEST_CASE(
+    "gemm_bf16_bits: B as bf16 bits through any strides gives gemm's bits on its f32, every "
+    "kernel") {
+  // A decoder's bf16 cache read in place (attention_one_query_bf16): K^T (B's columns rows
+  // of the cache, the few-rows products' 8x8 transposes) and V (B's rows, the decoding
+  // panels' kernel), each with rows further apart than they are long. The twin is gemm on the
+  // f32 values the bits were rounded from, through the same strides: the products round them
+  // as they read them. Shapes: the few-rows products' M (1-4) and past them (6: B widened
+  // first), N under 8 (widened first), with a tail past whole vectors (13, 100) and past one
+  // panel (130); K odd, one KC block (256) and past it (300, 600).
+  Generator g(75);
+  const PrecisionGuard bf16(k::GemmPrecision::bf16);
+  for (const auto kern : {k::GemmKernel::portable, k::GemmKernel::avx2, k::GemmKernel::avx512}) {
+    const KernelGuard use(kern);
+    CAPTURE(std::string(k::gemm_kernel_name(k::gemm_kernel())));
+    for (int64_t M : {1, 2, 4, 6})
+      for (int64_t N : {5, 8, 13, 100, 130})
+        for (int64_t K : {1, 7, 64, 256, 300, 600})
+          for (const bool transposed : {false, true}) {
+            CAPTURE(M);
+            CAPTURE(N);
+            CAPTURE(K);
+            CAPTURE(transposed);
+            const int64_t gap = 5;  // other values between rows
+            const int64_t ld = (transposed ? K : N) + gap, rows = transposed ? N : K;
+            std::vector<float> bv = spread(rows * ld, g);
+            bv[0] = -0.0f;
+            if (bv.size() > 2) bv[2] = std::numeric_limits<float>::infinity();
+            std::vector<uint16_t> bits16(bv.size());
+            k::to_bf16_bits(bv.data(), bits16.data(), static_cast<int64_t>(bv.size()));
+            const int64_t rs = transposed ? 1 : ld, cs = transposed ? ld : 1;
+            const auto av = spread(M * K, g);
+            std::vector<float> want(static_cast<size_t>(M * N), 0.5f), got(want.size(), -3.0f);
+            k::gemm<float>(M, N, K, {av.data(), K, 1}, {bv.data(), rs, cs}, want.data(), N, false);
+            k::gemm_bf16_bits(M, N, K, {av.data(), K, 1}, {bits16.data(), rs, cs}, got.data(), N);
+            CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+          }
+  }
+  const PrecisionGuard f32(k::GemmPrecision::f32);
+  std::vector<float> a(4, 1.0f), c(4);
+  std::vector<uint16_t> b(4);
+  CHECK_THROWS_WITH_AS(k::gemm_bf16_bits(1, 2, 2, {a.data(), 2, 1}, {b.data(), 2, 1}, c.data(), 2),
+                       doctest::Contains("under f32 products"), std::logic_error);
+}
+
 namespace {
 
 // gemm_bf16_keep_a under the bf16 kernel b16, with each f32 kernel: gemm's C, and A's bits
