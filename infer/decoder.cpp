@@ -71,17 +71,19 @@ Decoder::Decoder(const nn::GPT& model)
   mlp_.resize(model.config.gated_mlp() ? 2 * H_ : H_), act_.resize(H_);
   logits_.resize(V_);
   bf16_ = StoredWeight::format_for_products() == WeightFormat::bf16;
+  if (bf16_) key_row_.resize(static_cast<size_t>(kv));
 }
 
 // Note [A bf16 cache beside the f32 one]. Under bf16 products attention's two products round
 // every key and value to bf16 as they read them: each token, every cached key and value of
 // every layer, 2.5x an f32 token's attention on GPT-2's shape (0.8-1.0 against 0.4 ms a
-// token, docs/numbers.md 2026-12-07 12:38). So the decoder rounds a row once, when it enters
-// the cache, into bf16 bits kept beside the f32 rows, and attention reads the bits
-// (kernel::attention_one_query_bf16): the same values (rounding is idempotent), so the same
-// logits, from half the bytes and with nothing rounded a token. The f32 rows stay the cache's
-// truth: finish() hands back the values GPT::forward would have kept, whatever the precision
-// it then runs under. 1.5x the f32 cache's memory, under bf16 products only.
+// token, docs/numbers.md 2026-12-07 12:38). So the decoder rounds a key and a value once, as
+// they enter the cache, into bf16 bits laid out as the f32 ones beside them, and attention
+// reads the bits (kernel::attention_one_query on OneQueryKV<uint16_t>): the same values
+// (rounding is idempotent), so the same logits, from half the bytes and with nothing rounded
+// a token. The f32 rows stay the cache's truth: finish() hands back the values GPT::forward
+// would have kept, whatever the precision it then runs under. 1.5x the f32 cache's memory,
+// under bf16 products only.
 
 void Decoder::start(const std::vector<nn::KVCache>& caches) {
   ATTEND_CHECK(caches.size() == layers_, "Decoder: ", caches.size(), " caches for ", layers_,
@@ -97,16 +99,20 @@ void Decoder::start(const std::vector<nn::KVCache>& caches) {
     ATTEND_CHECK(c.k.dim() == 4 && c.k.size(0) == 1 && c.k.size(1) == KVH_ && c.k.size(3) == HS_ &&
                      c.k.dtype() == DType::F32,
                  "Decoder: a cache of shape ", shape_str(c.k.shape()));
-    for (const auto& [src, dst] : {std::pair{&c.k, keys(l)}, {&c.v, values(l)}}) {
-      const Tensor s = kernel::contiguous(*src);  // (1, KVH, len, HS)
-      for (int64_t t = 0; t < len; ++t)
-        for (int64_t h = 0; h < KVH_; ++h)
-          std::memcpy(dst + t * kvd_ + h * HS_, s.data<float>() + (h * len + t) * HS_,
-                      static_cast<size_t>(HS_) * sizeof(float));
-    }
+    const Tensor ks = kernel::contiguous(c.k), vs = kernel::contiguous(c.v);  // (1, KVH, len, HS)
+    float* const k = keys(l);
+    float* const v = values(l);
+    for (int64_t h = 0; h < KVH_; ++h)
+      for (int64_t t = 0; t < len; ++t) {
+        const float* kr = ks.data<float>() + (h * len + t) * HS_;
+        for (int64_t i = 0; i < HS_; ++i) k[(h * HS_ + i) * capacity_ + t] = kr[i];
+        std::memcpy(v + t * kvd_ + h * HS_, vs.data<float>() + (h * len + t) * HS_,
+                    static_cast<size_t>(HS_) * sizeof(float));
+      }
     if (bf16_) {
-      kernel::to_bf16_bits(keys(l), key_bits(l), len * kvd_);
-      kernel::to_bf16_bits(values(l), value_bits(l), len * kvd_);
+      for (int64_t j = 0; j < kvd_; ++j)
+        kernel::to_bf16_bits(k + j * capacity_, key_bits(l) + j * capacity_, len);
+      kernel::to_bf16_bits(v, value_bits(l), len * kvd_);
     }
   }
   length_ = len;
@@ -118,12 +124,15 @@ void Decoder::finish(std::vector<nn::KVCache>& caches) const {
   if (length_ == 0) return;
   for (size_t l = 0; l < layers_; ++l) {
     Tensor k = empty({1, KVH_, length_, HS_}), v = empty({1, KVH_, length_, HS_});
-    for (auto [dst, src] : {std::pair{&k, keys(l)}, {&v, values(l)}})
-      for (int64_t h = 0; h < KVH_; ++h)
-        for (int64_t t = 0; t < length_; ++t)
-          std::memcpy(dst->data<float>() + (h * length_ + t) * HS_,
-                      src + (start_ + t) * kvd_ + h * HS_,
-                      static_cast<size_t>(HS_) * sizeof(float));
+    const float* const kc = keys(l);
+    for (int64_t h = 0; h < KVH_; ++h)
+      for (int64_t t = 0; t < length_; ++t) {
+        float* kr = k.data<float>() + (h * length_ + t) * HS_;
+        for (int64_t i = 0; i < HS_; ++i) kr[i] = kc[(h * HS_ + i) * capacity_ + start_ + t];
+        std::memcpy(v.data<float>() + (h * length_ + t) * HS_,
+                    values(l) + (start_ + t) * kvd_ + h * HS_,
+                    static_cast<size_t>(HS_) * sizeof(float));
+      }
     caches[l].append(k, v, window_);  // at most W rows: all kept
     caches[l].position = position_;
   }
@@ -152,16 +161,25 @@ void Decoder::regrow(int64_t capacity) {
   const int64_t blocks = 2 * static_cast<int64_t>(layers_);
   Tensor fresh = empty({blocks, capacity, kvd_});
   Tensor fresh_bits = bf16_ ? empty({blocks, capacity, kvd_}, DType::BF16) : Tensor();
-  if (length_ > 0)
+  // The kept rows of a block (b odd: values, rows of kvd_) or columns (b even: keys, kvd_ rows
+  // of `capacity`) to the front of the fresh block.
+  auto move = [&]<typename E>(const Tensor& from, const Tensor& to) {
     for (int64_t b = 0; b < blocks; ++b) {
-      std::memcpy(fresh.data<float>() + b * capacity * kvd_,
-                  kv_.data<float>() + (b * capacity_ + start_) * kvd_,
-                  static_cast<size_t>(length_ * kvd_) * sizeof(float));
-      if (bf16_)
-        std::memcpy(fresh_bits.data<uint16_t>() + b * capacity * kvd_,
-                    kvb_.data<uint16_t>() + (b * capacity_ + start_) * kvd_,
-                    static_cast<size_t>(length_ * kvd_) * sizeof(uint16_t));
+      const E* src = from.data<E>() + b * capacity_ * kvd_;
+      E* dst = to.data<E>() + b * capacity * kvd_;
+      if (b % 2 == 1) {
+        std::memcpy(dst, src + start_ * kvd_, static_cast<size_t>(length_ * kvd_) * sizeof(E));
+        continue;
+      }
+      for (int64_t j = 0; j < kvd_; ++j)
+        std::memcpy(dst + j * capacity, src + j * capacity_ + start_,
+                    static_cast<size_t>(length_) * sizeof(E));
     }
+  };
+  if (length_ > 0) {
+    move.operator()<float>(kv_, fresh);
+    if (bf16_) move.operator()<uint16_t>(kvb_, fresh_bits);
+  }
   kv_ = std::move(fresh);
   kvb_ = std::move(fresh_bits);
   capacity_ = capacity, start_ = 0;
@@ -216,20 +234,27 @@ const float* Decoder::step(int64_t token) {
                              a.config.rope_theta);
       qkv = rot_.data();
     }
-    float* const k = keys(l) + start_ * kvd_;  // the first kept row
-    float* const v = values(l) + start_ * kvd_;
-    std::memcpy(k + length_ * kvd_, qkv + C_, static_cast<size_t>(kv) * sizeof(float));
-    std::memcpy(v + length_ * kvd_, qkv + C_ + kv, static_cast<size_t>(kv) * sizeof(float));
+    // The new position: column start_ + length_ of the keys, that row of the values.
+    const int64_t col = start_ + length_;
+    float* const k = keys(l);
+    std::memcpy(values(l) + col * kvd_, qkv + C_ + kv, static_cast<size_t>(kv) * sizeof(float));
+    for (int64_t j = 0; j < kv; ++j) k[j * capacity_ + col] = qkv[C_ + j];
     if (bf16_) {
-      uint16_t* const kb = key_bits(l) + start_ * kvd_;
-      uint16_t* const vb = value_bits(l) + start_ * kvd_;
-      kernel::to_bf16_bits(qkv + C_, kb + length_ * kvd_, kv);
-      kernel::to_bf16_bits(qkv + C_ + kv, vb + length_ * kvd_, kv);
-      kernel::attention_one_query_bf16(qkv, NH_, HS_, kb, vb, KVH_, seen, HS_, kvd_, scale, window_,
-                                       att_.data());
+      uint16_t* const kb = key_bits(l);
+      kernel::to_bf16_bits(qkv + C_, key_row_.data(), kv);
+      for (int64_t j = 0; j < kv; ++j) kb[j * capacity_ + col] = key_row_[static_cast<size_t>(j)];
+      kernel::to_bf16_bits(qkv + C_ + kv, value_bits(l) + col * kvd_, kv);
+      kernel::attention_one_query(
+          qkv, NH_, HS_, KVH_, seen,
+          kernel::OneQueryKV<uint16_t>{kb + start_, value_bits(l) + start_ * kvd_, HS_ * capacity_,
+                                       1, capacity_, HS_, kvd_},
+          scale, window_, att_.data());
     } else {
-      kernel::attention_one_query_f32(qkv, NH_, HS_, k, v, KVH_, seen, HS_, kvd_, scale, window_,
-                                      att_.data());
+      kernel::attention_one_query(
+          qkv, NH_, HS_, KVH_, seen,
+          kernel::OneQueryKV<float>{k + start_, values(l) + start_ * kvd_, HS_ * capacity_, 1,
+                                    capacity_, HS_, kvd_},
+          scale, window_, att_.data());
     }
     product(*a.c_proj, att_.data(), y_.data());
     for (int64_t i = 0; i < C_; ++i) x_[i] = x_[i] + y_[i];  // h = x + attn

@@ -42,12 +42,16 @@ class Decoder {
 
  private:
   // The kept keys and values: a block per layer's keys and one per its values ([K_0 | V_0 |
-  // K_1 | V_1 | ...]), each `capacity_` rows of KVH HS floats, a row per position (heads side
-  // by side). A head's keys are then a few hundred bytes from rows KVH HS floats apart; with
-  // every layer in a position's row (the layout before) they were rows tens of KB apart,
-  // which the prefetchers do not follow: GPT-2's shape took 1.4-1.6x as long a layer from 64
-  // keys on (bench_decode_attention, docs/numbers.md 2026-12-07 09:38). One mapping (past
-  // 2 MB, huge pages, Storage's mapping); growing it copies each block's kept rows.
+  // K_1 | V_1 | ...]), each `capacity_` positions of KVH HS floats. The values a row per
+  // position (heads side by side): a head's values are a few hundred bytes from rows KVH HS
+  // floats apart; with every layer in a position's row (the layout before) they were rows tens
+  // of KB apart, which the prefetchers do not follow (GPT-2's shape took 1.4-1.6x as long a
+  // layer from 64 keys on: bench_decode_attention, docs/numbers.md 2026-12-07 09:38). The keys
+  // as columns (K^T): KVH HS rows of `capacity_`, element j of position t at j capacity_ + t,
+  // so the scores' product reads each of a head's HS rows in order, with no 8x8 transposes
+  // (kernel::attention_one_query; 1.6-1.8x faster from DRAM on GPT-2's shape than the keys as
+  // rows, docs/numbers.md 2026-12-07 16:18). One mapping (past 2 MB, huge pages, Storage's
+  // mapping); growing it copies each block's kept rows (values) or columns (keys).
   float* keys(size_t l) const {
     return kv_.data<float>() + static_cast<int64_t>(2 * l) * capacity_ * kvd_;
   }
@@ -74,6 +78,7 @@ class Decoder {
   Tensor kv_;        // (2 L, capacity, kvd_)
   bool bf16_ = false;  // bf16 products when made: kvb_ kept
   Tensor kvb_;         // (2 L, capacity, kvd_) bf16, or undefined
+  std::vector<uint16_t> key_row_;  // a new key's bits, before they go to their columns
   std::vector<float> x_, h_, qkv_, rot_, att_, y_, mlp_, act_, logits_;
 };
 

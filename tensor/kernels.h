@@ -207,13 +207,24 @@ void rotary_row_f32(const float* x, float* y, int64_t D, int64_t HS, int64_t rot
 void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float* k,
                              const float* v, int64_t KVH, int64_t Tk, int64_t head_stride,
                              int64_t row_stride, double scale, int64_t window, float* out);
-// The same under bf16 products with k and v as bf16 bits (to_bf16_bits of the f32 keys and
-// values: a decoder's cache in half the bytes). The products round K and V to bf16 as they
-// read them, so this gives attention_one_query_f32's bits on the f32 values the bits were
-// made from, reading half the bytes and rounding nothing. Under f32 products it throws.
-void attention_one_query_bf16(const float* q, int64_t NH, int64_t HS, const uint16_t* k,
-                              const uint16_t* v, int64_t KVH, int64_t Tk, int64_t head_stride,
-                              int64_t row_stride, double scale, int64_t window, float* out);
+// The same with the keys and values anywhere: head h's key t, element i, at
+// k[h k_head + t k_key + i k_dim], its value at v[h v_head + t v_key + i]. Keys as rows
+// (k_dim 1, as above) or as columns (k_key 1: each head HS rows of the keys' i-th elements,
+// k_dim >= Tk apart; infer::Decoder's cache), which the scores' product reads as a row-major
+// B, without transposing: the same bits. E float, or bf16 bits under bf16 products only
+// (to_bf16_bits of the f32 keys and values: a decoder's cache in half the bytes): the products
+// round K and V to bf16 as they read them, so the bits give the f32 values' result, reading
+// half the bytes and rounding nothing.
+template <typename E>
+struct OneQueryKV {
+  const E* k;
+  const E* v;
+  int64_t k_head, k_key, k_dim, v_head, v_key;
+};
+void attention_one_query(const float* q, int64_t NH, int64_t HS, int64_t KVH, int64_t Tk,
+                         const OneQueryKV<float>& kv, double scale, int64_t window, float* out);
+void attention_one_query(const float* q, int64_t NH, int64_t HS, int64_t KVH, int64_t Tk,
+                         const OneQueryKV<uint16_t>& kv, double scale, int64_t window, float* out);
 
 }  // namespace attend::kernel
 #pragma GCC visibility pop

@@ -38,6 +38,7 @@ constexpr int64_t kRows = 32;  // query rows per block
 // (B, H, T, HS) through its strides; the last stride is 1.
 struct Heads {
   int64_t B, H, T, HS, sb, sh, st;
+  int64_t sd = 1;  // between a row's elements: 1 but for one query's keys as columns (K^T)
 };
 
 Heads heads_of(const Tensor& x, const char* op, const char* name) {
@@ -123,8 +124,9 @@ void forward_core(const Plan& p, const Heads& ho, const T* Q, const KV* K, const
   // A few query rows (a token at a time while sampling) read K and V in place through the
   // few-rows products (gemm_rows.h): packing them would read the cache, write a copy and
   // read that, every token and layer.
-  const bool dropping = drop.p > 0, prepack = std::is_same_v<KV, T> && Tk <= kMaxPrepackedKeys &&
-                                              window == 0 && Tq > gemm_detail::kMaxFewRows;
+  const bool dropping = drop.p > 0, prepack = std::is_same_v<KV, T> && p.k.sd == 1 &&
+                                              Tk <= kMaxPrepackedKeys && window == 0 &&
+                                              Tq > gemm_detail::kMaxFewRows;
   parallel_for(p.q.B * NH * p.nblk, grain, [&](int64_t s, int64_t e) {
     T* S = scratch<T>(0, kRows * Tk);
     T* M = dropping ? scratch<T>(1, Tk) : nullptr;
@@ -153,7 +155,7 @@ void forward_core(const Plan& p, const Heads& ho, const T* Q, const KV* K, const
       }
       const KV* kw = kb + k0 * p.k.st;  // key k0 on
       const KV* vw = vb + k0 * p.v.st;
-      product<T, KV>(rows, w, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kw, 1, p.k.st}, S, w);
+      product<T, KV>(rows, w, HS, {qb, p.q.st, 1}, PK, HS, Tk, {kw, p.k.sd, p.k.st}, S, w);
       for (int64_t i = 0; i < rows; ++i) {
         T* y = S + i * w;
         const int64_t lo = first_key(r0 + i, offset, window) - k0;
@@ -278,46 +280,62 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double
 
 namespace {
 
-template <typename KV>
-void one_query(const char* name, const float* q, int64_t NH, int64_t HS, const KV* k, const KV* v,
-               int64_t KVH, int64_t Tk, int64_t head_stride, int64_t row_stride, double scale,
-               int64_t window, float* out) {
-  // the heads' rows must not overlap: heads apart and rows within them, or the reverse
-  const bool head_major = row_stride >= HS && head_stride >= (Tk - 1) * row_stride + HS;
-  const bool position_major = head_stride >= HS && row_stride >= (KVH - 1) * head_stride + HS;
-  ATTEND_CHECK(NH > 0 && KVH > 0 && NH % KVH == 0 && HS > 0 && Tk > 0 &&
-                   (head_major || position_major) && window >= 0,
-               name, ": ", NH, " query heads, ", KVH, " key/value heads of ", Tk,
-               " keys, head size ", HS, ", heads ", head_stride, " apart, rows ", row_stride,
-               " apart, window ", window);
-  if constexpr (std::is_same_v<KV, uint16_t>)
+// Whether KVH heads of Tk rows of HS elements, heads `head` apart and rows `row` apart (the
+// elements adjacent), overlap nowhere: heads apart and rows within them, or the reverse.
+bool rows_apart(int64_t KVH, int64_t Tk, int64_t HS, int64_t head, int64_t row) {
+  return (row >= HS && head >= (Tk - 1) * row + HS) || (head >= HS && row >= (KVH - 1) * head + HS);
+}
+
+template <typename E>
+void one_query(const float* q, int64_t NH, int64_t HS, int64_t KVH, int64_t Tk,
+               const OneQueryKV<E>& kv, double scale, int64_t window, float* out) {
+  constexpr const char* name =
+      std::is_same_v<E, float> ? "attention_one_query (f32)" : "attention_one_query (bf16 bits)";
+  ATTEND_CHECK(NH > 0 && KVH > 0 && NH % KVH == 0 && HS > 0 && Tk > 0 && window >= 0, name, ": ",
+               NH, " query heads, ", KVH, " key/value heads of ", Tk, " keys, head size ", HS,
+               ", window ", window);
+  // Keys as rows (k_dim 1) or as columns (k_key 1: per head HS rows of Tk keys, k_dim apart).
+  const bool key_rows = kv.k_dim == 1 && rows_apart(KVH, Tk, HS, kv.k_head, kv.k_key);
+  const bool key_columns = kv.k_key == 1 && kv.k_dim >= Tk && kv.k_head >= (HS - 1) * kv.k_dim + Tk;
+  ATTEND_CHECK(key_rows || key_columns, name, ": keys with heads ", kv.k_head, " apart, keys ",
+               kv.k_key, " apart, elements ", kv.k_dim, " apart overlap or are neither rows nor ",
+               "columns (", KVH, " heads of ", Tk, " keys of ", HS, ")");
+  ATTEND_CHECK(rows_apart(KVH, Tk, HS, kv.v_head, kv.v_key), name, ": values with heads ",
+               kv.v_head, " apart, rows ", kv.v_key, " apart overlap (", KVH, " heads of ", Tk,
+               " rows of ", HS, ")");
+  if constexpr (std::is_same_v<E, uint16_t>)
     ATTEND_CHECK(gemm_precision() == GemmPrecision::bf16, name, ": bf16 keys and values under ",
                  gemm_precision_name(gemm_precision()), " products");
   const Heads hq{1, NH, 1, HS, NH * HS, HS, HS};
-  const Heads hkv{1, KVH, Tk, HS, 0, head_stride, row_stride};  // (one batch: sb unread)
-  const Plan p{hq, hkv, hkv, NH / KVH, 1};
+  const Heads hk{1, KVH, Tk, HS, 0, kv.k_head, kv.k_key, kv.k_dim};  // (one batch: sb unread)
+  const Heads hv{1, KVH, Tk, HS, 0, kv.v_head, kv.v_key};
+  const Plan p{hq, hk, hv, NH / KVH, 1};
   // Threads over the heads only for long enough rows of keys: below, a fork and join of two
   // cost more than they save (bench_decode_attention, 2026-12-07: at 1 / 2 threads, GPT-2's
   // shape 9.1 / 10.2-12.5 us a layer at 64 keys, 38-49 / 24-35 at 256; stories15m's 13.2 /
   // 10.7-14.4 at 256 keys, 54 / 38-45 at 1,024).
   const int64_t keys = Tk - first_key(0, Tk - 1, window);
   const int64_t grain = NH * keys * HS >= kOneQueryThreadWork ? 1 : NH;
-  forward_core<float, KV>(p, hq, q, k, v, out, scale, Tk - 1, DropoutStream{}, window, grain);
+  forward_core<float, E>(p, hq, q, kv.k, kv.v, out, scale, Tk - 1, DropoutStream{}, window, grain);
 }
 
 }  // namespace
 
+void attention_one_query(const float* q, int64_t NH, int64_t HS, int64_t KVH, int64_t Tk,
+                         const OneQueryKV<float>& kv, double scale, int64_t window, float* out) {
+  one_query(q, NH, HS, KVH, Tk, kv, scale, window, out);
+}
+
+void attention_one_query(const float* q, int64_t NH, int64_t HS, int64_t KVH, int64_t Tk,
+                         const OneQueryKV<uint16_t>& kv, double scale, int64_t window, float* out) {
+  one_query(q, NH, HS, KVH, Tk, kv, scale, window, out);
+}
+
 void attention_one_query_f32(const float* q, int64_t NH, int64_t HS, const float* k, const float* v,
                              int64_t KVH, int64_t Tk, int64_t head_stride, int64_t row_stride,
                              double scale, int64_t window, float* out) {
-  one_query("attention_one_query_f32", q, NH, HS, k, v, KVH, Tk, head_stride, row_stride, scale,
-            window, out);
-}
-
-void attention_one_query_bf16(const float* q, int64_t NH, int64_t HS, const uint16_t* k,
-                              const uint16_t* v, int64_t KVH, int64_t Tk, int64_t head_stride,
-                              int64_t row_stride, double scale, int64_t window, float* out) {
-  one_query("attention_one_query_bf16", q, NH, HS, k, v, KVH, Tk, head_stride, row_stride, scale,
+  one_query(q, NH, HS, KVH, Tk,
+            OneQueryKV<float>{k, v, head_stride, row_stride, 1, head_stride, row_stride}, scale,
             window, out);
 }
 

@@ -305,11 +305,19 @@ const bool kHasAvx512BW =
 // 16 k-rows of the panel ahead: on the 2-core Xeon (2026-12-06) 8 KB gave the stories15m
 // shape ~5-10% over no prefetch and over 2 KB (this VM's noise is of that order).
 constexpr int64_t kPanelPrefetch = 8192;
+// Rows of a row-major B (not a panel) prefetched ahead, and keys of the scores' product
+// (chunk, B = W^T) a chunk ahead: in attention for one query the rows are a few hundred bytes
+// each, kilobytes apart, which the hardware prefetchers did not follow (bench_decode_attention,
+// GPT-2's shape, 1,024 keys from DRAM: 7-9 GB/s).
+constexpr int64_t kRowsAhead = 16;
 
+// `ahead`: how far ahead of a row it prefetches, in bytes (a panel's kPanelPrefetch; V's rows
+// in attention, kRowsAhead of its rows, which lie far apart).
 template <int NV>
 __attribute__((target("avx512f"))) void panel_f32_avx512(int64_t K, const float* A, const float* B,
                                                          int64_t ldb, int64_t cols, float* C,
-                                                         bool accumulate = false) {
+                                                         bool accumulate = false,
+                                                         int64_t ahead = kPanelPrefetch) {
   const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
   for (int64_t pc = 0; pc < K; pc += KC) {
     const int64_t end = std::min(K, pc + KC);
@@ -320,7 +328,7 @@ __attribute__((target("avx512f"))) void panel_f32_avx512(int64_t K, const float*
       const float* b = B + k * ldb;
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j) {
-        _mm_prefetch(reinterpret_cast<const char*>(b + 16 * j) + kPanelPrefetch, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + 16 * j) + ahead, _MM_HINT_T0);
         const __m512 x = j + 1 < NV ? _mm512_loadu_ps(b + 16 * j)
                                     : _mm512_maskz_loadu_ps(last, b + 16 * j);
         s[j] = _mm512_fmadd_ps(a, x, s[j]);
@@ -370,6 +378,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void panel_bf16_rows_avx512
 #pragma GCC unroll 8
         for (int j = 0; j < NV; ++j) {
           const __mmask16 m = j + 1 < NV ? __mmask16(0xFFFF) : last;
+          _mm_prefetch(reinterpret_cast<const char*>(b0 + kRowsAhead * ldb + 16 * j), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(b0 + (kRowsAhead + 1) * ldb + 16 * j),
+                       _MM_HINT_T0);
           const __m512 x0 = rounded(b0 + 16 * j, m);
           const __m512 x1 = two ? rounded(b0 + ldb + 16 * j, m) : _mm512_setzero_ps();
           s[j] = _mm512_fmadd_ps(a0, x0, _mm512_fmadd_ps(a1, x1, s[j]));
@@ -419,7 +430,8 @@ void row_major(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const Src* B
             if constexpr (Bf16)
               panel_bf16_rows_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
             else
-              panel_f32_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate);
+              panel_f32_avx512<nv()>(K, A.data, B + c0, ldb, cols, C + c0, accumulate,
+                                     kRowsAhead * ldb * static_cast<int64_t>(sizeof(float)));
           });
         }
         continue;

@@ -224,7 +224,7 @@ TEST_CASE("a bf16 GEMM whose B is bf16 bits gives gemm's bits on their f32 value
 TEST_CASE(
     "gemm_bf16_bits: B as bf16 bits through any strides gives gemm's bits on its f32, every "
     "kernel") {
-  // A decoder's bf16 cache read in place (attention_one_query_bf16): K^T (B's columns rows
+  // A decoder's bf16 cache read in place (attention_one_query on bf16 bits): K^T (B's columns rows
   // of the cache, the few-rows products' 8x8 transposes) and V (B's rows, the decoding
   // panels' kernel), each with rows further apart than they are long. The twin is gemm on the
   // f32 values the bits were rounded from, through the same strides: the products round them

@@ -247,8 +247,9 @@ TEST_CASE("attention_one_query_f32: head-major and position-major keys give atte
   // keys and values laid out head after head (the layout attention_forward reads) or
   // position after position with other floats between (rows further apart than the heads):
   // the bits attention_forward gives the last of Tk query rows, at 1 and 2 threads, under
-  // f32 and bf16 products; under bf16, attention_one_query_bf16 on the position-major keys'
-  // and values' bf16 bits too. Shapes: a head size with a tail past whole vectors (12, 40), keys
+  // f32 and bf16 products; and with the keys as columns (K^T, infer::Decoder's layout); under
+  // bf16, attention_one_query on the keys' and values' bf16 bits too, keys as rows and as
+  // columns. Shapes: a head size with a tail past whole vectors (12, 40), keys
   // past one KC block (300, 600: the values' sums in two and three blocks), enough work for
   // threads over the heads (600: 6 x 600 x 40 >= 2^17 multiply-adds; 530 was short of it), a
   // window inside the keys and one past them.
@@ -317,14 +318,33 @@ TEST_CASE("attention_one_query_f32: head-major and position-major keys give atte
     k::attention_one_query_f32(q.data<float>(), NH, HS, kp.data(), vp.data(), KVH, Tk, HS, row,
                                scale, window, got.data());
     CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
+    // keys as columns (each head HS rows of Tk keys, `cap` apart, heads cap HS + extra apart),
+    // the values position-major: the decoder's layout
+    const int64_t cap = Tk + extra, khead = HS * cap + extra;
+    std::vector<float> kc(static_cast<size_t>(KVH * khead), NAN);
+    for (int64_t h = 0; h < KVH; ++h)
+      for (int64_t t = 0; t < Tk; ++t)
+        for (int64_t i = 0; i < HS; ++i)
+          kc[static_cast<size_t>(h * khead + i * cap + t)] = k.data<float>()[(h * Tk + t) * HS + i];
+    std::fill(got.begin(), got.end(), -1.0f);
+    k::attention_one_query(q.data<float>(), NH, HS, KVH, Tk,
+                           k::OneQueryKV<float>{kc.data(), vp.data(), khead, 1, cap, HS, row},
+                           scale, window, got.data());
+    CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
     if (c.precision == k::GemmPrecision::bf16) {  // the keys and values as bf16 bits
-      std::vector<uint16_t> kb(kp.size()), vb(kp.size());
+      std::vector<uint16_t> kb(kp.size()), vb(kp.size()), kcb(kc.size());
       k::to_bf16_bits(kp.data(), kb.data(), static_cast<int64_t>(kp.size()));
       k::to_bf16_bits(vp.data(), vb.data(), static_cast<int64_t>(vp.size()));
-      std::fill(got.begin(), got.end(), -1.0f);
-      k::attention_one_query_bf16(q.data<float>(), NH, HS, kb.data(), vb.data(), KVH, Tk, HS, row,
-                                  scale, window, got.data());
-      CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
+      k::to_bf16_bits(kc.data(), kcb.data(), static_cast<int64_t>(kc.size()));
+      for (const bool columns : {false, true}) {
+        CAPTURE(columns);
+        std::fill(got.begin(), got.end(), -1.0f);
+        const k::OneQueryKV<uint16_t> bits =
+            columns ? k::OneQueryKV<uint16_t>{kcb.data(), vb.data(), khead, 1, cap, HS, row}
+                    : k::OneQueryKV<uint16_t>{kb.data(), vb.data(), HS, row, 1, HS, row};
+        k::attention_one_query(q.data<float>(), NH, HS, KVH, Tk, bits, scale, window, got.data());
+        CHECK(std::memcmp(got.data(), want.data<float>(), got.size() * 4) == 0);
+      }
     }
     k::set_gemm_precision(was);
   }
@@ -333,50 +353,77 @@ TEST_CASE("attention_one_query_f32: head-major and position-major keys give atte
   std::vector<float> x(64 * 64);
   CHECK_THROWS_WITH_AS(k::attention_one_query_f32(x.data(), 2, 16, x.data(), x.data(), 2, 4, 16, 16,
                                                   1.0, 0, x.data()),
-                       doctest::Contains("rows 16 apart"), Error);
+                       doctest::Contains("keys 16 apart, elements 1 apart overlap"), Error);
 }
 
-TEST_CASE(
-    "attention_one_query_bf16 gives attention_one_query_f32's bits under bf16, every kernel") {
-  // The decoder's cache as bf16 bits (position-major, rows KVH HS apart as the decoder keeps
-  // them), from one key up: under 8 keys the scores' product widens the keys first, from 8 on
-  // it reads them in place (a tail past 32 keys: 13, 70); head sizes with a tail (12, 40) and
-  // GPT-2's (64); GQA and MHA; a window. The twin: the same attention on the f32 values,
-  // which the test above holds to attention_forward's bits.
+TEST_CASE("attention_one_query: keys as columns and bf16 bits give key rows' bits, every kernel") {
+  // infer::Decoder's cache: each head's keys as HS rows of `cap` (keys as columns: the scores'
+  // product reads them as a row-major B), the values position-major (rows KVH HS apart), in
+  // f32 and, under bf16 products, as bf16 bits; from one key up (under 8 keys the scores'
+  // product widens or packs them first), past 32 (13, 70) and past a panel of 128 (200); head
+  // sizes with a tail (12, 40) and GPT-2's (64); GQA and MHA; a window. The twin: the keys as
+  // rows, in f32, which the test above holds to attention_forward's bits.
   Generator g(12);
-  const PrecisionGuard bf16(k::GemmPrecision::bf16);
-  for (const auto kern : {k::GemmKernel::portable, k::GemmKernel::avx2, k::GemmKernel::avx512}) {
-    const k::GemmKernel was = k::set_gemm_kernel(kern);
-    CAPTURE(std::string(k::gemm_kernel_name(k::gemm_kernel())));
-    for (const int64_t HS : {12, 40, 64})
-      for (const int64_t Tk : {1, 7, 8, 13, 70})
-        for (const int64_t KVH : {2, 6})
-          for (const int64_t window : {0, 5}) {
-            CAPTURE(HS);
-            CAPTURE(Tk);
-            CAPTURE(KVH);
-            CAPTURE(window);
-            const int64_t NH = 6, row = KVH * HS;
-            const auto q = randn({NH * HS}, g).to_vector<float>();
-            const auto kf = randn({Tk * row}, g).to_vector<float>();
-            const auto vf = randn({Tk * row}, g).to_vector<float>();
-            std::vector<uint16_t> kb(kf.size()), vb(vf.size());
-            k::to_bf16_bits(kf.data(), kb.data(), static_cast<int64_t>(kf.size()));
-            k::to_bf16_bits(vf.data(), vb.data(), static_cast<int64_t>(vf.size()));
-            std::vector<float> want(static_cast<size_t>(NH * HS)), got(want.size(), -1.0f);
-            k::attention_one_query_f32(q.data(), NH, HS, kf.data(), vf.data(), KVH, Tk, HS, row,
-                                       0.125, window, want.data());
-            k::attention_one_query_bf16(q.data(), NH, HS, kb.data(), vb.data(), KVH, Tk, HS, row,
-                                        0.125, window, got.data());
-            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
-          }
-    k::set_gemm_kernel(was);
-  }
-  // Under f32 products the bits are not what the products would read: refused.
-  const PrecisionGuard f32(k::GemmPrecision::f32);
+  for (const auto precision : {k::GemmPrecision::f32, k::GemmPrecision::bf16})
+    for (const auto kern : {k::GemmKernel::portable, k::GemmKernel::avx2, k::GemmKernel::avx512}) {
+      const PrecisionGuard use(precision);
+      const k::GemmKernel was = k::set_gemm_kernel(kern);
+      CAPTURE(static_cast<int>(precision));
+      CAPTURE(std::string(k::gemm_kernel_name(k::gemm_kernel())));
+      for (const int64_t HS : {12, 40, 64})
+        for (const int64_t Tk : {1, 7, 8, 13, 70, 200})
+          for (const int64_t KVH : {2, 6})
+            for (const int64_t window : {0, 5}) {
+              CAPTURE(HS);
+              CAPTURE(Tk);
+              CAPTURE(KVH);
+              CAPTURE(window);
+              const int64_t NH = 6, row = KVH * HS, cap = Tk + 3;
+              const auto q = randn({NH * HS}, g).to_vector<float>();
+              const auto kf = randn({Tk * row}, g).to_vector<float>();
+              const auto vf = randn({Tk * row}, g).to_vector<float>();
+              std::vector<float> kc(static_cast<size_t>(row * cap), NAN);
+              for (int64_t t = 0; t < Tk; ++t)
+                for (int64_t j = 0; j < row; ++j)
+                  kc[static_cast<size_t>(j * cap + t)] = kf[static_cast<size_t>(t * row + j)];
+              std::vector<float> want(static_cast<size_t>(NH * HS)), got(want.size(), -1.0f);
+              k::attention_one_query_f32(q.data(), NH, HS, kf.data(), vf.data(), KVH, Tk, HS, row,
+                                         0.125, window, want.data());
+              k::attention_one_query(
+                  q.data(), NH, HS, KVH, Tk,
+                  k::OneQueryKV<float>{kc.data(), vf.data(), HS * cap, 1, cap, HS, row}, 0.125,
+                  window, got.data());
+              CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+              if (precision == k::GemmPrecision::f32) continue;
+              std::vector<uint16_t> kb(kc.size()), vb(vf.size());
+              k::to_bf16_bits(kc.data(), kb.data(), static_cast<int64_t>(kc.size()));
+              k::to_bf16_bits(vf.data(), vb.data(), static_cast<int64_t>(vf.size()));
+              std::fill(got.begin(), got.end(), -1.0f);
+              k::attention_one_query(
+                  q.data(), NH, HS, KVH, Tk,
+                  k::OneQueryKV<uint16_t>{kb.data(), vb.data(), HS * cap, 1, cap, HS, row}, 0.125,
+                  window, got.data());
+              CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+            }
+      k::set_gemm_kernel(was);
+    }
   std::vector<float> x(64);
   std::vector<uint16_t> b(64);
-  CHECK_THROWS_WITH_AS(k::attention_one_query_bf16(x.data(), 2, 16, b.data(), b.data(), 2, 1, 16,
-                                                   32, 1.0, 0, x.data()),
-                       doctest::Contains("bf16 keys and values under f32 products"), Error);
+  // Under f32 products the bits are not what the products would read: refused.
+  CHECK_THROWS_WITH_AS(
+      k::attention_one_query(x.data(), 2, 16, 2, 1,
+                             k::OneQueryKV<uint16_t>{b.data(), b.data(), 16, 32, 1, 16, 32}, 1.0, 0,
+                             x.data()),
+      doctest::Contains("bf16 keys and values under f32 products"), Error);
+  // Keys as columns closer than the keys they hold, or neither rows nor columns: refused.
+  CHECK_THROWS_WITH_AS(
+      k::attention_one_query(x.data(), 2, 4, 2, 4,
+                             k::OneQueryKV<float>{x.data(), x.data() + 32, 12, 1, 3, 4, 8}, 1.0, 0,
+                             x.data()),
+      doctest::Contains("elements 3 apart overlap"), Error);
+  CHECK_THROWS_WITH_AS(
+      k::attention_one_query(x.data(), 2, 4, 2, 4,
+                             k::OneQueryKV<float>{x.data(), x.data() + 32, 4, 8, 2, 4, 8}, 1.0, 0,
+                             x.data()),
+      doctest::Contains("neither rows nor columns"), Error);
 }
