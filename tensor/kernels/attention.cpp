@@ -112,7 +112,7 @@ T* scratch(int slot, int64_t n) {
   return b.data();
 }
 
-// The forward on checked operands (forward_impl, attention_one_query_f32 and _bf16).
+// The forward on checked operands (forward_impl, one_query).
 // grain: (batch, head, block) tasks a thread must have before threads are used. KV: K's and
 // V's elements, T or (under bf16 products, T float) bf16 bits.
 template <typename T, typename KV = T>

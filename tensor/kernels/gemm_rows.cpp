@@ -305,10 +305,10 @@ const bool kHasAvx512BW =
 // 16 k-rows of the panel ahead: on the 2-core Xeon (2026-12-06) 8 KB gave the stories15m
 // shape ~5-10% over no prefetch and over 2 KB (this VM's noise is of that order).
 constexpr int64_t kPanelPrefetch = 8192;
-// Rows of a row-major B (not a panel) prefetched ahead, and keys of the scores' product
-// (chunk, B = W^T) a chunk ahead: in attention for one query the rows are a few hundred bytes
-// each, kilobytes apart, which the hardware prefetchers did not follow (bench_decode_attention,
-// GPT-2's shape, 1,024 keys from DRAM: 7-9 GB/s).
+// Rows of a row-major B (not a panel) prefetched this many rows ahead: in attention for one
+// query, V's rows and the keys kept as columns are a few hundred bytes each, kilobytes apart,
+// which the hardware prefetchers did not follow (bench_decode_attention, GPT-2's shape,
+// 1,024 keys from DRAM: 7-9 GB/s).
 constexpr int64_t kRowsAhead = 16;
 
 // `ahead`: how far ahead of a row it prefetches, in bytes (a panel's kPanelPrefetch; V's rows
@@ -350,7 +350,7 @@ __attribute__((target("avx512f"))) void panel_f32_avx512(int64_t K, const float*
 // product of zeros; flushed to zero while a block accumulates; the sums stored or added
 // after), the sums in registers. The memory version stores and reloads every sum at every
 // k: GPT-2's attention for one query under bf16 took 2.5-7x the f32 time (2026-12-07).
-// From bf16 bits (a decoder's bf16 value cache), B's values are widened instead: the same
+// From bf16 bits (a decoder's bf16 key and value cache), B's values are widened instead: the same
 // values, half the bytes, no rounding.
 template <int NV, typename Src>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void panel_bf16_rows_avx512(
