@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "nn/lora.h"
 #include "tensor/kernels.h"
 #include "tensor/kernels/gemm.h"
+#include "tensor/parallel.h"
 #include "tensor/stored_weight.h"
 
 namespace attend::infer {
@@ -26,6 +28,9 @@ std::string linear_refused(const std::string& name, const nn::Linear& lin) {
            ", the products now " + weight_format_name(StoredWeight::format_for_products());
   return "";  // (a bias's dtype: unsupported() checks every parameter is contiguous f32)
 }
+
+// Elements of a new key (and value) a thread of a team writes at least.
+constexpr int64_t kCacheWriteGrain = 64;
 
 }  // namespace
 
@@ -85,12 +90,13 @@ Decoder::Decoder(const nn::GPT& model)
 // would have kept, whatever the precision it then runs under. 1.5x the f32 cache's memory,
 // under bf16 products only.
 
-void Decoder::start(const std::vector<nn::KVCache>& caches) {
+void Decoder::start(const std::vector<nn::KVCache>& caches, int64_t more) {
   ATTEND_CHECK(caches.size() == layers_, "Decoder: ", caches.size(), " caches for ", layers_,
                " layers");
+  ATTEND_CHECK(more >= 0, "Decoder: ", more, " steps expected");
   const int64_t len = caches[0].length();
   length_ = 0;
-  regrow(rows_for(len + 1));
+  regrow(rows_for(len + 1, len + std::min(more, std::numeric_limits<int64_t>::max() - len)));
   for (size_t l = 0; l < layers_; ++l) {
     const nn::KVCache& c = caches[l];
     ATTEND_CHECK(c.length() == len && c.position == caches[0].position,
@@ -138,16 +144,23 @@ void Decoder::finish(std::vector<nn::KVCache>& caches) const {
   }
 }
 
-// Room for twice the rows a step needs (a sliding window's buffer then holds 2 (W + 1) rows,
-// compacted when full) and at least a huge page's worth, at most the context's without a
-// window, and made of whole huge pages (the rows past `needed` cost nothing until touched;
-// small buffers of 4 KB pages faulted 3.4 times a token on stories15m's shape). A "row" here
-// is a position's keys and values in every layer.
-int64_t Decoder::rows_for(int64_t needed) const {
+// Note [The cache sized once]. Room for the rows the caller expects (`expected`, start's: with
+// a sliding window at most 2 (W + 1)), or else twice the rows a step needs (a window's buffer
+// then holds 2 (W + 1) rows, compacted when full); at least a huge page's worth, at most the
+// context's without a window, and made of whole huge pages (small buffers of 4 KB pages
+// faulted 3.4 times a token on stories15m's shape). A "row" here is a position's keys and
+// values in every layer. Regrowing costs more than its copy: the keys are columns, so the
+// first token after it writes a column across every page of a layer's keys, and the fresh
+// mapping's pages fault in then. Grown by doubling from the prompt's rows, sampling 128
+// tokens of GPT-2 regrew four times, 0.14-0.21 ms a token (3-5% of a bf16 token at 2
+// threads, docs/numbers.md 2026-12-07 19:31); sized once for the tokens to come, the pages
+// fault once.
+int64_t Decoder::rows_for(int64_t needed, int64_t expected) const {
   const int64_t row_bytes =
       2 * static_cast<int64_t>(layers_) * kvd_ * static_cast<int64_t>(sizeof(float));
   const int64_t page_rows = (kHugePageBytes + row_bytes - 1) / row_bytes;
-  int64_t rows = std::max({int64_t{16}, 2 * needed, page_rows});
+  if (window_ > 0) expected = std::min(expected, 2 * (window_ + 1));  // the most a window needs
+  int64_t rows = std::max({int64_t{16}, expected > needed ? expected : 2 * needed, page_rows});
   if (window_ == 0) rows = std::min(rows, std::max(needed, model_.config.block_size));
   if (rows * row_bytes >= kHugePageBytes) {  // rows covering every byte of the whole pages
     const int64_t pages = (rows * row_bytes + kHugePageBytes - 1) / kHugePageBytes;
@@ -204,6 +217,13 @@ const float* Decoder::step(int64_t token) {
   ATTEND_CHECK(bf16_ == (StoredWeight::format_for_products() == WeightFormat::bf16),
                "Decoder: made under ", bf16_ ? "bf16" : "f32", " products, stepped under ",
                weight_format_name(StoredWeight::format_for_products()), " ones");
+  // The products and attention split over threads kept for the whole token: one region, not
+  // 61 (Note [One region for many loops]).
+  with_team([&] { run(token); });
+  return logits_.data();
+}
+
+void Decoder::run(int64_t token) {
   const auto& t = *model_.transformer;
   const int64_t kv = KVH_ * HS_;
   const float* wte = t.wte->weight.data<float>() + token * C_;
@@ -234,16 +254,26 @@ const float* Decoder::step(int64_t token) {
                              a.config.rope_theta);
       qkv = rot_.data();
     }
-    // The new position: column start_ + length_ of the keys, that row of the values.
+    // The new position: column `col` of the keys, that row of the values. The column is a line
+    // per element, lines the weights' stream evicted since the last token, each written from
+    // DRAM: in a team the threads write their shares of them at once (a software prefetch
+    // ahead of c_attn's product cost as much to issue as it saved, 2026-12-07 19:31).
     const int64_t col = start_ + length_;
     float* const k = keys(l);
-    std::memcpy(values(l) + col * kvd_, qkv + C_ + kv, static_cast<size_t>(kv) * sizeof(float));
-    for (int64_t j = 0; j < kv; ++j) k[j * capacity_ + col] = qkv[C_ + j];
+    uint16_t* const kb = bf16_ ? key_bits(l) : nullptr;
+    const float* const key = qkv + C_;
+    const float* const value = qkv + C_ + kv;
+    parallel_for(kv, team_active() ? kCacheWriteGrain : kv, [&](int64_t j0, int64_t j1) {
+      const size_t n = static_cast<size_t>(j1 - j0);
+      std::memcpy(values(l) + col * kvd_ + j0, value + j0, n * sizeof(float));
+      for (int64_t j = j0; j < j1; ++j) k[j * capacity_ + col] = key[j];
+      if (!bf16_) return;
+      uint16_t* const bits = key_row_.data() + j0;
+      kernel::to_bf16_bits(key + j0, bits, j1 - j0);
+      for (int64_t j = j0; j < j1; ++j) kb[j * capacity_ + col] = bits[j - j0];
+      kernel::to_bf16_bits(value + j0, value_bits(l) + col * kvd_ + j0, j1 - j0);
+    });
     if (bf16_) {
-      uint16_t* const kb = key_bits(l);
-      kernel::to_bf16_bits(qkv + C_, key_row_.data(), kv);
-      for (int64_t j = 0; j < kv; ++j) kb[j * capacity_ + col] = key_row_[static_cast<size_t>(j)];
-      kernel::to_bf16_bits(qkv + C_ + kv, value_bits(l) + col * kvd_, kv);
       kernel::attention_one_query(
           qkv, NH_, HS_, KVH_, seen,
           kernel::OneQueryKV<uint16_t>{kb + start_, value_bits(l) + start_ * kvd_, HS_ * capacity_,
@@ -274,7 +304,6 @@ const float* Decoder::step(int64_t token) {
   ++position_;
   norm(*t.ln_f, x_.data(), h_.data());
   product(*model_.lm_head, h_.data(), logits_.data());
-  return logits_.data();
 }
 
 }  // namespace attend::infer

@@ -30,12 +30,16 @@ class Decoder {
   static std::string unsupported(const nn::GPT& model);
   explicit Decoder(const nn::GPT& model);  // unsupported(model) must be empty
   // Takes the positions GPT::forward put in `caches` (a prompt's); the next step runs the
-  // position after them. The caches are copied, not kept.
-  void start(const std::vector<nn::KVCache>& caches);
+  // position after them. The caches are copied, not kept. `more`: the steps the caller
+  // expects to run from here (sampling's tokens still to come), so the cache is sized once
+  // for them (Note [The cache sized once]); more steps than that regrow it, the same bits.
+  void start(const std::vector<nn::KVCache>& caches, int64_t more = 0);
   // The logits (V) of `token` at the next position; valid until the next step or start.
   // Outside the context (past block_size without a sliding window) it throws.
   const float* step(int64_t token);
   int64_t position() const { return position_; }
+  // Positions the cache holds before a step regrows it (the kept ones included).
+  int64_t capacity() const { return capacity_; }
   // Puts the positions decoded here back into `caches` (replacing what they held), so that
   // GPT::forward continues from them: what it would have kept, the same bits.
   void finish(std::vector<nn::KVCache>& caches) const;
@@ -64,8 +68,10 @@ class Decoder {
   uint16_t* value_bits(size_t l) const { return key_bits(l) + capacity_ * kvd_; }
   // Room for `capacity` rows, the kept rows moved to the front.
   void regrow(int64_t capacity);
-  int64_t rows_for(int64_t needed) const;  // the capacity to regrow to for `needed` rows
+  // The capacity to regrow to for `needed` rows, or for `expected` ones (start's) if more.
+  int64_t rows_for(int64_t needed, int64_t expected = 0) const;
   void product(const nn::Linear& lin, const float* x, float* y) const;
+  void run(int64_t token);  // step's work, once its checks have passed
 
   const nn::GPT& model_;
   const int64_t C_, NH_, KVH_, HS_, H_, V_, window_;

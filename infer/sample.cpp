@@ -165,7 +165,8 @@ data::TokenIds generate(const nn::GPT& model, const data::Tokenizer& tok, const 
       if (static_cast<int64_t>(seq.size()) <= T || rolling) {
         // A sliding-window model's caches roll: it decodes past block_size from them.
         if (decoder) {
-          if (!decoding) decoder->start(caches);
+          // sized for every step still to come: this one and the max_new_tokens - 2 - i after it
+          if (!decoding) decoder->start(caches, o.max_new_tokens - 1 - i);
           decoding = true;
           last_logits = decoder->step(next);
           continue;

@@ -314,8 +314,11 @@ void one_query(const float* q, int64_t NH, int64_t HS, int64_t KVH, int64_t Tk,
   // cost more than they save (bench_decode_attention, 2026-12-07: at 1 / 2 threads, GPT-2's
   // shape 9.1 / 10.2-12.5 us a layer at 64 keys, 38-49 / 24-35 at 256; stories15m's 13.2 /
   // 10.7-14.4 at 256 keys, 54 / 38-45 at 1,024).
+  // In a team (Note [One region for many loops], as the decoder runs a token) the other
+  // threads take their heads for a post, 0.2 us, not a fork: always worth it.
   const int64_t keys = Tk - first_key(0, Tk - 1, window);
-  const int64_t grain = NH * keys * HS >= kOneQueryThreadWork ? 1 : NH;
+  const bool split = team_active() || NH * keys * HS >= kOneQueryThreadWork;
+  const int64_t grain = split ? 1 : NH;
   forward_core<float, E>(p, hq, q, kv.k, kv.v, out, scale, Tk - 1, DropoutStream{}, window, grain);
 }
 

@@ -2,6 +2,7 @@
 // bit for bit, and says what it does not take.
 #include <omp.h>
 
+#include <limits>
 #include <optional>
 
 #include "infer/decoder.h"
@@ -73,9 +74,16 @@ TEST_CASE("Decoder gives GPT::forward's logits bit for bit, every format, 1 and 
         const Tensor ids = randint({1, 5 + steps}, 0, c.vocab_size, g);
         std::vector<KVCache> caches;
         Tensor want = m.forward(kernel::narrow(ids, 1, 0, 5), Tensor(), nullptr, &caches).logits;
+        // Sized for every step (Note [The cache sized once]), for too few (it regrows), or
+        // grown by doubling from the prompt's rows: the same bits.
+        const int64_t more = format == "f32" ? steps : format == "q8_0" ? 3 : 0;
+        CAPTURE(more);
         Decoder d(m);
-        d.start(caches);
+        d.start(caches, more);
         CHECK(d.position() == 5);
+        const int64_t sized = d.capacity();
+        if (more == steps && c.sliding_window == 0) CHECK(sized >= 5 + steps);
+        if (c.sliding_window > 0) CHECK(sized >= 2 * (c.sliding_window + 1));
         bool same = true;
         for (int64_t t = 5; t < 5 + steps && same; ++t) {
           const int64_t token = ids.data<int64_t>()[t];
@@ -86,6 +94,7 @@ TEST_CASE("Decoder gives GPT::forward's logits bit for bit, every format, 1 and 
           CHECK(same);
         }
         CHECK(d.position() == 5 + steps);
+        if (more == steps) CHECK(d.capacity() == sized);  // never regrown
         // finish() hands the positions back: GPT::forward continues from them as from its
         // own caches (a window model: a token past block_size).
         std::vector<KVCache> handed;
@@ -210,7 +219,11 @@ TEST_CASE("Decoder says what it does not take, and refuses a position past the c
     std::vector<KVCache> caches;
     const Tensor ids = zeros({1, 40}, DType::I64);
     (void)m.forward(ids, Tensor(), nullptr, &caches);
-    d.start(caches);
+    test::check_error([&] { d.start(caches, -1); }, "-1 steps expected");
+    // However many steps it is told of: room for the context's rows, and the next step's
+    // (which refuses).
+    d.start(caches, std::numeric_limits<int64_t>::max());
+    CHECK(d.capacity() == 41);
     test::check_error([&] { d.step(1); }, "exceeds block_size 40");
     test::check_error([&] { d.step(300); }, "token id 300");
   }

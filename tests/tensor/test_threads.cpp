@@ -2,8 +2,16 @@
 // load sensor, and the environment's thread counts checked like flags.
 #include <omp.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
 
+#include "tensor/parallel.h"
 #include "tensor/threads.h"
 #include "test_util.h"
 
@@ -99,4 +107,101 @@ TEST_CASE("OMP_NUM_THREADS and OMP_THREAD_LIMIT are checked like --threads") {
   } else {
     unsetenv("OMP_NUM_THREADS");
   }
+}
+
+TEST_CASE("with_team: parallel_for's pieces on the team's threads, piece p on thread p") {
+  // Note [One region for many loops]: inside with_team a parallel_for runs the pieces a region
+  // would (the same bounds) without a fork; piece p on thread p; one region for all of them;
+  // nested loops serial; exceptions from any piece, or from f, come back to the caller.
+  const int saved = omp_get_max_threads();
+  for (const int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    omp_set_num_threads(threads);
+    // The pieces parallel_for makes outside a team, as (begin, end, thread).
+    auto pieces_of = [](int64_t n, int64_t grain) {
+      std::vector<std::array<int64_t, 3>> got(static_cast<size_t>(max_threads()), {-1, -1, -1});
+      std::atomic<int> calls{0};
+      parallel_for(n, grain, [&](int64_t b, int64_t e) {
+        const int p = calls++;
+        if (p < static_cast<int>(got.size()))
+          got[static_cast<size_t>(p)] = {b, e, omp_get_thread_num()};
+      });
+      std::sort(got.begin(), got.end());
+      return std::pair(got, calls.load());
+    };
+    for (const auto& [n, grain] : {std::pair<int64_t, int64_t>{1000, 1}, {7, 3}, {2, 1}, {5, 10}}) {
+      CAPTURE(n);
+      const auto outside = pieces_of(n, grain);
+      std::pair<std::vector<std::array<int64_t, 3>>, int> inside;
+      int size = 0;
+      with_team([&] {
+        size = max_threads();
+        inside = pieces_of(n, grain);
+        inside = pieces_of(n, grain);  // the same team again: a second post
+      });
+      CHECK(size == threads);
+      CHECK(inside.second == outside.second);
+      CHECK(inside.first == outside.first);  // bounds, and piece p on thread p
+      if (threads > 1 && n >= 2 * grain)
+        CHECK(outside.second == std::min<int64_t>(threads, (n + grain - 1) / grain));
+    }
+    CHECK(max_threads() == threads);  // the team is gone
+    // One region: every loop's thread 1 is the same OS thread as the first's.
+    if (threads > 1) {
+      std::vector<std::thread::id> ids;
+      std::mutex m;
+      with_team([&] {
+        for (int k = 0; k < 50; ++k)
+          parallel_for(2, 1, [&](int64_t b, int64_t) {
+            if (b == 1) {
+              const std::lock_guard lock(m);
+              ids.push_back(std::this_thread::get_id());
+            }
+          });
+      });
+      REQUIRE(ids.size() == 50);
+      CHECK(std::count(ids.begin(), ids.end(), ids[0]) == 50);
+      CHECK(ids[0] != std::this_thread::get_id());
+    }
+    // A parallel_for inside a piece runs serially on that piece's thread, on every thread.
+    with_team([&] {
+      std::atomic<int> nested{0}, bad{0};
+      parallel_for(threads, 1, [&](int64_t, int64_t) {
+        const int me = omp_get_thread_num();
+        parallel_for(100, 1, [&](int64_t b, int64_t e) {
+          nested += static_cast<int>(e - b);
+          if (omp_get_thread_num() != me || b != 0 || e != 100) ++bad;
+        });
+      });
+      CHECK(nested == 100 * threads);
+      CHECK(bad == 0);
+      // and with_team inside a team is f itself
+      int inner = 0;
+      with_team([&] { inner = max_threads(); });
+      CHECK(inner == threads);
+    });
+    // Exceptions: from the last piece (another thread's when threads > 1), from the caller's
+    // piece, and from f; the team stays usable after a piece threw.
+    for (const int64_t thrower : {int64_t{threads - 1}, int64_t{0}}) {
+      CAPTURE(thrower);
+      int after = 0;
+      CHECK_THROWS_WITH(with_team([&] {
+                          try {
+                            parallel_for(threads, 1, [&](int64_t b, int64_t) {
+                              if (b == thrower) throw std::runtime_error("piece");
+                            });
+                          } catch (const std::runtime_error&) {
+                            std::atomic<int> count{0};
+                            parallel_for(threads, 1, [&](int64_t b, int64_t e) {
+                              count += static_cast<int>(e - b);
+                            });
+                            after = count;
+                            throw std::runtime_error("f");
+                          }
+                        }),
+                        "f");
+      CHECK(after == threads);
+    }
+  }
+  omp_set_num_threads(saved);
 }
