@@ -23,29 +23,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/read_bandwidth.h"
 #include "tensor/tensor.h"
-
-namespace {
-
-template <bool prefetch>
-float sum_range(const float* p, size_t n) {
-  float s[64] = {};
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    if constexpr (prefetch) {
-      __builtin_prefetch(p + i + 2048);
-      __builtin_prefetch(p + i + 2048 + 16);
-      __builtin_prefetch(p + i + 2048 + 32);
-      __builtin_prefetch(p + i + 2048 + 48);
-    }
-    for (int k = 0; k < 64; ++k) s[k] += p[i + k];
-  }
-  float t = 0;
-  for (float v : s) t += v;
-  return t;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const size_t max_mb = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 1024;
@@ -55,7 +34,6 @@ int main(int argc, char** argv) {
   std::printf("read bandwidth, GB/s (best of the passes); %d cores\n", omp_get_num_procs());
   std::printf("%-10s %-10s %-10s %-10s %-10s %-10s %-10s\n", "MB", "1 thread", "2 threads",
               "1 plain", "2 plain", "1 prefetch", "2 prefetch");
-  volatile float sink = 0;
   // powers of two and the sizes half way between (1.5x): a model's weights fall between
   // two of them, where the bandwidth changes most (a last-level cache's edge)
   for (size_t step = 0;; ++step) {
@@ -67,20 +45,8 @@ int main(int argc, char** argv) {
       for (int pf = 0; pf < 2; ++pf) {
         const int passes = std::max<int>(3, static_cast<int>((size_t{1} << 32) / (n * 4)));
         for (int rep = 0; rep < 3; ++rep) {
-          const auto t0 = std::chrono::steady_clock::now();
-          float total = 0;
-          for (int p = 0; p < passes; ++p) {
-#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
-            for (int t = 0; t < threads; ++t) {
-              const float* part = buf + n * t / threads;
-              total += pf ? sum_range<true>(part, n / threads) : sum_range<false>(part, n / threads);
-            }
-          }
-          sink = sink + total;
-          const double s =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           double& b = best[pf][threads - 1];
-          b = std::max(b, static_cast<double>(n) * 4 * passes / s / 1e9);
+          b = std::max(b, attend::bench::read_gbs(buf, n, threads, pf != 0, passes));
         }
       }
     std::printf("%-10.2f %-10.1f %-10.1f %-10.1f %-10.1f %-10.1f %-10.1f\n",

@@ -7,8 +7,11 @@
 //   team    one region a token (Note [One region for many loops])
 //   both    sized and team: what sampling runs now
 // Per variant, the median ms a token over the rounds, and the median of the rounds' own
-// ratios first variant (old) / variant. The same logits in every variant (checked: the run stops
-// otherwise).
+// ratios first variant (old) / variant. The roof is measured in the same rounds: after each
+// run, a read of 512 MB (past the last-level cache, as a token's weights) by the same threads
+// (bench/read_bandwidth.h, plain and prefetched, the better), so each run's GB/s is held to
+// the bandwidth of its own minute: "of roof" is the median of those fractions. The same logits in
+// every variant (checked: the run stops otherwise).
 //
 // With a VARIANT, only that one: in a fresh process, as `attend sample` decodes, the cache's
 // pages are first touched (a process's later rounds reuse pages the earlier ones freed).
@@ -26,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/read_bandwidth.h"
 #include "infer/decoder.h"
 #include "infer/decoding.h"
 #include "nn/gpt.h"
@@ -33,6 +37,7 @@
 #include "tensor/kernels/gemm.h"
 #include "tensor/parallel.h"
 #include "tensor/random.h"
+#include "tensor/tensor.h"
 
 namespace {
 
@@ -73,16 +78,20 @@ int main(int argc, char** argv) {
   struct Variant {
     const char* name;
     bool sized, team;
-    std::vector<double> ms;
+    std::vector<double> ms, roof;  // a token's ms and the read GB/s after it, each round
   };
-  std::vector<Variant> variants = {{"old", false, false, {}},
-                                   {"sized", true, false, {}},
-                                   {"team", false, true, {}},
-                                   {"both", true, true, {}}};
+  std::vector<Variant> variants = {{"old", false, false, {}, {}},
+                                   {"sized", true, false, {}, {}},
+                                   {"team", false, true, {}, {}},
+                                   {"both", true, true, {}, {}}};
   if (!only.empty())
     variants.erase(std::remove_if(variants.begin(), variants.end(),
                                   [&](const Variant& v) { return v.name != only; }),
                    variants.end());
+  const size_t read_n = (size_t{512} << 20) / sizeof(float);
+  const Storage read_buffer(read_n * sizeof(float));
+  float* const read_data = static_cast<float*>(read_buffer.data);
+  std::fill(read_data, read_data + read_n, 1.0f);
   std::vector<float> first;  // the last token's logits of the first run: every run's must match
   std::printf("GPT-2 124M, %s weights (%lld bytes a token), %d thread(s), %lld tokens, %d rounds\n",
               format.c_str(), static_cast<long long>(decoding.bytes()), omp_get_max_threads(),
@@ -97,6 +106,9 @@ int main(int argc, char** argv) {
       for (int64_t t = 1; t <= tokens; ++t) logits = d.step(ids.data<int64_t>()[t]);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       v.ms.push_back(1e3 * s / static_cast<double>(tokens));
+      const int threads = omp_get_max_threads();
+      v.roof.push_back(std::max(bench::read_gbs(read_data, read_n, threads, false, 4),
+                                bench::read_gbs(read_data, read_n, threads, true, 4)));
       const size_t V = static_cast<size_t>(m.config.vocab_size);
       if (first.empty()) first.assign(logits, logits + V);
       if (std::memcmp(first.data(), logits, V * sizeof(float)) != 0) {
@@ -105,13 +117,18 @@ int main(int argc, char** argv) {
       }
     }
   detail::set_teams(true);
-  std::printf("%-8s %10s %10s %14s   %s\n", "variant", "ms/token", "tokens/s", "first / variant",
-              "ms/token each round");
+  std::printf("%-8s %9s %9s %7s %7s %8s %15s   %s\n", "variant", "ms/token", "tokens/s", "GB/s",
+              "roof", "of roof", "first / variant", "ms/token each round");
+  const double bytes = static_cast<double>(decoding.bytes());
   for (const Variant& v : variants) {
-    std::vector<double> ratio;
-    for (int r = 0; r < rounds; ++r) ratio.push_back(variants[0].ms[r] / v.ms[r]);
-    std::printf("%-8s %10.3f %10.1f %13.3fx  ", v.name, median(v.ms), 1e3 / median(v.ms),
-                median(ratio));
+    std::vector<double> ratio, of_roof;
+    for (int r = 0; r < rounds; ++r) {
+      ratio.push_back(variants[0].ms[r] / v.ms[r]);
+      of_roof.push_back(bytes / (v.ms[r] * 1e-3) / 1e9 / v.roof[r]);
+    }
+    std::printf("%-8s %9.3f %9.1f %7.1f %7.1f %7.0f%% %14.3fx  ", v.name, median(v.ms),
+                1e3 / median(v.ms), bytes / (median(v.ms) * 1e-3) / 1e9, median(v.roof),
+                100 * median(of_roof), median(ratio));
     for (double x : v.ms) std::printf(" %.2f", x);
     std::printf("\n");
   }
