@@ -29,6 +29,11 @@ std::string linear_refused(const std::string& name, const nn::Linear& lin) {
   return "";  // (a bias's dtype: unsupported() checks every parameter is contiguous f32)
 }
 
+// The most cache (f32 rows) start() sizes for the steps it is told of: past it, doubling. A
+// command's --max_new_tokens may be far past what a reply uses, and the keys' columns touch
+// every page of the buffer with the first token.
+constexpr int64_t kSizedBytes = int64_t{256} << 20;
+
 // Elements of a new key (and value) a thread of a team writes at least.
 constexpr int64_t kCacheWriteGrain = 64;
 
@@ -145,21 +150,22 @@ void Decoder::finish(std::vector<nn::KVCache>& caches) const {
 }
 
 // Note [The cache sized once]. Room for the rows the caller expects (`expected`, start's: with
-// a sliding window at most 2 (W + 1)), or else twice the rows a step needs (a window's buffer
-// then holds 2 (W + 1) rows, compacted when full); at least a huge page's worth, at most the
-// context's without a window, and made of whole huge pages (small buffers of 4 KB pages
-// faulted 3.4 times a token on stories15m's shape). A "row" here is a position's keys and
-// values in every layer. Regrowing costs more than its copy: the keys are columns, so the
-// first token after it writes a column across every page of a layer's keys, and the fresh
-// mapping's pages fault in then. Grown by doubling from the prompt's rows, sampling 128
-// tokens of GPT-2 regrew four times, 0.14-0.21 ms a token (3-5% of a bf16 token at 2
-// threads, docs/numbers.md 2026-12-07 19:31); sized once for the tokens to come, the pages
-// fault once.
+// a sliding window at most 2 (W + 1), and at most kSizedBytes), or else twice the rows a step
+// needs (a window's buffer then holds 2 (W + 1) rows, compacted when full); at least a huge
+// page's worth, at most the context's without a window, and made of whole huge pages (small
+// buffers of 4 KB pages faulted 3.4 times a token on stories15m's shape). A "row" here is a
+// position's keys and values in every layer. A regrow copies the kept rows into a fresh
+// mapping, and the keys are columns, so the next token writes across every page of a
+// layer's keys: in a fresh process `attend sample` of 128 GPT-2 tokens regrew once in its
+// steps (57 -> 142 rows), 18-27 ms, 0.14-0.21 ms a token (docs/numbers.md 2026-12-07 19:31).
+// Sized once for the tokens to come, nothing is copied and each page is touched once; in one
+// process, whose later runs reuse pages freed by earlier ones, the two were within the noise.
 int64_t Decoder::rows_for(int64_t needed, int64_t expected) const {
   const int64_t row_bytes =
       2 * static_cast<int64_t>(layers_) * kvd_ * static_cast<int64_t>(sizeof(float));
   const int64_t page_rows = (kHugePageBytes + row_bytes - 1) / row_bytes;
   if (window_ > 0) expected = std::min(expected, 2 * (window_ + 1));  // the most a window needs
+  expected = std::min(expected, kSizedBytes / row_bytes);
   int64_t rows = std::max({int64_t{16}, expected > needed ? expected : 2 * needed, page_rows});
   if (window_ == 0) rows = std::min(rows, std::max(needed, model_.config.block_size));
   if (rows * row_bytes >= kHugePageBytes) {  // rows covering every byte of the whole pages

@@ -227,6 +227,21 @@ TEST_CASE("Decoder says what it does not take, and refuses a position past the c
     test::check_error([&] { d.step(1); }, "exceeds block_size 40");
     test::check_error([&] { d.step(300); }, "token id 300");
   }
+  // Told of any number of steps to come (sampling's --max_new_tokens), at most 256 MB of cache
+  // at once (here 512-byte rows in a context of 2^20 positions), at least a huge page's worth.
+  {
+    GPTConfig big = llama_config(0, false);
+    big.block_size = int64_t{1} << 20;
+    GPT mb(big, 5);
+    mb.eval();
+    const DecodingWeights weights(mb);
+    Decoder d(mb);
+    const std::vector<KVCache> none(2);
+    d.start(none, std::numeric_limits<int64_t>::max());
+    CHECK(d.capacity() == (int64_t{256} << 20) / 512);
+    d.start(none, 100);
+    CHECK(d.capacity() == (int64_t{2} << 20) / 512);
+  }
   // A LoRA adapter on a product.
   GPTConfig lc = llama_config(0, false);
   lc.lora_rank = 2;
