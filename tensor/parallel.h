@@ -17,14 +17,16 @@ inline constexpr int64_t kElementwiseGrain = 1 << 15;  // elements
 inline constexpr int64_t kReduceChunk = 1 << 13;       // elements per reduction partial
 
 // Note [One region for many loops]. A parallel_for is an OpenMP region: a fork and a join,
-// 3.1-3.4 us at 2 threads on the 2-core Zen 5 (docs/numbers.md 2026-12-07 19:31), where a
+// 2.9-4.4 us at 2 threads on the 2-core Zen 5 (docs/numbers.md 2026-12-07 19:31), where a
 // token of GPT-2 runs 61 of them (4 products and attention a layer, and the head): 4% of a
 // bf16 token at 2 threads. with_team(f) runs f on the calling thread inside one region, the
 // region's other threads waiting beside it; each parallel_for f calls hands its pieces to
 // them (piece p to thread p, as the region's static schedule would) and waits for them: a
-// post and an acknowledgement through two cache lines, no fork. The pieces are the ones a
-// region would run, so the bits are the same. Outside f, and on the team's other threads,
-// nothing changes; with one thread, or inside another region, with_team just calls f.
+// post (a counter the others watch) and an acknowledgement (each thread's own line, which
+// only the caller reads), 0.23 us there. A shared count of acknowledgements, reset by the
+// caller at each post, took 1.2 us: three trips of contended lines, not two. The pieces are
+// the ones a region would run, so the bits are the same. Outside f, and on the team's other
+// threads, nothing changes; with one thread, or inside another region, with_team calls f.
 namespace detail {
 struct Team;
 Team* leading_team();  // the team this thread leads (inside with_team's f), or null
