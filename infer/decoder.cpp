@@ -81,6 +81,7 @@ Decoder::Decoder(const nn::GPT& model)
   mlp_.resize(model.config.gated_mlp() ? 2 * H_ : H_), act_.resize(H_);
   logits_.resize(V_);
   bf16_ = StoredWeight::format_for_products() == WeightFormat::bf16;
+  key_columns_ = !bf16_;
   if (bf16_) key_row_.resize(static_cast<size_t>(kv));
 }
 
@@ -93,7 +94,10 @@ Decoder::Decoder(const nn::GPT& model)
 // (rounding is idempotent), so the same logits, from half the bytes and with nothing rounded
 // a token. The f32 rows stay the cache's truth: finish() hands back the values GPT::forward
 // would have kept, whatever the precision it then runs under. 1.5x the f32 cache's memory,
-// under bf16 products only.
+// under bf16 products only. Attention then reads only the bits, so the f32 keys are kept as
+// rows (key_columns_ false), as the values are: a new key is written as one column (its
+// bits), not two, each a line per element from DRAM (the two took 0.11-0.15 ms a GPT-2 token
+// against f32's 0.05, docs/numbers.md 2026-12-07 19:31).
 
 void Decoder::start(const std::vector<nn::KVCache>& caches, int64_t more) {
   ATTEND_CHECK(caches.size() == layers_, "Decoder: ", caches.size(), " caches for ", layers_,
@@ -116,13 +120,16 @@ void Decoder::start(const std::vector<nn::KVCache>& caches, int64_t more) {
     for (int64_t h = 0; h < KVH_; ++h)
       for (int64_t t = 0; t < len; ++t) {
         const float* kr = ks.data<float>() + (h * len + t) * HS_;
-        for (int64_t i = 0; i < HS_; ++i) k[(h * HS_ + i) * capacity_ + t] = kr[i];
+        for (int64_t i = 0; i < HS_; ++i) key_at(k, t, h * HS_ + i) = kr[i];
         std::memcpy(v + t * kvd_ + h * HS_, vs.data<float>() + (h * len + t) * HS_,
                     static_cast<size_t>(HS_) * sizeof(float));
       }
-    if (bf16_) {
-      for (int64_t j = 0; j < kvd_; ++j)
-        kernel::to_bf16_bits(k + j * capacity_, key_bits(l) + j * capacity_, len);
+    if (bf16_) {  // the keys' bits as columns, from the f32 rows
+      uint16_t* const kb = key_bits(l);
+      for (int64_t t = 0; t < len; ++t) {
+        kernel::to_bf16_bits(k + t * kvd_, key_row_.data(), kvd_);
+        for (int64_t j = 0; j < kvd_; ++j) kb[j * capacity_ + t] = key_row_[static_cast<size_t>(j)];
+      }
       kernel::to_bf16_bits(v, value_bits(l), len * kvd_);
     }
   }
@@ -139,7 +146,7 @@ void Decoder::finish(std::vector<nn::KVCache>& caches) const {
     for (int64_t h = 0; h < KVH_; ++h)
       for (int64_t t = 0; t < length_; ++t) {
         float* kr = k.data<float>() + (h * length_ + t) * HS_;
-        for (int64_t i = 0; i < HS_; ++i) kr[i] = kc[(h * HS_ + i) * capacity_ + start_ + t];
+        for (int64_t i = 0; i < HS_; ++i) kr[i] = key_at(kc, start_ + t, h * HS_ + i);
         std::memcpy(v.data<float>() + (h * length_ + t) * HS_,
                     values(l) + (start_ + t) * kvd_ + h * HS_,
                     static_cast<size_t>(HS_) * sizeof(float));
@@ -180,13 +187,13 @@ void Decoder::regrow(int64_t capacity) {
   const int64_t blocks = 2 * static_cast<int64_t>(layers_);
   Tensor fresh = empty({blocks, capacity, kvd_});
   Tensor fresh_bits = bf16_ ? empty({blocks, capacity, kvd_}, DType::BF16) : Tensor();
-  // The kept rows of a block (b odd: values, rows of kvd_) or columns (b even: keys, kvd_ rows
-  // of `capacity`) to the front of the fresh block.
-  auto move = [&]<typename E>(const Tensor& from, const Tensor& to) {
+  // The kept rows of a block (b odd: values, rows of kvd_; b even: keys, as rows or as columns,
+  // kvd_ rows of `capacity`) to the front of the fresh block.
+  auto move = [&]<typename E>(const Tensor& from, const Tensor& to, bool key_columns) {
     for (int64_t b = 0; b < blocks; ++b) {
       const E* src = from.data<E>() + b * capacity_ * kvd_;
       E* dst = to.data<E>() + b * capacity * kvd_;
-      if (b % 2 == 1) {
+      if (b % 2 == 1 || !key_columns) {
         std::memcpy(dst, src + start_ * kvd_, static_cast<size_t>(length_ * kvd_) * sizeof(E));
         continue;
       }
@@ -196,8 +203,8 @@ void Decoder::regrow(int64_t capacity) {
     }
   };
   if (length_ > 0) {
-    move.operator()<float>(kv_, fresh);
-    if (bf16_) move.operator()<uint16_t>(kvb_, fresh_bits);
+    move.operator()<float>(kv_, fresh, key_columns_);
+    if (bf16_) move.operator()<uint16_t>(kvb_, fresh_bits, true);
   }
   kv_ = std::move(fresh);
   kvb_ = std::move(fresh_bits);
@@ -272,7 +279,10 @@ void Decoder::run(int64_t token) {
     parallel_for(kv, team_active() ? kCacheWriteGrain : kv, [&](int64_t j0, int64_t j1) {
       const size_t n = static_cast<size_t>(j1 - j0);
       std::memcpy(values(l) + col * kvd_ + j0, value + j0, n * sizeof(float));
-      for (int64_t j = j0; j < j1; ++j) k[j * capacity_ + col] = key[j];
+      if (key_columns_)
+        for (int64_t j = j0; j < j1; ++j) k[j * capacity_ + col] = key[j];
+      else
+        std::memcpy(k + col * kvd_ + j0, key + j0, n * sizeof(float));
       if (!bf16_) return;
       uint16_t* const bits = key_row_.data() + j0;
       kernel::to_bf16_bits(key + j0, bits, j1 - j0);

@@ -54,7 +54,8 @@ class Decoder {
   // as columns (K^T): KVH HS rows of `capacity_`, element j of position t at j capacity_ + t,
   // so the scores' product reads each of a head's HS rows in order, with no 8x8 transposes
   // (kernel::attention_one_query; 1.6-1.8x faster from DRAM on GPT-2's shape than the keys as
-  // rows, docs/numbers.md 2026-12-07 16:18). One mapping (past 2 MB, huge pages, Storage's
+  // rows, docs/numbers.md 2026-12-07 16:18; under bf16 products the bits are the columns and
+  // the f32 keys rows). One mapping (past 2 MB, huge pages, Storage's
   // mapping); growing it copies each block's kept rows (values) or columns (keys).
   float* keys(size_t l) const {
     return kv_.data<float>() + static_cast<int64_t>(2 * l) * capacity_ * kvd_;
@@ -66,6 +67,12 @@ class Decoder {
     return kvb_.data<uint16_t>() + static_cast<int64_t>(2 * l) * capacity_ * kvd_;
   }
   uint16_t* value_bits(size_t l) const { return key_bits(l) + capacity_ * kvd_; }
+  // Element j of position t's f32 key in a layer's block `k`: a column, or under bf16 products
+  // (attention reading the bits) a row as the values (Note [A bf16 cache beside the f32 one]).
+  template <typename F>
+  F& key_at(F* k, int64_t t, int64_t j) const {
+    return key_columns_ ? k[j * capacity_ + t] : k[t * kvd_ + j];
+  }
   // Room for `capacity` rows, the kept rows moved to the front.
   void regrow(int64_t capacity);
   // The capacity to regrow to for `needed` rows, or for `expected` ones (start's) if more.
@@ -83,6 +90,7 @@ class Decoder {
   int64_t kvd_ = 0;  // KVH HS: a layer's key (or value) row
   Tensor kv_;        // (2 L, capacity, kvd_)
   bool bf16_ = false;  // bf16 products when made: kvb_ kept
+  bool key_columns_ = true;  // the f32 keys as columns (attention reads them), else as rows
   Tensor kvb_;         // (2 L, capacity, kvd_) bf16, or undefined
   std::vector<uint16_t> key_row_;  // a new key's bits, before they go to their columns
   std::vector<float> x_, h_, qkv_, rot_, att_, y_, mlp_, act_, logits_;

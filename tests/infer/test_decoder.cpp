@@ -112,38 +112,59 @@ TEST_CASE("Decoder gives GPT::forward's logits bit for bit, every format, 1 and 
   omp_set_num_threads(before);
 }
 
-TEST_CASE("Decoder: a sliding window's cache compacted again and again keeps forward's bits") {
+TEST_CASE("Decoder: a cache regrown, a window compacted again and again, keep forward's bits") {
   // The decoder's buffer holds at least a huge page of rows (2 MB: here 8 KB rows, 256 of
-  // them), so a window of 6 is compacted to the buffer's front every ~250 tokens: 600
-  // tokens pass two compactions, each logit row compared with GPT::forward's.
+  // them). A window of 6 is compacted to the buffer's front every ~250 tokens, and without a
+  // window (a context of 700) the buffer regrows at 257 rows: 600 tokens pass two
+  // compactions or a regrow, each logit row compared with GPT::forward's, under f32 and bf16
+  // products (whose f32 keys are rows, their bits columns), and finish() hands back what
+  // forward kept.
   GPTConfig c = llama_config(6, false);
   c.n_layer = 4, c.n_head = 4, c.n_kv_head = 4, c.n_embd = 256, c.hidden_dim = 384;
-  for (const int threads : {1, 2}) {
-    CAPTURE(threads);
-    const int before = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    GPT m(c, 5);
-    draw(m, 6);
-    m.eval();
-    NoGradGuard no_grad;
-    const DecodingWeights decoding(m);
-    Generator g(8);
-    const int64_t steps = 600;
-    const Tensor ids = randint({1, 3 + steps}, 0, c.vocab_size, g);
-    std::vector<KVCache> caches;
-    (void)m.forward(kernel::narrow(ids, 1, 0, 3), Tensor(), nullptr, &caches);
-    Decoder d(m);
-    d.start(caches);
-    int64_t same = 0;
-    for (int64_t t = 3; t < 3 + steps; ++t) {
-      const Tensor want =
-          m.forward(kernel::narrow(ids, 1, t, 1), Tensor(), nullptr, &caches).logits;
-      const float* got = d.step(ids.data<int64_t>()[t]);
-      same += std::memcmp(got, want.data<float>(), c.vocab_size * sizeof(float)) == 0;
-    }
-    CHECK(same == steps);
-    omp_set_num_threads(before);
-  }
+  for (const int64_t window : {6, 0})
+    for (const bool bf16 : {false, true})
+      for (const int threads : {1, 2}) {
+        CAPTURE(window);
+        CAPTURE(bf16);
+        CAPTURE(threads);
+        c.sliding_window = window;
+        c.block_size = window > 0 ? 40 : 700;
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        const test::PrecisionGuard use(bf16 ? kernel::GemmPrecision::bf16
+                                            : kernel::GemmPrecision::f32);
+        GPT m(c, 5);
+        draw(m, 6);
+        m.eval();
+        NoGradGuard no_grad;
+        const DecodingWeights decoding(m);
+        Generator g(8);
+        const int64_t steps = 600;
+        const Tensor ids = randint({1, 3 + steps}, 0, c.vocab_size, g);
+        std::vector<KVCache> caches;
+        (void)m.forward(kernel::narrow(ids, 1, 0, 3), Tensor(), nullptr, &caches);
+        Decoder d(m);
+        d.start(caches);
+        const int64_t first = d.capacity();
+        int64_t same = 0;
+        for (int64_t t = 3; t < 3 + steps; ++t) {
+          const Tensor want =
+              m.forward(kernel::narrow(ids, 1, t, 1), Tensor(), nullptr, &caches).logits;
+          const float* got = d.step(ids.data<int64_t>()[t]);
+          same += std::memcmp(got, want.data<float>(), c.vocab_size * sizeof(float)) == 0;
+        }
+        CHECK(same == steps);
+        CHECK(first == 256);
+        if (window == 0) CHECK(d.capacity() > first);  // regrown with 256 rows kept
+        if (window > 0) CHECK(d.capacity() == first);  // compacted in place
+        std::vector<KVCache> handed;
+        d.finish(handed);
+        const Tensor next = full({1, 1}, 3.0, DType::I64);
+        const Tensor a = m.forward(next, Tensor(), nullptr, &caches).logits;
+        const Tensor b = m.forward(next, Tensor(), nullptr, &handed).logits;
+        CHECK(test::bit_identical(a, b));
+        omp_set_num_threads(before);
+      }
 }
 
 TEST_CASE("GPT::last_logits gives forward's last row bit for bit, every format, 1 and 2 threads") {
