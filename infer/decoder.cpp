@@ -267,10 +267,11 @@ void Decoder::run(int64_t token) {
                              a.config.rope_theta);
       qkv = rot_.data();
     }
-    // The new position: column `col` of the keys, that row of the values. The column is a line
-    // per element, lines the weights' stream evicted since the last token, each written from
-    // DRAM: in a team the threads write their shares of them at once (a software prefetch
-    // ahead of c_attn's product cost as much to issue as it saved, 2026-12-07 19:31).
+    // The new position: column `col` of the keys (under bf16 products the bits' column and the
+    // f32 keys' row), that row of the values. A column is a line per element, lines the
+    // weights' stream evicted since the last token, each written from DRAM: in a team the
+    // threads write their shares of them at once (a software prefetch ahead of c_attn's
+    // product cost as much to issue as it saved, 2026-12-07 19:31).
     const int64_t col = start_ + length_;
     float* const k = keys(l);
     uint16_t* const kb = bf16_ ? key_bits(l) : nullptr;
