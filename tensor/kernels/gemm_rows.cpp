@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -731,21 +732,27 @@ int64_t decode_panels_bf16_words(int64_t N, int64_t K) { return N * ((K + 1) / 2
 void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const uint32_t* words,
                       float* C, int64_t ldc, bool parallel) {
   ATTEND_CHECK(A.col_stride == 1, "decoding panels: A's rows must be contiguous");
-  const MatrixRef<float> R = rounded_rows(M, K, A);  // rows K apart
-  const int64_t Kw = (K + 1) / 2;                     // pair words a column
+  const int64_t Kw = (K + 1) / 2;  // pair words a column
   const bool registers = avx512_in_use();
   const bool native = registers && g_decode_bf16.load(std::memory_order_relaxed) == Bf16Kernel::native;
-  // x's pairs as words, for vdpbf16ps: this thread's buffer (no allocation a token), read
-  // by the others through `xwords` (a thread_local named inside the region is theirs)
+  // The other kernels read x's rows rounded to bf16 (as f32 values, rows K apart).
+  const MatrixRef<float> R = native ? A : rounded_rows(M, K, A);
+  // vdpbf16ps reads x's pairs as words (x_k's bf16 bits low, x_k+1's high, zero past K): on a
+  // little-endian machine the bf16 bits of the row in order, so to_bf16_bits (vectorized; the
+  // rounding bf16_round's) writes them. A scalar loop over the rounded row did, 1-6 us a
+  // product at K 768-3072 while the other threads waited: ~0.1 ms of a GPT-2 token. This
+  // thread's buffers (no allocation a token), read by the others through `xwords` (a
+  // thread_local named inside the region is theirs).
+  static_assert(std::endian::native == std::endian::little);
+  thread_local std::vector<uint16_t> xh;
   thread_local std::vector<uint32_t> xw;
   if (native) {
-    xw.assign(static_cast<size_t>(M * Kw), 0u);
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t k = 0; k < K; ++k) {
-        uint32_t u;
-        std::memcpy(&u, R.data + m * K + k, 4);  // a rounded value: its bf16 is the high half
-        xw[static_cast<size_t>(m * Kw + k / 2)] |= k % 2 ? (u & 0xffff0000u) : (u >> 16);
-      }
+    xh.assign(static_cast<size_t>(2 * Kw), 0);
+    xw.resize(static_cast<size_t>(M * Kw));
+    for (int64_t m = 0; m < M; ++m) {
+      to_bf16_bits(A.data + m * A.row_stride, xh.data(), K);
+      std::memcpy(xw.data() + m * Kw, xh.data(), static_cast<size_t>(Kw) * sizeof(uint32_t));
+    }
   }
   const uint32_t* xwords = xw.data();
   for_panel_pieces(M, N, K, R.row_stride, parallel,
