@@ -96,8 +96,9 @@ Decoder::Decoder(const nn::GPT& model)
 // would have kept, whatever the precision it then runs under. 1.5x the f32 cache's memory,
 // under bf16 products only. Attention then reads only the bits, so the f32 keys are kept as
 // rows (key_columns_ false), as the values are: a new key is written as one column (its
-// bits), not two, each a line per element from DRAM (the two took 0.11-0.15 ms a GPT-2 token
-// against f32's 0.05, docs/numbers.md 2026-12-07 19:31).
+// bits), not two. A small gain: the timer's bucket for the new key went 0.142-0.150 ->
+// 0.130-0.139 ms a GPT-2 token (2 threads; f32's is 0.05), and skipping the bits' column
+// altogether did not shrink it (docs/numbers.md 2026-12-07 19:31).
 
 void Decoder::start(const std::vector<nn::KVCache>& caches, int64_t more) {
   ATTEND_CHECK(caches.size() == layers_, "Decoder: ", caches.size(), " caches for ", layers_,

@@ -56,7 +56,8 @@ class Decoder {
   // (kernel::attention_one_query; 1.6-1.8x faster from DRAM on GPT-2's shape than the keys as
   // rows, docs/numbers.md 2026-12-07 16:18; under bf16 products the bits are the columns and
   // the f32 keys rows). One mapping (past 2 MB, huge pages, Storage's
-  // mapping); growing it copies each block's kept rows (values) or columns (keys).
+  // mapping); growing it copies each block's kept rows (values, and the f32 keys under bf16) or
+  // columns (keys).
   float* keys(size_t l) const {
     return kv_.data<float>() + static_cast<int64_t>(2 * l) * capacity_ * kvd_;
   }
