@@ -92,7 +92,7 @@ class Decoder {
   Tensor kv_;        // (2 L, capacity, kvd_)
   bool bf16_ = false;  // bf16 products when made: kvb_ kept
   bool key_columns_ = true;  // the f32 keys as columns (attention reads them), else as rows
-  Tensor kvb_;  // (2 L, capacity, kvd_) bf16 as flat whole huge pages, or undefined
+  Tensor kvb_;               // (2 L, capacity, kvd_) bf16 as flat whole huge pages, or undefined
   std::vector<uint16_t> key_row_;  // a new key's bits, before they go to their columns
   std::vector<float> x_, h_, qkv_, rot_, att_, y_, mlp_, act_, logits_;
 };
