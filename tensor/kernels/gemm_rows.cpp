@@ -560,9 +560,10 @@ __attribute__((target("avx512f"))) void panel_bf16_emulated(int64_t K, const flo
   }
 }
 
-// xw: x's pairs as words (x_k's bf16 low, x_k+1's high; zero past K).
+// xb: x's bf16 bits, zero past K (to an even count), read a pair at a time as a word: x_k's
+// bits low, x_k+1's high (little-endian).
 template <int NV>
-__attribute__((target("avx512f,avx512bf16"))) void panel_bf16_native(int64_t K, const uint32_t* xw,
+__attribute__((target("avx512f,avx512bf16"))) void panel_bf16_native(int64_t K, const uint16_t* xb,
                                                                       const uint32_t* B,
                                                                       int64_t ldb, int64_t cols,
                                                                       float* C) {
@@ -573,7 +574,9 @@ __attribute__((target("avx512f,avx512bf16"))) void panel_bf16_native(int64_t K, 
     for (auto& v : s) v = _mm512_setzero_ps();
     for (int64_t k = pc; k < end; k += 2) {
       const uint32_t* w = B + k / 2 * ldb;
-      const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xw[k / 2])));
+      uint32_t pair;
+      std::memcpy(&pair, xb + k, sizeof pair);
+      const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j) {
         _mm_prefetch(reinterpret_cast<const char*>(w + 16 * j) + kPanelPrefetch, _MM_HINT_T0);
@@ -739,22 +742,21 @@ void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
   const MatrixRef<float> R = native ? A : rounded_rows(M, K, A);
   // vdpbf16ps reads x's pairs as words (x_k's bf16 bits low, x_k+1's high, zero past K): on a
   // little-endian machine the bf16 bits of the row in order, so to_bf16_bits (vectorized; the
-  // rounding bf16_round's) writes them. A scalar loop over the rounded row did, 1-6 us a
-  // product at K 768-3072 while the other threads waited: ~0.1 ms of a GPT-2 token. This
-  // thread's buffers (no allocation a token), read by the others through `xwords` (a
-  // thread_local named inside the region is theirs).
+  // rounding bf16_round's) writes them where the kernel reads them. A scalar loop over the
+  // rounded row did, 1-6 us a product at K 768-3072 while the other threads waited: ~0.1 ms
+  // of a GPT-2 token. This thread's buffer (no allocation a token), read by the others
+  // through `xbits` (a thread_local named inside the region is theirs).
   static_assert(std::endian::native == std::endian::little);
   thread_local std::vector<uint16_t> xh;
-  thread_local std::vector<uint32_t> xw;
   if (native) {
-    xh.assign(static_cast<size_t>(2 * Kw), 0);
-    xw.resize(static_cast<size_t>(M * Kw));
+    xh.resize(static_cast<size_t>(M * 2 * Kw));
     for (int64_t m = 0; m < M; ++m) {
-      to_bf16_bits(A.data + m * A.row_stride, xh.data(), K);
-      std::memcpy(xw.data() + m * Kw, xh.data(), static_cast<size_t>(Kw) * sizeof(uint32_t));
+      uint16_t* row = xh.data() + m * 2 * Kw;
+      to_bf16_bits(A.data + m * A.row_stride, row, K);
+      if (K % 2 == 1) row[K] = 0;  // an odd K's last pair: x_K is zero
     }
   }
-  const uint32_t* xwords = xw.data();
+  const uint16_t* xbits = xh.data();
   for_panel_pieces(M, N, K, R.row_stride, parallel,
                    [&](int64_t n0, int64_t width, int64_t j0, int64_t j1) {
     const uint32_t* panel = words + n0 * Kw + j0;
@@ -763,7 +765,7 @@ void gemm_bf16_panels(int64_t M, int64_t N, int64_t K, MatrixRef<float> A, const
         for (int64_t m = 0; m < M; ++m) {
           float* c = C + m * ldc + n0 + j0;
           if (native)
-            panel_bf16_native<nv()>(K, xwords + m * Kw, panel, width, j1 - j0, c);
+            panel_bf16_native<nv()>(K, xbits + m * 2 * Kw, panel, width, j1 - j0, c);
           else
             panel_bf16_emulated<nv()>(K, R.data + m * K, panel, width, j1 - j0, c);
         }
