@@ -564,9 +564,8 @@ __attribute__((target("avx512f"))) void panel_bf16_emulated(int64_t K, const flo
 // bits low, x_k+1's high (little-endian).
 template <int NV>
 __attribute__((target("avx512f,avx512bf16"))) void panel_bf16_native(int64_t K, const uint16_t* xb,
-                                                                      const uint32_t* B,
-                                                                      int64_t ldb, int64_t cols,
-                                                                      float* C) {
+                                                                     const uint32_t* B, int64_t ldb,
+                                                                     int64_t cols, float* C) {
   const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (NV - 1))) - 1);
   for (int64_t pc = 0; pc < K; pc += KC) {
     const int64_t end = std::min(K, pc + KC);
