@@ -344,10 +344,13 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
           omp_set_num_threads(threads);
           const k::GemmKernel kernel_before = k::set_gemm_kernel(simd);
           const int64_t rows = 7;
-          std::vector<float> a(rows * K), b(K * N);
+          // x's rows K apart, or (odd M) past the row's end: the kernels read A's stride
+          const int64_t lda = M % 2 == 1 ? K + 3 : K;
+          CAPTURE(lda);
+          std::vector<float> a(rows * lda), b(K * N);
           for (auto* v : {&a, &b})
             for (float& x : *v) x = normal(rng);
-          for (int64_t kk = 0; kk < K; ++kk) a[K + kk] *= 1e-19f;
+          for (int64_t kk = 0; kk < K; ++kk) a[lda + kk] *= 1e-19f;
           for (int64_t i = 0; i < std::min<int64_t>(K, 3) * N; ++i) b[i] *= 1e-19f;
           for (size_t i = 0; i < a.size(); i += 13) a[i] = 3e-39f;
           for (size_t i = 5; i < b.size(); i += 17) b[i] = -2e-39f;
@@ -358,7 +361,7 @@ TEST_CASE("a few rows against a weight kept in decoding panels give the GEMM's b
           k::to_decode_panels(w.data(), N, K, panels.data());
           k::to_decode_panels_bf16(w.data(), N, K, bits.data());
           const test::PrecisionGuard precision(bf16 ? k::GemmPrecision::bf16 : k::GemmPrecision::f32);
-          const k::MatrixRef<float> A{a.data(), K, 1}, B{b.data(), N, 1};
+          const k::MatrixRef<float> A{a.data(), lda, 1}, B{b.data(), N, 1};
           std::vector<float> got(M * N), few(M * N), blocked(rows * N);
           k::gemm<float>(M, N, K, A, B, few.data(), N, true);
           k::gemm<float>(rows, N, K, A, B, blocked.data(), N, true);
