@@ -97,8 +97,9 @@ Decoder::Decoder(const nn::GPT& model)
 // under bf16 products only. Attention then reads only the bits, so the f32 keys are kept as
 // rows (key_columns_ false), as the values are: a new key is written as one column (its
 // bits), not two. A small gain: the timer's bucket for the new key went 0.142-0.150 ->
-// 0.130-0.139 ms a GPT-2 token (2 threads; f32's is 0.05), and skipping the bits' column
-// altogether did not shrink it (docs/numbers.md 2026-12-07 19:31).
+// 0.130-0.139 ms a GPT-2 token (2 threads; f32's is 0.05). The rest of it was page faults:
+// the bits' buffer ended in 4 KB pages (regrow now rounds it to whole huge pages;
+// docs/numbers.md 2026-12-07 19:31 and 22:52).
 
 void Decoder::start(const std::vector<nn::KVCache>& caches, int64_t more) {
   ATTEND_CHECK(caches.size() == layers_, "Decoder: ", caches.size(), " caches for ", layers_,
